@@ -1,0 +1,261 @@
+"""The catalog: named tables and views, their schemas, statistics and scan splits.
+
+Statistics come from file metadata (Parquet footers) so the planner can size joins without
+reading data. A split is a JSON-serializable description of one scan task's share of a table;
+workers turn it back into Arrow data through :mod:`qengine.scan`.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+import threading
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import sqlglot.expressions as exp
+
+from qengine.errors import ProgrammingError
+from qengine.types import type_code
+from qengine.wire import schema_to_hex
+
+# A scan task should cover about this many uncompressed bytes.
+TARGET_SPLIT_BYTES = 64 << 20
+
+
+class Source:
+    """A scannable table."""
+
+    name: str
+    schema: pa.Schema
+
+    @property
+    def rows(self) -> int:
+        raise NotImplementedError
+
+    def column_width(self, column: str) -> float:
+        """Average uncompressed bytes per value of ``column``, for size estimates."""
+        return 8.0
+
+    def splits(self, workers: int) -> list[dict]:
+        raise NotImplementedError
+
+    def sql_schema(self) -> dict[str, str]:
+        """Column name → SQL type, the form sqlglot's optimizer takes."""
+        return {f.name: type_code(f.type) for f in self.schema}
+
+
+@dataclass
+class _RowGroup:
+    path: str
+    index: int
+    rows: int
+    bytes: int
+
+
+class ParquetSource(Source):
+    """One or more Parquet files; splits are runs of row groups."""
+
+    def __init__(self, name: str, paths: list[str]) -> None:
+        if not paths:
+            raise ProgrammingError(f"table {name!r}: no Parquet files found")
+        self.name = name
+        self.paths = paths
+        self.row_groups: list[_RowGroup] = []
+        widths: dict[str, int] = {}
+        for path in paths:
+            try:
+                md = pq.ParquetFile(path).metadata
+            except (OSError, pa.ArrowInvalid) as e:
+                raise ProgrammingError(f"table {name!r}: cannot read Parquet file {path}: {e}") from e
+            if path == paths[0]:
+                self.schema = md.schema.to_arrow_schema()
+            elif md.schema.to_arrow_schema().names != self.schema.names:
+                raise ProgrammingError(f"table {name!r}: {path} has columns that differ from {paths[0]}")
+            for i in range(md.num_row_groups):
+                rg = md.row_group(i)
+                self.row_groups.append(_RowGroup(path, i, rg.num_rows, rg.total_byte_size))
+                for c in range(rg.num_columns):
+                    cc = rg.column(c)
+                    top = cc.path_in_schema.split(".")[0]
+                    widths[top] = widths.get(top, 0) + cc.total_uncompressed_size
+        self._rows = sum(rg.rows for rg in self.row_groups)
+        self._widths = {k: v / max(1, self._rows) for k, v in widths.items()}
+
+    @property
+    def rows(self) -> int:
+        return self._rows
+
+    def column_width(self, column: str) -> float:
+        return max(1.0, self._widths.get(column, 8.0))
+
+    def splits(self, workers: int) -> list[dict]:
+        total = sum(rg.bytes for rg in self.row_groups)
+        if not self.row_groups:
+            return [{"kind": "parquet", "pieces": [], "schema_path": self.paths[0]}]
+        wanted = max(math.ceil(total / TARGET_SPLIT_BYTES), min(len(self.row_groups), 2 * workers))
+        if total < 4 * TARGET_SPLIT_BYTES // 16:  # tiny tables: one task
+            wanted = 1
+        per_split = total / wanted
+        splits: list[list[_RowGroup]] = [[]]
+        acc = 0
+        for rg in self.row_groups:
+            if splits[-1] and acc + rg.bytes / 2 > per_split * len(splits) and len(splits) < wanted:
+                splits.append([])
+            splits[-1].append(rg)
+            acc += rg.bytes
+        out = []
+        for group in splits:
+            pieces: dict[str, list[int]] = {}
+            for rg in group:
+                pieces.setdefault(rg.path, []).append(rg.index)
+            out.append({"kind": "parquet", "pieces": list(pieces.items()), "schema_path": self.paths[0]})
+        return out
+
+
+class CsvSource(Source):
+    """CSV files; one split per file. The schema is inferred once, then imposed on every file."""
+
+    def __init__(self, name: str, paths: list[str], delimiter: str = ",", header: bool = True) -> None:
+        if not paths:
+            raise ProgrammingError(f"table {name!r}: no CSV files found")
+        self.name = name
+        self.paths = paths
+        self.options = {"delimiter": delimiter, "header": header}
+        try:
+            reader = pacsv.open_csv(
+                paths[0],
+                read_options=pacsv.ReadOptions(autogenerate_column_names=not header),
+                parse_options=pacsv.ParseOptions(delimiter=delimiter),
+            )
+            self.schema = reader.schema
+            reader.close()
+        except (OSError, pa.ArrowInvalid) as e:
+            raise ProgrammingError(f"table {name!r}: cannot read CSV file {paths[0]}: {e}") from e
+        self._bytes = sum(os.path.getsize(p) for p in paths)
+
+    @property
+    def rows(self) -> int:
+        return max(1, self._bytes // max(1, 8 * len(self.schema)))
+
+    def splits(self, workers: int) -> list[dict]:
+        schema = schema_to_hex(self.schema)
+        return [{"kind": "csv", "path": p, "schema": schema, **self.options} for p in self.paths]
+
+
+@dataclass
+class Partition:
+    """One piece of an in-memory table, held in a worker's table store."""
+
+    worker: int
+    key: str
+    rows: int
+    bytes: int
+
+
+class MemorySource(Source):
+    """A table held in the cluster's memory: registered Arrow data, CTAS results, inserts."""
+
+    def __init__(self, name: str, schema: pa.Schema, uid: int) -> None:
+        self.name = name
+        self.schema = schema
+        self.uid = uid
+        self.partitions: list[Partition] = []
+
+    @property
+    def rows(self) -> int:
+        return sum(p.rows for p in self.partitions)
+
+    def column_width(self, column: str) -> float:
+        total = sum(p.bytes for p in self.partitions)
+        return max(1.0, total / max(1, self.rows) / max(1, len(self.schema)))
+
+    def splits(self, workers: int) -> list[dict]:
+        schema = schema_to_hex(self.schema)
+        if not self.partitions:
+            return [{"kind": "memory", "worker": None, "key": None, "schema": schema}]
+        return [{"kind": "memory", "worker": p.worker, "key": p.key, "schema": schema} for p in self.partitions]
+
+
+@dataclass
+class View:
+    name: str
+    query: exp.Expression
+
+
+@dataclass
+class Catalog:
+    """Tables and views by lower-cased name. ``allowed_roots``, when set, confines file access."""
+
+    allowed_roots: list[str] | None = None
+    tables: dict[str, Source] = field(default_factory=dict)
+    views: dict[str, View] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def resolve_paths(self, spec: str, suffixes: tuple[str, ...]) -> list[str]:
+        """Expand a file, directory or glob into a sorted list of files, enforcing allowed roots."""
+        spec = os.path.expanduser(spec)
+        if os.path.isdir(spec):
+            found = [
+                os.path.join(d, f)
+                for d, _, files in os.walk(spec)
+                for f in files
+                if f.endswith(suffixes) and not f.startswith((".", "_"))
+            ]
+        elif any(ch in spec for ch in "*?["):
+            found = [p for p in glob.glob(spec, recursive=True) if os.path.isfile(p)]
+        elif os.path.isfile(spec):
+            found = [spec]
+        else:
+            raise ProgrammingError(f"no such file or directory: {spec}")
+        paths = sorted(os.path.abspath(p) for p in found)
+        if not paths:
+            raise ProgrammingError(f"no {'/'.join(suffixes)} files match {spec}")
+        if self.allowed_roots is not None:
+            roots = [os.path.abspath(r) for r in self.allowed_roots]
+            for p in paths:
+                if not any(os.path.commonpath([p, r]) == r for r in roots):
+                    raise ProgrammingError(f"{p} is outside the allowed data roots {roots}")
+        for p in paths:
+            if not os.access(p, os.R_OK):
+                raise ProgrammingError(f"{p} is not readable")
+        return paths
+
+    def add_table(self, source: Source, replace: bool = True) -> None:
+        key = source.name.lower()
+        with self._lock:
+            if not replace and (key in self.tables or key in self.views):
+                raise ProgrammingError(f"table {source.name!r} already exists")
+            self.views.pop(key, None)
+            self.tables[key] = source
+
+    def add_view(self, view: View, replace: bool) -> None:
+        key = view.name.lower()
+        with self._lock:
+            if key in self.tables or (not replace and key in self.views):
+                raise ProgrammingError(f"{view.name!r} already exists")
+            self.views[key] = view
+
+    def table(self, name: str) -> Source:
+        try:
+            return self.tables[name.lower()]
+        except KeyError:
+            raise ProgrammingError(f"Table {name!r} does not exist") from None
+
+    def drop(self, name: str, kind: str, if_exists: bool) -> Source | None:
+        """Remove a table or view; returns the dropped table so its data can be released."""
+        key = name.lower()
+        with self._lock:
+            registry = self.tables if kind == "TABLE" else self.views
+            if key not in registry:
+                if if_exists:
+                    return None
+                raise ProgrammingError(f"{kind.lower()} {name!r} does not exist")
+            dropped = registry.pop(key)
+        return dropped if isinstance(dropped, Source) else None
+
+    def sql_schema(self) -> dict[str, dict[str, str]]:
+        return {name: src.sql_schema() for name, src in self.tables.items()}

@@ -1,0 +1,136 @@
+"""A local cluster: N worker processes on this host, owned by the connecting process.
+
+Workers get the cluster token through their environment (never argv, which ``ps`` shows),
+bind to 127.0.0.1 and report their port on stdout. Their stdin is a pipe from this process: it
+closes when this process ends however it ends, and the workers exit on that. ``close()`` asks
+them to stop, then terminates and finally kills whatever is left.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import weakref
+from dataclasses import dataclass
+
+from qengine.errors import OperationalError
+from qengine.rpc import ClientPool
+
+STARTUP_TIMEOUT = 30.0
+
+
+@dataclass
+class WorkerHandle:
+    id: int
+    address: str
+    process: subprocess.Popen | None = None
+
+    def alive(self) -> bool:
+        return self.process is None or self.process.poll() is None
+
+
+class LocalCluster:
+    def __init__(self, workers: int = 2, host: str = "127.0.0.1", log_dir: str | None = None) -> None:
+        if workers < 1:
+            raise OperationalError("a cluster needs at least one worker")
+        self.token = secrets.token_hex(16)
+        self.pool = ClientPool(self.token)
+        self._own_log_dir = log_dir is None
+        self.log_dir = log_dir or tempfile.mkdtemp(prefix="qengine-logs-")
+        self.workers: list[WorkerHandle] = []
+        self._procs: list[subprocess.Popen] = []
+        self.failed = False
+        self._closed = False
+        self._lock = threading.Lock()
+        _live_clusters.add(self)
+        try:
+            procs = [self._spawn(i, host) for i in range(workers)]
+            for i, proc in enumerate(procs):
+                port = self._await_port(proc, i)
+                self.workers.append(WorkerHandle(i, f"{host}:{port}", proc))
+        except BaseException:
+            self.close()
+            raise
+
+    def _spawn(self, worker_id: int, host: str) -> subprocess.Popen:
+        env = dict(os.environ, QENGINE_TOKEN=self.token)
+        log = os.path.join(self.log_dir, f"worker-{worker_id}.log")
+        with open(log, "ab") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "qengine.worker", "--id", str(worker_id), "--host", host, "--log", log],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env=env,
+                close_fds=True,
+            )
+        self._procs.append(proc)
+        return proc
+
+    def _await_port(self, proc: subprocess.Popen, worker_id: int) -> int:
+        result: list[str] = []
+        reader = threading.Thread(target=lambda: result.append(proc.stdout.readline().decode()), daemon=True)
+        reader.start()
+        reader.join(STARTUP_TIMEOUT)
+        line = result[0] if result else ""
+        if not line.startswith("READY "):
+            self.failed = True
+            log = os.path.join(self.log_dir, f"worker-{worker_id}.log")
+            raise OperationalError(f"worker {worker_id} did not start (see {log})")
+        proc.stdout.close()
+        return int(line.split()[1])
+
+    @property
+    def addresses(self) -> list[str]:
+        return [w.address for w in self.workers]
+
+    def check_alive(self) -> None:
+        dead = [w for w in self.workers if not w.alive()]
+        if dead:
+            self.failed = True
+            names = ", ".join(f"worker {w.id} (exit code {w.process.returncode})" for w in dead)
+            raise OperationalError(f"{names} died; logs are in {self.log_dir}")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        for w in self.workers:
+            if w.alive():
+                with contextlib.suppress(Exception):  # best effort; terminate follows
+                    self.pool.get(w.address).action("shutdown", timeout=2)
+        self.pool.close()
+        procs = self._procs
+        for p in procs:
+            if p.stdin:
+                p.stdin.close()
+        for p in procs:
+            try:
+                p.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                p.terminate()
+                try:
+                    p.wait(timeout=3)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        if self._own_log_dir and not self.failed:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
+        _live_clusters.discard(self)
+
+
+_live_clusters: weakref.WeakSet[LocalCluster] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for cluster in list(_live_clusters):
+        cluster.close()

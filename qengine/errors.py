@@ -1,0 +1,87 @@
+"""The DB-API 2.0 (PEP 249) exception hierarchy, raised for every user-facing error.
+
+Everything qengine raises to a caller is one of these, with the original exception chained as
+``__cause__``, so callers can catch ``qengine.Error`` and still see what went wrong underneath.
+"""
+
+from __future__ import annotations
+
+
+class Warning(Exception):  # noqa: A001, N818 - the name is mandated by PEP 249
+    """Important warnings, e.g. data truncation."""
+
+
+class Error(Exception):
+    """Base class of all qengine errors."""
+
+
+class InterfaceError(Error):
+    """Misuse of the interface itself, e.g. using a closed cursor."""
+
+
+class DatabaseError(Error):
+    """Errors related to the query engine."""
+
+
+class DataError(DatabaseError):
+    """Bad data: a failed cast, a value out of range."""
+
+
+class OperationalError(DatabaseError):
+    """The cluster failed: a worker died, a task could not run, a timeout."""
+
+
+class IntegrityError(DatabaseError):
+    """Relational integrity violated."""
+
+
+class InternalError(DatabaseError):
+    """An invariant inside qengine broke; this is a qengine bug."""
+
+
+class ProgrammingError(DatabaseError):
+    """Bad SQL: syntax errors, unknown tables or columns, wrong parameter counts."""
+
+
+class NotSupportedError(DatabaseError):
+    """A construct or API that qengine does not implement."""
+
+
+_BY_NAME: dict[str, type[Error]] = {
+    cls.__name__: cls
+    for cls in (
+        Error,
+        InterfaceError,
+        DatabaseError,
+        DataError,
+        OperationalError,
+        IntegrityError,
+        InternalError,
+        ProgrammingError,
+        NotSupportedError,
+    )
+}
+
+# DuckDB exception class names (as raised inside a worker) mapped to the PEP 249 class the user sees.
+_DUCKDB_TO_DBAPI: dict[str, type[Error]] = {
+    "ConversionException": DataError,
+    "OutOfRangeException": DataError,
+    "InvalidInputException": DataError,
+    "TypeMismatchException": DataError,
+    "DataError": DataError,
+    "BinderException": ProgrammingError,
+    "CatalogException": ProgrammingError,
+    "ParserException": ProgrammingError,
+    "ProgrammingError": ProgrammingError,
+    "NotImplementedException": NotSupportedError,
+    "NotSupportedError": NotSupportedError,
+    "ConstraintException": IntegrityError,
+    "IntegrityError": IntegrityError,
+    "InternalException": InternalError,
+    "OutOfMemoryException": OperationalError,
+}
+
+
+def error_class(name: str) -> type[Error]:
+    """Map an exception class name (qengine's own or DuckDB's) to the DB-API class to raise."""
+    return _BY_NAME.get(name) or _DUCKDB_TO_DBAPI.get(name) or OperationalError

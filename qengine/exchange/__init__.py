@@ -1,0 +1,1 @@
+"""The exchange: partitioning map output, predicting partition sizes, storing and moving blocks."""

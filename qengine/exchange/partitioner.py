@@ -1,0 +1,88 @@
+"""Assign each row of a map task's output to a reducer partition.
+
+Hash partitioning uses DuckDB's ``hash()``, which is unsalted and so gives the same answer in
+every process (Python's ``hash()`` does not). Numeric keys are cast to DOUBLE first, so an
+INTEGER key on one side of a join and a BIGINT or DECIMAL key on the other land in the same
+partition. Range partitioning places each row by its first sort key against sampled bounds;
+rows with equal keys always share a partition.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+
+def _key_sql(name: str, t: pa.DataType) -> str:
+    quoted = '"' + name.replace('"', '""') + '"'
+    numeric = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+    return f"CAST({quoted} AS DOUBLE)" if numeric else quoted
+
+
+def hash_ids(con: duckdb.DuckDBPyConnection, table: pa.Table, keys: list[str], partitions: int) -> np.ndarray:
+    """Partition id of every row: hash of the (type-canonical) keys modulo ``partitions``."""
+    if partitions == 1 or table.num_rows == 0:
+        return np.zeros(table.num_rows, dtype=np.int64)
+    keys_sql = ", ".join(_key_sql(k, table.schema.field(k).type) for k in keys)
+    con.register("__part_in", table)
+    try:
+        ids = con.execute(f"SELECT CAST(hash({keys_sql}) % {partitions} AS BIGINT) AS p FROM __part_in").fetchnumpy()["p"]
+    finally:
+        con.unregister("__part_in")
+    return np.asarray(ids, dtype=np.int64)
+
+
+def range_ids(
+    con: duckdb.DuckDBPyConnection,
+    table: pa.Table,
+    key: str,
+    bounds: pa.Array,
+    desc: bool,
+    nulls_first: bool,
+) -> np.ndarray:
+    """Partition id of every row for a range exchange with ascending ``bounds`` (P-1 of them).
+
+    A row goes to the number of bounds ≤ its key (an ASOF join does the search in DuckDB, so the
+    comparison is exactly the one the reducers' local sort uses); DESC mirrors that, and NULLs
+    go first or last as the ORDER BY says.
+    """
+    partitions = len(bounds) + 1
+    if partitions == 1 or table.num_rows == 0:
+        return np.zeros(table.num_rows, dtype=np.int64)
+    quoted = '"' + key.replace('"', '""') + '"'
+    con.register("__part_in", table.select([key]))
+    con.register("__bounds", pa.table({"b": bounds, "i": pa.array(range(len(bounds)), pa.int64())}))
+    try:
+        asc = "coalesce(__bounds.i + 1, 0)"
+        nonnull = f"{partitions - 1} - {asc}" if desc else asc
+        null_id = 0 if nulls_first else partitions - 1
+        sql = (
+            f"SELECT CASE WHEN {quoted} IS NULL THEN {null_id} ELSE {nonnull} END AS p, __rn "
+            f"FROM (SELECT *, row_number() OVER () AS __rn FROM __part_in) t "
+            f"ASOF LEFT JOIN __bounds ON t.{quoted} >= __bounds.b ORDER BY __rn"
+        )
+        ids = con.execute(sql).fetchnumpy()["p"]
+    finally:
+        con.unregister("__part_in")
+        con.unregister("__bounds")
+    return np.asarray(ids, dtype=np.int64)
+
+
+def roundrobin_ids(rows: int, partitions: int, offset: int) -> np.ndarray:
+    """Spread rows evenly; ``offset`` (the map task's index) staggers where each task starts."""
+    return (np.arange(rows, dtype=np.int64) + offset) % partitions
+
+
+def split(table: pa.Table, ids: np.ndarray, partitions: int) -> list[pa.Table]:
+    """Cut ``table`` into one table per partition id (a stable counting sort)."""
+    if partitions == 1:
+        return [table]
+    counts = np.bincount(ids, minlength=partitions)
+    if np.count_nonzero(counts) == 1:
+        target = int(np.flatnonzero(counts)[0])
+        return [table if p == target else table.slice(0, 0) for p in range(partitions)]
+    order = np.argsort(ids, kind="stable")
+    ordered = table.take(pa.array(order))
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    return [ordered.slice(int(offsets[p]), int(counts[p])) for p in range(partitions)]

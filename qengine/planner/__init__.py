@@ -1,0 +1,32 @@
+"""Query planning: SQL AST → logical plan → physical plan with exchanges → stage DAG."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlglot.expressions as exp
+
+from qengine.catalog import Catalog
+from qengine.planner.builder import Builder
+from qengine.planner.frontend import optimize_query
+from qengine.planner.physical import PhysicalPlanner
+from qengine.planner.stages import StagePlan, cut
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """Planner settings a connection passes down."""
+
+    dialect: str = "duckdb"
+    partitions: int = 4
+    broadcast_threshold: int = 32 << 20
+
+
+def plan_query(query: exp.Expression, catalog: Catalog, options: PlanOptions) -> StagePlan:
+    """Plan a query (already bound and with views expanded) into a stage DAG."""
+    optimized = optimize_query(query, catalog, options.dialect)
+    builder = Builder(catalog)
+    rel = builder.build(optimized)
+    physical = PhysicalPlanner(options.partitions, options.broadcast_threshold, builder.widths, builder.names)
+    root, _ = physical.plan(rel.node)
+    return cut(root, rel.names)

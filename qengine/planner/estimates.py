@@ -1,0 +1,74 @@
+"""Cardinality estimates from catalog row counts and fixed selectivities.
+
+They only need to be good enough to pick a join order (filtered dimensions first) and to decide
+whether a join side is small enough to broadcast; the exchange measures real sizes at run time.
+"""
+
+from __future__ import annotations
+
+import sqlglot.expressions as exp
+
+from qengine.planner import logical as lp
+
+_RANGE = (exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between)
+
+
+def selectivity(cond: exp.Expression | None) -> float:
+    """A guess at the fraction of rows a predicate keeps."""
+    if cond is None:
+        return 1.0
+    if isinstance(cond, exp.Paren):
+        return selectivity(cond.this)
+    if isinstance(cond, exp.And):
+        return selectivity(cond.left) * selectivity(cond.right)
+    if isinstance(cond, exp.Or):
+        return min(1.0, selectivity(cond.left) + selectivity(cond.right))
+    if isinstance(cond, exp.Not):
+        return 1.0 - selectivity(cond.this) * 0.9
+    if isinstance(cond, exp.EQ):
+        return 0.05
+    if isinstance(cond, exp.In):
+        return min(0.5, 0.05 * max(1, len(cond.expressions)))
+    if isinstance(cond, _RANGE):
+        return 0.3
+    if isinstance(cond, exp.Like | exp.ILike):
+        return 0.2
+    if isinstance(cond, exp.Is):
+        return 0.1
+    return 0.5
+
+
+def rows(node: lp.Node) -> float:
+    """Estimated output rows of ``node`` given its children's estimates."""
+    if isinstance(node, lp.Scan):
+        return float(max(1, node.source.rows))
+    if isinstance(node, lp.Values):
+        return float(len(node.rows.expressions))
+    if isinstance(node, lp.Filter):
+        return max(1.0, node.child.est_rows * selectivity(node.condition))
+    if isinstance(node, lp.Join):
+        left, right = node.left.est_rows, node.right.est_rows
+        if node.kind == "cross":
+            return left * right
+        if node.kind in ("semi", "anti"):
+            return max(1.0, left * 0.5)
+        if node.kind == "left":
+            return left
+        if node.kind == "right":
+            return right
+        base = max(left, right) if node.left_keys else left * right
+        return max(1.0, base * selectivity(node.residual))
+    if isinstance(node, lp.Aggregate):
+        if not node.keys:
+            return 1.0
+        n = node.child.est_rows * 0.1 * max(1, len(node.grouping_sets or [1]))
+        return max(1.0, n)
+    if isinstance(node, lp.Distinct):
+        return max(1.0, node.child.est_rows * 0.5)
+    if isinstance(node, lp.Limit):
+        return min(node.child.est_rows, float(node.limit)) if node.limit is not None else node.child.est_rows
+    if isinstance(node, lp.SetOp):
+        return sum(c.est_rows for c in node.inputs)
+    if isinstance(node, lp.Unary):
+        return node.child.est_rows
+    return 1000.0

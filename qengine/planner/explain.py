@@ -1,0 +1,87 @@
+"""EXPLAIN output: the stage DAG, each stage's operators, exchanges and task counts."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from qengine.planner import logical as lp
+from qengine.planner.stages import StagePlan
+
+if TYPE_CHECKING:
+    from qengine.coordinator import QueryStats
+
+
+def _sql(e) -> str:
+    return e.sql(dialect="duckdb")
+
+
+def describe(node: lp.Node) -> str:
+    """One line for an operator."""
+    if isinstance(node, lp.Scan):
+        cols = ", ".join(f"{s} AS {i}" for s, i in node.column_map.items())
+        return f"Scan {node.source.name} [{cols}]"
+    if isinstance(node, lp.Values):
+        return f"Values {len(node.rows.expressions)} row(s)"
+    if isinstance(node, lp.ExchangeRead):
+        return f"ExchangeRead stage {node.shuffle_id} ({node.kind}) as {node.table}"
+    if isinstance(node, lp.Filter):
+        return f"Filter {_sql(node.condition)}"
+    if isinstance(node, lp.Project):
+        return "Project " + ("*, " if node.passthrough else "") + ", ".join(f"{_sql(e)} AS {n}" for n, e in node.exprs)
+    if isinstance(node, lp.Join):
+        keys = " AND ".join(f"{_sql(a)} = {_sql(b)}" for a, b in zip(node.left_keys, node.right_keys, strict=True))
+        residual = f" residual {_sql(node.residual)}" if node.residual is not None else ""
+        return f"Join {node.kind.upper()} {keys}{residual}".rstrip()
+    if isinstance(node, lp.Aggregate):
+        keys = ", ".join(f"{_sql(e)} AS {n}" for n, e in node.keys)
+        aggs = ", ".join(f"{_sql(e)} AS {n}" for n, e in node.aggs)
+        sets = f" grouping sets {node.grouping_sets}" if node.grouping_sets is not None else ""
+        return f"Aggregate keys [{keys}] aggs [{aggs}]{sets}"
+    if isinstance(node, lp.Window):
+        return "Window " + ", ".join(f"{_sql(e)} AS {n}" for n, e in node.exprs)
+    if isinstance(node, lp.Sort):
+        return "Sort " + ", ".join(_sql(o) for o in node.order)
+    if isinstance(node, lp.Limit):
+        return f"Limit {node.limit} offset {node.offset}"
+    if isinstance(node, lp.Distinct):
+        return "Distinct"
+    if isinstance(node, lp.SetOp):
+        return f"{node.kind.upper()}{'' if node.distinct else ' ALL'}"
+    return type(node).__name__
+
+
+def _tree(node: lp.Node, depth: int, out: list[str]) -> None:
+    out.append("  " * depth + describe(node))
+    for name, sub in node.subqueries.items():
+        out.append("  " * (depth + 1) + f"subquery {name} ← {describe(sub)}")
+    for child in node.children:
+        _tree(child, depth + 1, out)
+
+
+def explain_lines(plan: StagePlan, workers: int, stats: QueryStats | None = None) -> list[str]:
+    """The stage DAG, result stage first; with ``stats`` (EXPLAIN ANALYZE) rows, bytes and times."""
+    lines: list[str] = []
+    for stage in reversed(plan.stages):
+        splits = len(stage.scan.source.splits(workers)) if stage.scan is not None else None
+        tasks = plan.task_count(stage, splits)
+        ex = stage.output
+        if ex is None:
+            target = "result"
+        elif ex.kind == "hash":
+            target = f"hash exchange on ({', '.join(ex.keys)}) into {ex.partitions} partitions"
+        elif ex.kind == "range":
+            target = f"range exchange on ({', '.join(_sql(o) for o in ex.order)}) into {ex.partitions} partitions"
+        else:
+            target = f"{ex.kind} exchange into {ex.partitions} partition(s)"
+        deps = f" reads stages {stage.parents}" if stage.parents else ""
+        lines.append(f"Stage {stage.id}: {tasks} task(s) → {target}{deps}")
+        if stats is not None:
+            s = stats.stages[stage.id].as_dict()
+            lines.append(
+                f"  [actual] tasks={s['tasks']} rows={s['rows']} bytes={s['bytes']} "
+                f"shuffled={s['shuffle_bytes']} time={s['seconds']:.3f}s"
+            )
+        _tree(stage.root, 1, lines)
+    if stats is not None:
+        lines.append(f"Total: {stats.seconds:.3f}s, {stats.tasks} tasks, {stats.shuffle_bytes} bytes shuffled")
+    return lines

@@ -1,0 +1,254 @@
+"""Logical and physical plan operators.
+
+Every operator's output columns carry names that are unique across the whole query ("c17"),
+so expressions can refer to columns without qualifiers and fragments can be rendered as nested
+DuckDB subqueries without ambiguity. Display names (what the user sees) are kept separately by
+the builder. Expressions are sqlglot trees whose column references use these internal names.
+
+A node's ``subqueries`` maps a placeholder table name used inside its expressions (for an
+uncorrelated scalar / IN / EXISTS subquery) to the plan that produces it; the physical planner
+turns each into a broadcast input of the stage that evaluates the expression.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import sqlglot.expressions as exp
+
+if TYPE_CHECKING:
+    from qengine.catalog import Source
+
+
+class Names:
+    """Generates the query-unique internal column names."""
+
+    def __init__(self) -> None:
+        self._counter = itertools.count()
+
+    def new(self) -> str:
+        return f"c{next(self._counter)}"
+
+
+def col(name: str) -> exp.Column:
+    """A reference to an internal column."""
+    return exp.column(name)
+
+
+@dataclass(eq=False)
+class Node:
+    """Base operator. ``est_rows`` is the planner's cardinality estimate."""
+
+    est_rows: float = field(default=0.0, init=False)
+    subqueries: dict[str, Node] = field(default_factory=dict, init=False)
+
+    @property
+    def children(self) -> list[Node]:
+        return []
+
+    @property
+    def columns(self) -> list[str]:
+        raise NotImplementedError
+
+    def replace_children(self, children: list[Node]) -> None:
+        """Swap in new children (used by the physical planner when it inserts exchanges)."""
+        if children:
+            raise NotImplementedError(type(self).__name__)
+
+
+@dataclass(eq=False)
+class Scan(Node):
+    """Reads a catalog source; ``column_map`` maps source column names to internal names."""
+
+    source: Source
+    column_map: dict[str, str]
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.column_map.values())
+
+
+@dataclass(eq=False)
+class Values(Node):
+    """Inline rows (VALUES, or the single empty row of a FROM-less SELECT)."""
+
+    rows: exp.Values
+    names: list[str]
+
+    @property
+    def columns(self) -> list[str]:
+        return self.names
+
+
+@dataclass(eq=False)
+class Unary(Node):
+    child: Node
+
+    @property
+    def children(self) -> list[Node]:
+        return [self.child]
+
+    def replace_children(self, children: list[Node]) -> None:
+        (self.child,) = children
+
+    @property
+    def columns(self) -> list[str]:
+        return self.child.columns
+
+
+@dataclass(eq=False)
+class Filter(Unary):
+    condition: exp.Expression
+
+
+@dataclass(eq=False)
+class Project(Unary):
+    """Computes ``exprs``; with ``passthrough`` it also keeps every child column.
+
+    Pass-through projections stay live: scans allocate columns as the builder resolves them, so
+    the child's column list may still grow after the projection is made.
+    """
+
+    exprs: list[tuple[str, exp.Expression]]
+    passthrough: bool = False
+
+    @property
+    def columns(self) -> list[str]:
+        own = [name for name, _ in self.exprs]
+        return self.child.columns + own if self.passthrough else own
+
+
+@dataclass(eq=False)
+class Join(Node):
+    """``kind`` is inner, left, right, full, semi, anti or cross. Keys are equi-join pairs."""
+
+    left: Node
+    right: Node
+    kind: str
+    left_keys: list[exp.Expression]
+    right_keys: list[exp.Expression]
+    residual: exp.Expression | None = None
+
+    @property
+    def children(self) -> list[Node]:
+        return [self.left, self.right]
+
+    def replace_children(self, children: list[Node]) -> None:
+        self.left, self.right = children
+
+    @property
+    def columns(self) -> list[str]:
+        if self.kind in ("semi", "anti"):
+            return self.left.columns
+        return self.left.columns + self.right.columns
+
+
+@dataclass(eq=False)
+class Aggregate(Unary):
+    """GROUP BY ``keys`` (always bare columns of the child) computing ``aggs``.
+
+    ``grouping_sets`` lists, per grouping set, the indexes of the keys it groups by; with it,
+    ``grouping_id`` names an extra output column holding DuckDB's GROUPING_ID over all keys.
+    """
+
+    keys: list[tuple[str, exp.Expression]]
+    aggs: list[tuple[str, exp.Expression]]
+    grouping_sets: list[list[int]] | None = None
+    grouping_id: str | None = None
+
+    @property
+    def columns(self) -> list[str]:
+        out = [n for n, _ in self.keys] + [n for n, _ in self.aggs]
+        return out + [self.grouping_id] if self.grouping_id else out
+
+
+@dataclass(eq=False)
+class Window(Unary):
+    """Adds window-function columns; every expression shares ``partition_by``."""
+
+    exprs: list[tuple[str, exp.Expression]]
+    partition_by: list[str]
+
+    @property
+    def columns(self) -> list[str]:
+        return self.child.columns + [n for n, _ in self.exprs]
+
+
+@dataclass(eq=False)
+class Sort(Unary):
+    order: list[exp.Ordered]
+
+
+@dataclass(eq=False)
+class Limit(Unary):
+    limit: int | None
+    offset: int = 0
+
+
+@dataclass(eq=False)
+class Distinct(Unary):
+    pass
+
+
+@dataclass(eq=False)
+class SetOp(Node):
+    """UNION / INTERSECT / EXCEPT; ``inputs`` line up positionally with ``names``."""
+
+    kind: str
+    distinct: bool
+    inputs: list[Node]
+    names: list[str]
+
+    @property
+    def children(self) -> list[Node]:
+        return self.inputs
+
+    def replace_children(self, children: list[Node]) -> None:
+        self.inputs = list(children)
+
+    @property
+    def columns(self) -> list[str]:
+        return self.names
+
+
+# ---- physical-only operators -------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Exchange(Unary):
+    """Repartitions its child. ``kind``: hash, range, single, broadcast or roundrobin.
+
+    ``keys`` are child columns for hash; ``order`` the sort keys for range (the first one drives
+    partitioning, the bounds come from a sample). ``partitions`` is the reducer count.
+    """
+
+    kind: str
+    partitions: int
+    keys: list[str] = field(default_factory=list)
+    order: list[exp.Ordered] = field(default_factory=list)
+    shuffle_id: int = -1
+
+
+@dataclass(eq=False)
+class ExchangeRead(Node):
+    """The reading side of an exchange inside a consumer stage's fragment."""
+
+    shuffle_id: int
+    kind: str
+    names: list[str]
+    table: str
+
+    @property
+    def columns(self) -> list[str]:
+        return self.names
+
+
+def walk(node: Node):
+    """Pre-order traversal, including subquery plans."""
+    yield node
+    for child in node.children:
+        yield from walk(child)
+    for sub in node.subqueries.values():
+        yield from walk(sub)

@@ -1,0 +1,280 @@
+"""Physical planning: every operator states the distribution it needs, exchanges fix the rest.
+
+This is the idea of Spark's EnsureRequirements / DataFusion's EnforceDistribution applied to
+the logical plan: aggregates become partial → hash exchange → final; joins broadcast a small
+side or shuffle both sides on the join keys; windows shuffle on PARTITION BY; ORDER BY uses a
+range exchange and ORDER BY … LIMIT a local top-N followed by a gather. Inputs that are already
+partitioned the right way get no exchange.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlglot.expressions as exp
+
+from qengine.planner import logical as lp
+from qengine.planner.logical import Exchange, col
+
+
+@dataclass(frozen=True)
+class Dist:
+    """How a node's output is spread: hash on ``keys``, range, single, or any (scan splits)."""
+
+    kind: str
+    keys: tuple[str, ...] = ()
+    partitions: int = 0
+
+    def hashed_within(self, columns: list[str], partitions: int | None = None) -> bool:
+        """True when rows that agree on ``columns`` are already in the same partition."""
+        if self.kind == "single":
+            return True
+        ok = self.kind == "hash" and bool(self.keys) and set(self.keys) <= set(columns)
+        return ok and (partitions is None or self.partitions == partitions)
+
+
+SINGLE = Dist("single", (), 1)
+
+_DECOMPOSABLE = {
+    exp.Sum: ("SUM", "SUM"),
+    exp.Min: ("MIN", "MIN"),
+    exp.Max: ("MAX", "MAX"),
+    exp.Count: ("COUNT", "SUM"),
+    exp.AnyValue: ("ANY_VALUE", "ANY_VALUE"),
+    exp.LogicalAnd: ("BOOL_AND", "BOOL_AND"),
+    exp.LogicalOr: ("BOOL_OR", "BOOL_OR"),
+}
+
+
+class PhysicalPlanner:
+    """Inserts exchanges into a logical plan."""
+
+    def __init__(self, partitions: int, broadcast_threshold: int, widths: dict[str, float], names: lp.Names) -> None:
+        self.partitions = max(1, partitions)
+        self.broadcast_threshold = broadcast_threshold
+        self.widths = widths
+        self.names = names
+
+    def plan(self, node: lp.Node) -> tuple[lp.Node, Dist]:
+        for name, sub in list(node.subqueries.items()):
+            planned, _ = self.plan(sub)
+            node.subqueries[name] = Exchange(planned, "broadcast", 1)
+        method = getattr(self, "_" + type(node).__name__.lower())
+        return method(node)
+
+    # ---- helpers -----------------------------------------------------------------------
+
+    def _bytes(self, node: lp.Node) -> float:
+        return node.est_rows * sum(self.widths.get(c, 8.0) for c in node.columns)
+
+    def _exchange(self, node: lp.Node, kind: str, keys: list[str] | tuple[str, ...] = ()) -> tuple[lp.Node, Dist]:
+        partitions = 1 if kind == "single" else self.partitions
+        ex = Exchange(node, kind, partitions, keys=list(keys))
+        ex.est_rows = node.est_rows
+        return ex, Dist("any" if kind == "roundrobin" else kind, tuple(keys), partitions)
+
+    def _gather(self, node: lp.Node, dist: Dist) -> lp.Node:
+        return node if dist.kind == "single" else self._exchange(node, "single")[0]
+
+    def _hash_to(self, node: lp.Node, dist: Dist, keys: list[str]) -> tuple[lp.Node, Dist]:
+        if not keys:
+            return self._gather(node, dist), SINGLE
+        if dist.kind == "hash" and list(dist.keys) == keys and dist.partitions == self.partitions:
+            return node, dist
+        return self._exchange(node, "hash", keys)
+
+    # ---- leaves and pass-through operators ---------------------------------------------
+
+    def _scan(self, node: lp.Scan) -> tuple[lp.Node, Dist]:
+        return node, Dist("any")
+
+    def _values(self, node: lp.Values) -> tuple[lp.Node, Dist]:
+        return node, SINGLE
+
+    def _filter(self, node: lp.Filter) -> tuple[lp.Node, Dist]:
+        node.child, dist = self.plan(node.child)
+        return node, dist
+
+    def _project(self, node: lp.Project) -> tuple[lp.Node, Dist]:
+        node.child, dist = self.plan(node.child)
+        if dist.kind != "hash":
+            return node, dist
+        renamed = {e.name: n for n, e in node.exprs if isinstance(e, exp.Column) and not e.table}
+        if node.passthrough:
+            renamed.update({c: c for c in node.child.columns})
+        if all(k in renamed for k in dist.keys):
+            return node, Dist("hash", tuple(renamed[k] for k in dist.keys), dist.partitions)
+        return node, Dist("any", (), dist.partitions)
+
+    # ---- joins -------------------------------------------------------------------------
+
+    def _join(self, node: lp.Join) -> tuple[lp.Node, Dist]:
+        left, ldist = self.plan(node.left)
+        right, rdist = self.plan(node.right)
+        kind = node.kind
+        lbytes, rbytes = self._bytes(left), self._bytes(right)
+        threshold = self.broadcast_threshold
+        can_right = kind in ("inner", "cross", "left", "semi", "anti")
+        can_left = kind in ("inner", "cross", "right")
+        if ldist.kind == "single" and rdist.kind == "single":
+            node.left, node.right = left, right
+            return node, SINGLE
+        if not node.left_keys:
+            # No equi-keys: a nested-loop join, so one side must be everywhere.
+            if can_right and (not can_left or rbytes <= lbytes):
+                node.left, node.right = left, self._exchange(right, "broadcast")[0]
+                return node, ldist
+            if can_left:
+                node.left, node.right = self._exchange(left, "broadcast")[0], right
+                return node, rdist
+            node.left, node.right = self._gather(left, ldist), self._gather(right, rdist)
+            return node, SINGLE
+        if threshold > 0:
+            if can_right and rbytes <= threshold and (rbytes <= lbytes or not can_left):
+                node.left, node.right = left, self._exchange(right, "broadcast")[0]
+                return node, ldist
+            if can_left and lbytes <= threshold:
+                node.left, node.right = self._exchange(left, "broadcast")[0], right
+                return node, rdist
+        lkeys = [k.name for k in node.left_keys]
+        rkeys = [k.name for k in node.right_keys]
+        node.left, ldist = self._hash_to(left, ldist, lkeys)
+        node.right, rdist = self._hash_to(right, rdist, rkeys)
+        if kind == "right":
+            return node, rdist
+        if kind == "full":
+            return node, Dist("any", (), self.partitions)
+        return node, ldist
+
+    # ---- aggregation -------------------------------------------------------------------
+
+    def _aggregate(self, node: lp.Aggregate) -> tuple[lp.Node, Dist]:
+        child, dist = self.plan(node.child)
+        key_cols = [e.name for _, e in node.keys]
+        out_keys = tuple(n for n, _ in node.keys)
+        if node.grouping_sets is None and dist.hashed_within(key_cols):
+            node.child = child
+            return node, Dist("hash", out_keys, dist.partitions) if dist.kind == "hash" else dist
+        split = self._split_aggregates(node)
+        if split is None:
+            # Not decomposable (DISTINCT, STDDEV, ...): move raw rows, aggregate once.
+            if node.grouping_sets is not None:
+                node.child = self._gather(child, dist)
+                return node, SINGLE
+            node.child, out = self._hash_to(child, dist, key_cols)
+            return node, Dist("hash", out_keys, out.partitions) if out.kind == "hash" else out
+        partial_aggs, final_aggs = split
+        partial_keys = [(self.names.new(), e) for _, e in node.keys]
+        partial_gid = self.names.new() if node.grouping_sets is not None else None
+        partial = lp.Aggregate(child, partial_keys, partial_aggs, node.grouping_sets, partial_gid)
+        partial.est_rows = node.est_rows
+        shuffle_keys = [n for n, _ in partial_keys] + ([partial_gid] if partial_gid else [])
+        moved, out = self._hash_to(partial, dist, shuffle_keys)
+        final_keys = [(n, col(p)) for (n, _), (p, _) in zip(node.keys, partial_keys, strict=True)]
+        if partial_gid:
+            final_keys.append((node.grouping_id, col(partial_gid)))
+        final = lp.Aggregate(moved, final_keys, final_aggs)
+        final.est_rows = node.est_rows
+        if out.kind == "single":
+            return final, SINGLE
+        return final, Dist("hash", tuple(n for n, _ in final_keys), out.partitions)
+
+    def _split_aggregates(
+        self, node: lp.Aggregate
+    ) -> tuple[list[tuple[str, exp.Expression]], list[tuple[str, exp.Expression]]] | None:
+        """Partial and final forms of every aggregate, or None if one cannot be split."""
+        partial: list[tuple[str, exp.Expression]] = []
+        final: list[tuple[str, exp.Expression]] = []
+        for name, e in node.aggs:
+            agg = e.this if isinstance(e, exp.Filter) else e
+            if isinstance(agg.this, exp.Distinct) or agg.args.get("distinct"):
+                return None
+            if isinstance(agg, exp.Avg):
+                s, c = self.names.new(), self.names.new()
+                partial.append((s, _with_filter(e, exp.Sum(this=agg.this.copy()))))
+                partial.append((c, _with_filter(e, exp.Count(this=agg.this.copy()))))
+                final.append((name, exp.Div(
+                    this=exp.cast(exp.Sum(this=col(s)), "DOUBLE"),
+                    expression=exp.Nullif(this=exp.Sum(this=col(c)), expression=exp.Literal.number(0)),
+                )))
+                continue
+            forms = _DECOMPOSABLE.get(type(agg))
+            if forms is None or len(list(agg.iter_expressions())) > 1:
+                return None
+            p = self.names.new()
+            partial.append((p, e.copy()))
+            combined = exp.func(forms[1], col(p))
+            if isinstance(agg, exp.Count):
+                combined = exp.cast(exp.Coalesce(this=combined, expressions=[exp.Literal.number(0)]), "BIGINT")
+            final.append((name, combined))
+        return partial, final
+
+    def _distinct(self, node: lp.Distinct) -> tuple[lp.Node, Dist]:
+        child, dist = self.plan(node.child)
+        cols = node.columns
+        if dist.hashed_within(cols):
+            node.child = child
+            return node, dist
+        local = lp.Distinct(child)
+        local.est_rows = node.est_rows
+        node.child, out = self._hash_to(local, dist, cols)
+        return node, out
+
+    # ---- windows, sorting, limits ------------------------------------------------------
+
+    def _window(self, node: lp.Window) -> tuple[lp.Node, Dist]:
+        child, dist = self.plan(node.child)
+        if dist.hashed_within(node.partition_by):
+            node.child = child
+            return node, dist
+        node.child, out = self._hash_to(child, dist, node.partition_by)
+        return node, out
+
+    def _sort(self, node: lp.Sort) -> tuple[lp.Node, Dist]:
+        child, dist = self.plan(node.child)
+        if dist.kind == "single":
+            node.child = child
+            return node, SINGLE
+        ex = Exchange(child, "range", self.partitions, order=node.order)
+        ex.est_rows = child.est_rows
+        node.child = ex
+        return node, Dist("range", (), self.partitions)
+
+    def _limit(self, node: lp.Limit) -> tuple[lp.Node, Dist]:
+        sort = node.child if isinstance(node.child, lp.Sort) else None
+        child, dist = self.plan(sort.child if sort else node.child)
+        if dist.kind == "single":
+            if sort:
+                sort.child = child
+                child = sort
+            node.child = child
+            return node, SINGLE
+        keep = None if node.limit is None else node.limit + node.offset
+        local: lp.Node = child
+        if sort:
+            local = lp.Sort(child, sort.order)
+        if keep is not None:
+            local = lp.Limit(local, keep, 0)
+        gathered = self._exchange(local, "single")[0]
+        node.child = lp.Sort(gathered, sort.order) if sort else gathered
+        return node, SINGLE
+
+    # ---- set operations ----------------------------------------------------------------
+
+    def _setop(self, node: lp.SetOp) -> tuple[lp.Node, Dist]:
+        planned = [self.plan(c) for c in node.inputs]
+        if all(d.kind == "single" for _, d in planned):
+            node.inputs = [n for n, _ in planned]
+            return node, SINGLE
+        if node.kind == "union" and not node.distinct:
+            node.inputs = [self._exchange(n, "roundrobin")[0] for n, _ in planned]
+            return node, Dist("any", (), self.partitions)
+        node.inputs = [self._hash_to(n, d, n.columns)[0] for n, d in planned]
+        return node, Dist("hash", tuple(node.names), self.partitions)
+
+
+def _with_filter(original: exp.Expression, agg: exp.Expression) -> exp.Expression:
+    """Carry an aggregate's FILTER (WHERE …) clause over to a derived aggregate."""
+    if isinstance(original, exp.Filter):
+        return exp.Filter(this=agg, expression=original.expression.copy())
+    return agg

@@ -1,0 +1,85 @@
+"""Cut a physical plan at its exchanges into a DAG of stages.
+
+A stage is a fragment (an operator tree whose leaves are scans, inline values or exchange
+reads) plus what it writes: an exchange, or the query result. Its tasks are the fragment
+applied to each partition of its input: a scan split, or a reducer's share of its shuffles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from qengine.errors import InternalError
+from qengine.planner import logical as lp
+
+
+@dataclass
+class Stage:
+    id: int
+    root: lp.Node
+    output: lp.Exchange | None
+    reads: list[lp.ExchangeRead] = field(default_factory=list)
+    scan: lp.Scan | None = None
+
+    @property
+    def parents(self) -> list[int]:
+        """Stages this one reads from (its dependencies)."""
+        return sorted({r.shuffle_id for r in self.reads})
+
+    @property
+    def partitioned_reads(self) -> list[lp.ExchangeRead]:
+        return [r for r in self.reads if r.kind != "broadcast"]
+
+
+@dataclass
+class StagePlan:
+    stages: list[Stage]
+    names: list[str]
+
+    @property
+    def result(self) -> Stage:
+        return self.stages[-1]
+
+    def task_count(self, stage: Stage, splits: int | None) -> int:
+        """Tasks of a stage: one per scan split, or one per partition of its input shuffles."""
+        if stage.scan is not None:
+            return max(1, splits or 0)
+        counts = {self.stages[r.shuffle_id].output.partitions for r in stage.partitioned_reads}
+        if len(counts) > 1:
+            raise InternalError(f"stage {stage.id} reads shuffles with different partition counts {counts}")
+        return counts.pop() if counts else 1
+
+
+def cut(root: lp.Node, names: list[str]) -> StagePlan:
+    """Split the plan into stages; stage ids are in dependency order, the result stage last."""
+    stages: list[Stage] = []
+
+    def read_of(ex: lp.Exchange, table: str | None = None) -> lp.ExchangeRead:
+        sid = make_stage(ex.child, ex)
+        ex.shuffle_id = sid
+        read = lp.ExchangeRead(sid, ex.kind, list(ex.child.columns), table or f"x{sid}")
+        read.est_rows = ex.est_rows
+        return read
+
+    def visit(node: lp.Node) -> lp.Node:
+        for name, sub in list(node.subqueries.items()):
+            if isinstance(sub, lp.Exchange):
+                node.subqueries[name] = read_of(sub, name)
+        children = [read_of(c) if isinstance(c, lp.Exchange) else visit(c) for c in node.children]
+        if children:
+            node.replace_children(children)
+        return node
+
+    def make_stage(fragment: lp.Node, output: lp.Exchange | None) -> int:
+        fragment = visit(fragment)
+        reads = [n for n in lp.walk(fragment) if isinstance(n, lp.ExchangeRead)]
+        scans = [n for n in lp.walk(fragment) if isinstance(n, lp.Scan)]
+        partitioned = [r for r in reads if r.kind != "broadcast"]
+        if len(scans) > 1 or (scans and partitioned):
+            raise InternalError("a stage would read two differently partitioned inputs")
+        stage = Stage(len(stages), fragment, output, reads, scans[0] if scans else None)
+        stages.append(stage)
+        return stage.id
+
+    make_stage(root, None)
+    return StagePlan(stages, names)

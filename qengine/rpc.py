@@ -1,0 +1,130 @@
+"""Arrow Flight plumbing shared by coordinator and workers: token auth, calls, error transport.
+
+Every call carries ``authorization: Bearer <token>``; servers refuse (and log) calls without
+the cluster token. Errors raised while serving an action travel back as JSON inside the Flight
+error message, so the caller can re-raise them as the right qengine exception type.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import threading
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from qengine.errors import Error, OperationalError, error_class
+
+log = logging.getLogger("qengine.rpc")
+
+_MARKER = "QENGINE_ERROR:"
+
+
+class TokenAuthMiddlewareFactory(flight.ServerMiddlewareFactory):
+    """Refuses any call whose bearer token is not the cluster token."""
+
+    def __init__(self, token: str) -> None:
+        super().__init__()
+        self._expected = f"Bearer {token}".encode()
+
+    def start_call(self, info: flight.CallInfo, headers: dict[str, list[Any]]) -> None:
+        values = headers.get("authorization", [])
+        given = values[0].encode() if values and isinstance(values[0], str) else (values[0] if values else b"")
+        if not hmac.compare_digest(given, self._expected):
+            log.warning("refused %s call: %s token", info.method, "wrong" if values else "missing")
+            raise flight.FlightUnauthenticatedError("qengine: missing or wrong cluster token")
+        return None
+
+
+def server_error(exc: BaseException) -> flight.FlightServerError:
+    """Wrap an exception raised while serving, keeping its class name and message."""
+    name = type(exc).__name__
+    if isinstance(exc, Error):
+        name = type(exc).__name__
+    payload = json.dumps({"type": name, "message": str(exc)})
+    return flight.FlightServerError(_MARKER + payload)
+
+
+def client_error(exc: flight.FlightError, where: str) -> Error:
+    """Turn a Flight error from a call to ``where`` into the qengine exception to raise."""
+    text = str(exc)
+    if _MARKER in text:
+        payload = text[text.index(_MARKER) + len(_MARKER):]
+        try:
+            info, _ = json.JSONDecoder().raw_decode(payload)
+            return error_class(info["type"])(info["message"])
+        except (ValueError, KeyError):
+            pass
+    if isinstance(exc, flight.FlightUnauthenticatedError):
+        return OperationalError(f"{where} refused the call: wrong cluster token")
+    if isinstance(exc, flight.FlightUnavailableError | flight.FlightTimedOutError):
+        return OperationalError(f"{where} is unreachable (did the worker die?): {text.splitlines()[0]}")
+    return OperationalError(f"{where}: {text.splitlines()[0] if text else type(exc).__name__}")
+
+
+class Client:
+    """A Flight client for one server, with the token attached to every call."""
+
+    def __init__(self, address: str, token: str, tls_root: bytes | None = None) -> None:
+        self.address = address
+        scheme = "grpc+tls" if tls_root else "grpc+tcp"
+        kwargs = {"tls_root_certs": tls_root} if tls_root else {}
+        self._client = flight.FlightClient(f"{scheme}://{address}", **kwargs)
+        self._headers = [(b"authorization", f"Bearer {token}".encode())]
+
+    def options(self, timeout: float | None = None) -> flight.FlightCallOptions:
+        return flight.FlightCallOptions(headers=self._headers, timeout=timeout)
+
+    def action(self, name: str, body: dict | None = None, timeout: float | None = None) -> Any:
+        """Run an action and decode its JSON reply."""
+        payload = json.dumps(body or {}).encode()
+        try:
+            results = list(self._client.do_action(flight.Action(name, payload), self.options(timeout)))
+        except flight.FlightError as e:
+            raise client_error(e, f"worker {self.address}") from e
+        return json.loads(results[0].body.to_pybytes()) if results else None
+
+    def get(self, ticket: dict, timeout: float | None = None) -> pa.Table:
+        try:
+            reader = self._client.do_get(flight.Ticket(json.dumps(ticket).encode()), self.options(timeout))
+            return reader.read_all()
+        except flight.FlightError as e:
+            raise client_error(e, f"worker {self.address}") from e
+
+    def put(self, command: dict, table: pa.Table) -> None:
+        descriptor = flight.FlightDescriptor.for_command(json.dumps(command).encode())
+        try:
+            writer, _ = self._client.do_put(descriptor, table.schema, self.options())
+            writer.write_table(table)
+            writer.close()
+        except flight.FlightError as e:
+            raise client_error(e, f"worker {self.address}") from e
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class ClientPool:
+    """One shared client per address (gRPC channels are thread-safe)."""
+
+    def __init__(self, token: str, tls_root: bytes | None = None) -> None:
+        self._token = token
+        self._tls_root = tls_root
+        self._clients: dict[str, Client] = {}
+        self._lock = threading.Lock()
+
+    def get(self, address: str) -> Client:
+        with self._lock:
+            client = self._clients.get(address)
+            if client is None:
+                client = self._clients[address] = Client(address, self._token, self._tls_root)
+            return client
+
+    def close(self) -> None:
+        with self._lock:
+            for c in self._clients.values():
+                c.close()
+            self._clients.clear()

@@ -1,0 +1,53 @@
+"""qengine's own scan: the only code that reads table data from files.
+
+It runs in workers, turning a split from :mod:`qengine.catalog` into an Arrow table whose
+columns carry the query's internal names. DuckDB never touches the file system.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from qengine.errors import OperationalError
+from qengine.wire import schema_from_hex
+
+
+def read_split(split: dict, columns: list[tuple[str, str]], fetch_memory: Callable[[dict], pa.Table]) -> pa.Table:
+    """Read one split; ``columns`` pairs source names with the internal names to give them."""
+    sources = [s for s, _ in columns]
+    kind = split["kind"]
+    try:
+        if kind == "parquet":
+            tables = [
+                pq.ParquetFile(path).read_row_groups(groups, columns=sources, use_threads=False)
+                for path, groups in split["pieces"]
+            ]
+            if not tables:
+                schema = pq.read_schema(split["schema_path"])
+                table = pa.schema([schema.field(s) for s in sources]).empty_table()
+            else:
+                table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        elif kind == "csv":
+            schema = schema_from_hex(split["schema"])
+            table = pacsv.read_csv(
+                split["path"],
+                read_options=pacsv.ReadOptions(
+                    column_names=schema.names, skip_rows=1 if split["header"] else 0, use_threads=False
+                ),
+                parse_options=pacsv.ParseOptions(delimiter=split["delimiter"]),
+                convert_options=pacsv.ConvertOptions(
+                    column_types={f.name: f.type for f in schema}, include_columns=sources
+                ),
+            )
+        elif kind == "memory":
+            table = fetch_memory(split) if split["key"] else schema_from_hex(split["schema"]).empty_table()
+            table = table.select(sources)
+        else:
+            raise OperationalError(f"unknown split kind {kind!r}")
+    except (OSError, pa.ArrowInvalid) as e:
+        raise OperationalError(f"scan failed: {e}") from e
+    return table.rename_columns([internal for _, internal in columns])

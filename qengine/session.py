@@ -1,0 +1,247 @@
+"""A session: the catalog, the planner settings and the coordinator behind one connection.
+
+It executes one SQL statement at a time: queries, EXPLAIN [ANALYZE], views, session tables
+(CREATE TABLE [AS], INSERT, DROP) and registrations of external data.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import sqlglot.expressions as exp
+
+from qengine.catalog import Catalog, CsvSource, MemorySource, ParquetSource, Partition, View
+from qengine.coordinator import Coordinator, ExecutionOptions, QueryStats
+from qengine.errors import NotSupportedError, ProgrammingError
+from qengine.planner import PlanOptions, plan_query
+from qengine.planner.explain import explain_lines
+from qengine.planner.frontend import bind, expand_sources, normalize_null_ordering, parse
+from qengine.planner.stages import StagePlan
+from qengine.wire import schema_from_hex, schema_to_hex
+
+_EXPLAIN = re.compile(r"^\s*EXPLAIN(\s+ANALYZE)?\s+(.*)$", re.IGNORECASE | re.DOTALL)
+_table_ids = itertools.count(1)
+
+
+@dataclass
+class Result:
+    """The outcome of one statement. ``table`` is None for statements that return no rows."""
+
+    table: pa.Table | None
+    rowcount: int
+    stats: QueryStats | None = None
+    plan: StagePlan | None = None
+
+
+class Session:
+    def __init__(self, cluster: Any, plan_options: PlanOptions, exec_options: ExecutionOptions, catalog: Catalog) -> None:
+        self.cluster = cluster
+        self.plan_options = plan_options
+        self.catalog = catalog
+        self.coordinator = Coordinator(cluster, exec_options)
+        self._lock = threading.Lock()
+
+    # ---- statements --------------------------------------------------------------------
+
+    def execute(self, sql: str, params: Sequence[Any] | None = None, progress: Callable[[int, int], None] | None = None) -> Result:
+        if not isinstance(sql, str):
+            raise ProgrammingError(f"SQL must be a string, not {type(sql).__name__}")
+        match = _EXPLAIN.match(sql)
+        if match:
+            return self._explain(match.group(2), params, analyze=bool(match.group(1)))
+        statements = parse(sql, self.plan_options.dialect)
+        if params and len(statements) > 1:
+            raise ProgrammingError("parameters can only be bound to a single statement")
+        result = Result(None, -1)
+        for statement in statements:
+            result = self._execute_one(bind(statement, params), progress)
+        return result
+
+    def _execute_one(self, st: exp.Expression, progress: Callable[[int, int], None] | None) -> Result:
+        if isinstance(st, exp.Query | exp.Values):
+            return self.query(st, progress)
+        if isinstance(st, exp.Create):
+            return self._create(st, progress)
+        if isinstance(st, exp.Insert):
+            return self._insert(st, progress)
+        if isinstance(st, exp.Drop):
+            return self._drop(st)
+        what = st.sql(dialect=self.plan_options.dialect).split()[0].upper() if st.sql() else type(st).__name__
+        raise NotSupportedError(f"{what} statements are not supported")
+
+    def plan(self, query: exp.Expression) -> StagePlan:
+        query = expand_sources(query, self.catalog, self.plan_options.dialect)
+        normalize_null_ordering(query, self.plan_options.dialect)
+        return plan_query(query, self.catalog, self.plan_options)
+
+    def query(self, query: exp.Expression, progress: Callable[[int, int], None] | None = None) -> Result:
+        plan = self.plan(query)
+        placement, stats, query_id = self.coordinator.run(plan, progress=progress)
+        try:
+            table = self.coordinator.fetch_result(query_id, placement)
+        finally:
+            self.coordinator.release(f"{query_id}/")
+        table = table.rename_columns(plan.names)
+        return Result(table, table.num_rows, stats, plan)
+
+    def _explain(self, sql: str, params: Sequence[Any] | None, analyze: bool) -> Result:
+        statements = parse(sql, self.plan_options.dialect)
+        if len(statements) != 1 or not isinstance(statements[0], exp.Query):
+            raise ProgrammingError("EXPLAIN takes a single query")
+        query = bind(statements[0], params)
+        if analyze:
+            result = self.query(query)
+            plan, stats = result.plan, result.stats
+        else:
+            plan, stats = self.plan(query), None
+        workers = len(self.cluster.addresses)
+        lines = explain_lines(plan, workers, stats)
+        return Result(pa.table({"plan": lines}), len(lines), stats, plan)
+
+    # ---- DDL and DML -------------------------------------------------------------------
+
+    def _create(self, st: exp.Create, progress: Callable[[int, int], None] | None) -> Result:
+        kind = (st.args.get("kind") or "").upper()
+        replace = bool(st.args.get("replace"))
+        if_not_exists = bool(st.args.get("exists"))
+        target = st.this
+        if kind == "VIEW":
+            query = st.expression
+            if not isinstance(query, exp.Query):
+                raise ProgrammingError("CREATE VIEW needs AS SELECT …")
+            name = target.name
+            if if_not_exists and name.lower() in self.catalog.views:
+                return Result(None, -1)
+            self.plan(query.copy())  # validate now, as DuckDB does
+            self.catalog.add_view(View(name, query), replace)
+            return Result(None, -1)
+        if kind != "TABLE":
+            raise NotSupportedError(f"CREATE {kind or type(target).__name__} is not supported")
+        table = target.this if isinstance(target, exp.Schema) else target
+        name = table.name
+        exists = name.lower() in self.catalog.tables or name.lower() in self.catalog.views
+        if exists and if_not_exists:
+            return Result(None, -1)
+        if exists and not replace:
+            raise ProgrammingError(f"table {name!r} already exists")
+        if st.expression is not None:
+            source, rows = self._materialize(name, st.expression, progress)
+        elif isinstance(target, exp.Schema):
+            source, rows = MemorySource(name, _schema_of(target)), 0
+        else:
+            raise ProgrammingError("CREATE TABLE needs a column list or AS SELECT …")
+        if replace and exists:
+            self._forget(name, "TABLE" if name.lower() in self.catalog.tables else "VIEW", True)
+        self.catalog.add_table(source, replace=True)
+        return Result(None, rows)
+
+    def _materialize(self, name: str, query: exp.Expression, progress: Callable[[int, int], None] | None) -> tuple[MemorySource, int]:
+        """Run a query and keep its result partitions in the workers as a session table."""
+        plan = self.plan(query)
+        lowered = [n.lower() for n in plan.names]
+        duplicate = next((n for n in plan.names if lowered.count(n.lower()) > 1), None)
+        if duplicate:
+            raise ProgrammingError(f"column {duplicate!r} appears twice in the table definition")
+        uid = next(_table_ids)
+        key = f"table/{uid}/0"
+        placement, _, query_id = self.coordinator.run(plan, output={"kind": "table", "key": key, "names": plan.names}, progress=progress)
+        self.coordinator.release(f"{query_id}/")
+        first = schema_from_hex(placement[0][1]["schema"])
+        schema = pa.schema([f.with_name(n) for f, n in zip(first, plan.names, strict=True)])
+        source = MemorySource(name, schema, uid)
+        for index, (worker, stats) in enumerate(placement):
+            source.partitions.append(Partition(worker, f"{key}/{index}", stats["rows"], stats["bytes"]))
+        return source, source.rows
+
+    def _insert(self, st: exp.Insert, progress: Callable[[int, int], None] | None) -> Result:
+        target = st.this
+        table = target.this if isinstance(target, exp.Schema) else target
+        source = self.catalog.table(table.name)
+        if not isinstance(source, MemorySource):
+            raise NotSupportedError(f"INSERT into {table.name!r} is not supported: only session tables take inserts")
+        columns = [c.name for c in target.expressions] if isinstance(target, exp.Schema) else source.schema.names
+        lookup = {f.name.lower(): f.name for f in source.schema}
+        missing = [c for c in columns if c.lower() not in lookup]
+        if missing:
+            raise ProgrammingError(f"table {table.name!r} has no column {missing[0]!r}")
+        query = st.expression
+        plan = self.plan(query)
+        if len(plan.names) != len(columns):
+            raise ProgrammingError(f"INSERT has {len(columns)} target columns but the query returns {len(plan.names)}")
+        key = f"table/{source.uid}/{next(_table_ids)}"
+        output = {
+            "kind": "table",
+            "key": key,
+            "schema": schema_to_hex(source.schema),
+            "insert_columns": [lookup[c.lower()] for c in columns],
+        }
+        placement, _, query_id = self.coordinator.run(plan, output=output, progress=progress)
+        self.coordinator.release(f"{query_id}/")
+        rows = 0
+        with self._lock:
+            for index, (worker, stats) in enumerate(placement):
+                source.partitions.append(Partition(worker, f"{key}/{index}", stats["rows"], stats["bytes"]))
+                rows += stats["rows"]
+        return Result(None, rows)
+
+    def _drop(self, st: exp.Drop) -> Result:
+        kind = (st.args.get("kind") or "").upper()
+        if kind not in ("TABLE", "VIEW"):
+            raise NotSupportedError(f"DROP {kind} is not supported")
+        self._forget(st.this.name, kind, bool(st.args.get("exists")))
+        return Result(None, -1)
+
+    def _forget(self, name: str, kind: str, if_exists: bool) -> None:
+        """Drop a table or view from the catalog and free a session table's blocks."""
+        dropped = self.catalog.drop(name, kind, if_exists)
+        if isinstance(dropped, MemorySource):
+            self.coordinator.release(f"table/{dropped.uid}/")
+
+    # ---- registration ------------------------------------------------------------------
+
+    def register_parquet(self, name: str, path: str) -> None:
+        self.catalog.add_table(ParquetSource(name, self.catalog.resolve_paths(path, (".parquet", ".parq"))))
+
+    def register_csv(self, name: str, path: str, delimiter: str = ",", header: bool = True) -> None:
+        paths = self.catalog.resolve_paths(path, (".csv", ".tsv", ".txt"))
+        self.catalog.add_table(CsvSource(name, paths, delimiter, header))
+
+    def register_arrow(self, name: str, table: pa.Table) -> None:
+        """Spread an in-memory table over the workers as a session table."""
+        addresses = self.cluster.addresses
+        uid = next(_table_ids)
+        source = MemorySource(name, table.schema, uid)
+        chunk = max(1, -(-table.num_rows // len(addresses)))
+        for i, address in enumerate(addresses):
+            piece = table.slice(i * chunk, chunk)
+            if piece.num_rows == 0 and i > 0:
+                break
+            key = f"table/{uid}/0/{i}"
+            self.cluster.pool.get(address).put({"key": key}, piece)
+            source.partitions.append(Partition(i, key, piece.num_rows, piece.nbytes))
+        self.catalog.add_table(source)
+
+
+def _schema_of(schema: exp.Schema) -> pa.Schema:
+    """Arrow schema of a CREATE TABLE column list, with DuckDB deciding what each type means."""
+    defs = [c for c in schema.expressions if isinstance(c, exp.ColumnDef)]
+    if not defs:
+        raise ProgrammingError("CREATE TABLE needs at least one column")
+    casts = ", ".join(f"CAST(NULL AS {c.args['kind'].sql(dialect='duckdb')}) AS {c.this.sql(dialect='duckdb')}" for c in defs if c.args.get("kind"))
+    if len(casts.split(" AS ")) // 2 != len(defs):
+        raise ProgrammingError("every column in CREATE TABLE needs a type")
+    try:
+        con = duckdb.connect()
+        try:
+            return con.execute(f"SELECT {casts} LIMIT 0").fetch_arrow_table().schema
+        finally:
+            con.close()
+    except duckdb.Error as e:
+        raise ProgrammingError(f"bad column type in CREATE TABLE: {e}") from e

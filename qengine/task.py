@@ -1,0 +1,168 @@
+"""Run one task inside a worker: load inputs, run the fragment in DuckDB, write the output.
+
+Each task gets its own DuckDB connection with external access, extension loading and
+configuration changes disabled, so a fragment can only see the Arrow inputs registered here.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from qengine.errors import DataError, OperationalError
+from qengine.exchange import partitioner
+from qengine.exchange.sampling import sample_keys
+from qengine.exchange.store import BlockStore
+from qengine.rpc import ClientPool
+from qengine.scan import read_split
+from qengine.wire import schema_from_hex, schema_to_hex, table_from_hex, table_to_hex
+
+
+def safe_connection(threads: int = 1) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection that cannot reach files, the network or extensions."""
+    return duckdb.connect(
+        config={
+            "threads": threads,
+            "enable_external_access": False,
+            "autoload_known_extensions": False,
+            "autoinstall_known_extensions": False,
+            "allow_community_extensions": False,
+            "allow_unsigned_extensions": False,
+            "lock_configuration": True,
+        }
+    )
+
+
+class TaskRunner:
+    """Executes task specs against a worker's block store, fetching remote blocks over Flight."""
+
+    def __init__(self, store: BlockStore, address: str, pool: ClientPool, threads: int | None = None) -> None:
+        self.store = store
+        self.address = address
+        self.pool = pool
+        self.threads = threads or int(os.environ.get("QENGINE_TASK_THREADS", "1"))
+        # Two pools: loading a task's inputs waits on per-source fetches, so they must not share one.
+        self._inputs = ThreadPoolExecutor(max_workers=8, thread_name_prefix="input")
+        self._fetches = ThreadPoolExecutor(max_workers=16, thread_name_prefix="fetch")
+
+    # ---- inputs ------------------------------------------------------------------------
+
+    def fetch(self, key: str, partition: int, sources: list[str], schema: pa.Schema) -> pa.Table:
+        """One partition of a shuffle, gathered from every worker that holds a piece of it."""
+
+        def one(source: str) -> pa.Table:
+            if source == self.address:
+                local = self.store.get(key, partition)
+                return local if local is not None else schema.empty_table()
+            return self.pool.get(source).get({"key": key, "partition": partition})
+
+        tables = list(self._fetches.map(one, sources)) if len(sources) > 1 else [one(s) for s in sources]
+        tables = [t for t in tables if t.num_rows] or [schema.empty_table()]
+        if len(tables) == 1:
+            return tables[0]
+        return pa.concat_tables(tables, promote_options="permissive")
+
+    def _memory_split(self, split: dict) -> pa.Table:
+        return self.fetch(split["key"], 0, [split["worker"]], schema_from_hex(split["schema"]))
+
+    def _load(self, spec: dict) -> pa.Table:
+        if spec["kind"] == "scan":
+            return read_split(spec["split"], [tuple(c) for c in spec["columns"]], self._memory_split)
+        return self.fetch(spec["key"], spec["partition"], spec["sources"], schema_from_hex(spec["schema"]))
+
+    # ---- running -----------------------------------------------------------------------
+
+    def run(self, spec: dict) -> dict[str, Any]:
+        started = time.perf_counter()
+        con = safe_connection(self.threads)
+        try:
+            inputs = list(self._inputs.map(self._load, spec["inputs"])) if len(spec["inputs"]) > 1 else [
+                self._load(i) for i in spec["inputs"]
+            ]
+            read_at = time.perf_counter()
+            for inp, table in zip(spec["inputs"], inputs, strict=True):
+                con.register(inp["name"], table)
+            result = con.execute(spec["sql"]).fetch_arrow_table()
+            stats = self._write(con, spec, result)
+        finally:
+            con.close()
+        stats.update(
+            rows_in=sum(t.num_rows for t in inputs),
+            rows=result.num_rows,
+            bytes=result.nbytes,
+            schema=schema_to_hex(result.schema),
+            read_seconds=read_at - started,
+            seconds=time.perf_counter() - started,
+        )
+        return stats
+
+    def _write(self, con: duckdb.DuckDBPyConnection, spec: dict, result: pa.Table) -> dict[str, Any]:
+        out = spec["output"]
+        kind, key = out["kind"], out["key"]
+        if kind == "hash":
+            ids = partitioner.hash_ids(con, result, out["keys"], out["partitions"])
+        elif kind == "roundrobin":
+            ids = partitioner.roundrobin_ids(result.num_rows, out["partitions"], spec["task"])
+        elif kind == "range":
+            self.store.stage(key, result)
+            sample = sample_keys(result.column(out["sample_key"]), out["samples"], out["seed"])
+            return {"sample": table_to_hex(pa.table({"k": sample}))}
+        elif kind == "table":
+            if out.get("names"):
+                result = result.rename_columns(out["names"])
+            if out.get("schema"):
+                result = _conform(result, schema_from_hex(out["schema"]), out["insert_columns"])
+            self.store.put(key, 0, result)
+            return {"partition_bytes": [result.nbytes], "partition_rows": [result.num_rows]}
+        elif kind in ("single", "broadcast", "result"):
+            partition = spec["task"] if kind == "result" else 0
+            self.store.put(key, partition, result)
+            return {"partition_bytes": [result.nbytes], "partition_rows": [result.num_rows]}
+        else:
+            raise OperationalError(f"unknown output kind {kind!r}")
+        parts = partitioner.split(result, ids, out["partitions"])
+        self.store.put_parts(key, parts)
+        if not result.num_rows:
+            self.store.put(key, 0, result)
+        return {"partition_bytes": [p.nbytes for p in parts], "partition_rows": [p.num_rows for p in parts]}
+
+    def finalize_range(self, spec: dict) -> dict[str, Any]:
+        """Partition staged map output once the coordinator has chosen the bounds."""
+        key = spec["key"]
+        bounds = table_from_hex(spec["bounds"]).column(0).combine_chunks()
+        partitions = len(bounds) + 1
+        sizes = [0] * partitions
+        rows = [0] * partitions
+        con = safe_connection(self.threads)
+        try:
+            staged = self.store.take_staged(key)
+            for table in staged:
+                ids = partitioner.range_ids(con, table, spec["sort_key"], bounds, spec["desc"], spec["nulls_first"])
+                parts = partitioner.split(table, ids, partitions)
+                self.store.put_parts(key, parts)
+                for p, part in enumerate(parts):
+                    sizes[p] += part.nbytes
+                    rows[p] += part.num_rows
+            if staged and not any(rows):
+                self.store.put(key, 0, staged[0])
+        finally:
+            con.close()
+        return {"partition_bytes": sizes, "partition_rows": rows}
+
+
+def _conform(result: pa.Table, target: pa.Schema, columns: list[str]) -> pa.Table:
+    """Lay INSERT rows out as the table's columns: listed ones cast, the others NULL."""
+    position = {name: i for i, name in enumerate(columns)}
+    arrays = []
+    try:
+        for f in target:
+            i = position.get(f.name)
+            arrays.append(result.column(i).cast(f.type) if i is not None else pa.nulls(result.num_rows, f.type))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise DataError(f"cannot store the rows in the table's column types: {e}") from e
+    return pa.Table.from_arrays(arrays, schema=target)

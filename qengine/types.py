@@ -1,0 +1,104 @@
+"""DB-API type objects and the mapping from Arrow types to the type codes in ``description``.
+
+Type codes are DuckDB-style type names ("INTEGER", "DECIMAL(7,2)", "VARCHAR"), which DuckDB users
+already know; the PEP 249 type objects (STRING, NUMBER, ...) compare equal to every code of their
+group.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+import pyarrow as pa
+
+
+class DBAPITypeObject:
+    """A PEP 249 type object: equal to every type code of its group."""
+
+    def __init__(self, name: str, *prefixes: str) -> None:
+        self.name = name
+        self._prefixes = prefixes
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, DBAPITypeObject):
+            return other is self
+        if isinstance(other, str):
+            return any(other == p or other.startswith(p + "(") for p in self._prefixes)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __repr__(self) -> str:
+        return f"<DBAPITypeObject {self.name}>"
+
+
+STRING = DBAPITypeObject("STRING", "VARCHAR")
+BINARY = DBAPITypeObject("BINARY", "BLOB")
+NUMBER = DBAPITypeObject(
+    "NUMBER",
+    "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT",
+    "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT",
+    "FLOAT", "DOUBLE", "DECIMAL", "BOOLEAN",
+)
+DATETIME = DBAPITypeObject("DATETIME", "DATE", "TIME", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "INTERVAL")
+ROWID = DBAPITypeObject("ROWID", "BIGINT")
+
+
+def type_code(t: pa.DataType) -> str:
+    """The DuckDB-style name of an Arrow type, used as the DB-API ``type_code``."""
+    if pa.types.is_boolean(t):
+        return "BOOLEAN"
+    if pa.types.is_integer(t):
+        signed = {8: "TINYINT", 16: "SMALLINT", 32: "INTEGER", 64: "BIGINT"}
+        name = signed[t.bit_width]
+        return name if pa.types.is_signed_integer(t) else "U" + name
+    if pa.types.is_float32(t):
+        return "FLOAT"
+    if pa.types.is_floating(t):
+        return "DOUBLE"
+    if pa.types.is_decimal(t):
+        return f"DECIMAL({t.precision},{t.scale})"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "VARCHAR"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return "BLOB"
+    if pa.types.is_date(t):
+        return "DATE"
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMP WITH TIME ZONE" if t.tz else "TIMESTAMP"
+    if pa.types.is_time(t):
+        return "TIME"
+    if pa.types.is_interval(t) or pa.types.is_duration(t):
+        return "INTERVAL"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return type_code(t.value_type) + "[]"
+    return str(t).upper()
+
+
+def Date(year: int, month: int, day: int) -> _dt.date:  # noqa: N802 - PEP 249 names
+    return _dt.date(year, month, day)
+
+
+def Time(hour: int, minute: int, second: int) -> _dt.time:  # noqa: N802
+    return _dt.time(hour, minute, second)
+
+
+def Timestamp(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> _dt.datetime:  # noqa: N802
+    return _dt.datetime(year, month, day, hour, minute, second)
+
+
+def DateFromTicks(ticks: float) -> _dt.date:  # noqa: N802
+    return _dt.date.fromtimestamp(ticks)
+
+
+def TimeFromTicks(ticks: float) -> _dt.time:  # noqa: N802
+    return _dt.datetime.fromtimestamp(ticks).time()
+
+
+def TimestampFromTicks(ticks: float) -> _dt.datetime:  # noqa: N802
+    return _dt.datetime.fromtimestamp(ticks)
+
+
+def Binary(value: bytes | str) -> bytes:  # noqa: N802
+    return value.encode() if isinstance(value, str) else bytes(value)

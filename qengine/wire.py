@@ -1,0 +1,24 @@
+"""Compact encodings for Arrow schemas and small tables inside JSON control messages."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+
+def schema_to_hex(schema: pa.Schema) -> str:
+    return schema.serialize().to_pybytes().hex()
+
+
+def schema_from_hex(text: str) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(bytes.fromhex(text)))
+
+
+def table_to_hex(table: pa.Table) -> str:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes().hex()
+
+
+def table_from_hex(text: str) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(bytes.fromhex(text))).read_all()
