@@ -74,12 +74,14 @@ def connect(
     broadcast_threshold: int | str = 32 << 20,
     partitions: int | None = None,
     slots: int = 2,
+    split_size: int | str = 32 << 20,
     allowed_roots: list[str] | None = None,
 ) -> Any:
     """Open a connection. With no ``target`` it starts a local cluster of ``workers`` processes.
 
     ``broadcast_threshold`` (bytes; 0 turns broadcast joins off) and ``partitions`` (reducers
-    per shuffle, default 2 per worker) steer the planner; ``allowed_roots`` confines which
+    per shuffle, default 2 per worker) steer the planner; ``split_size`` is the uncompressed bytes
+    one scan task reads (default 32MB); ``slots`` the tasks a worker runs at once; ``allowed_roots`` confines which
     directories tables may be read from.
     """
     from sqlglot.dialects.dialect import Dialect
@@ -104,9 +106,12 @@ def connect(
     except ValueError as e:
         raise ProgrammingError(f"unknown SQL dialect {dialect!r}") from e
     threshold = parse_size(broadcast_threshold, "broadcast_threshold")
+    split_bytes = parse_size(split_size, "split_size")
+    if not split_bytes:
+        raise ProgrammingError("split_size must be positive")
     plan_options = PlanOptions(dialect=dialect, partitions=partitions or 2 * workers, broadcast_threshold=threshold)
     cluster = LocalCluster(workers)
-    session = Session(cluster, plan_options, ExecutionOptions(slots=slots), Catalog(allowed_roots))
+    session = Session(cluster, plan_options, ExecutionOptions(slots=slots, split_bytes=split_bytes), Catalog(allowed_roots))
     return Connection(cluster, session, owns_cluster=True)
 
 

@@ -22,8 +22,8 @@ from qengine.errors import ProgrammingError
 from qengine.types import type_code
 from qengine.wire import schema_to_hex
 
-# A scan task should cover about this many uncompressed bytes.
-TARGET_SPLIT_BYTES = 64 << 20
+# By default a scan task covers about this many uncompressed bytes.
+DEFAULT_SPLIT_BYTES = 32 << 20
 
 
 class Source:
@@ -40,7 +40,8 @@ class Source:
         """Average uncompressed bytes per value of ``column``, for size estimates."""
         return 8.0
 
-    def splits(self, workers: int) -> list[dict]:
+    def splits(self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[dict]:
+        """Scan tasks' shares of the table, each about ``split_bytes`` uncompressed."""
         raise NotImplementedError
 
     def sql_schema(self) -> dict[str, str]:
@@ -92,13 +93,14 @@ class ParquetSource(Source):
     def column_width(self, column: str) -> float:
         return max(1.0, self._widths.get(column, 8.0))
 
-    def splits(self, workers: int) -> list[dict]:
+    def splits(self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[dict]:
         total = sum(rg.bytes for rg in self.row_groups)
         if not self.row_groups:
             return [{"kind": "parquet", "pieces": [], "schema_path": self.paths[0]}]
-        wanted = max(math.ceil(total / TARGET_SPLIT_BYTES), min(len(self.row_groups), 2 * workers))
-        if total < 4 * TARGET_SPLIT_BYTES // 16:  # tiny tables: one task
-            wanted = 1
+        wanted = math.ceil(total / split_bytes)
+        if total >= split_bytes:  # big enough to be worth spreading over every worker
+            wanted = max(wanted, 2 * workers)
+        wanted = max(1, min(wanted, len(self.row_groups)))
         per_split = total / wanted
         splits: list[list[_RowGroup]] = [[]]
         acc = 0
@@ -141,7 +143,7 @@ class CsvSource(Source):
     def rows(self) -> int:
         return max(1, self._bytes // max(1, 8 * len(self.schema)))
 
-    def splits(self, workers: int) -> list[dict]:
+    def splits(self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[dict]:
         schema = schema_to_hex(self.schema)
         return [{"kind": "csv", "path": p, "schema": schema, **self.options} for p in self.paths]
 
@@ -173,7 +175,7 @@ class MemorySource(Source):
         total = sum(p.bytes for p in self.partitions)
         return max(1.0, total / max(1, self.rows) / max(1, len(self.schema)))
 
-    def splits(self, workers: int) -> list[dict]:
+    def splits(self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[dict]:
         schema = schema_to_hex(self.schema)
         if not self.partitions:
             return [{"kind": "memory", "worker": None, "key": None, "schema": schema}]

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from qengine.catalog import DEFAULT_SPLIT_BYTES
 from qengine.errors import Error, OperationalError
 from qengine.exchange.sampling import DEFAULT_SAMPLES_PER_PARTITION, weighted_bounds
 from qengine.planner import logical as lp
@@ -100,6 +101,7 @@ class _StageRun:
 @dataclass
 class ExecutionOptions:
     slots: int = 2
+    split_bytes: int = DEFAULT_SPLIT_BYTES
     samples_per_partition: int = DEFAULT_SAMPLES_PER_PARTITION
 
 
@@ -162,7 +164,7 @@ class _QueryRun:
         self.failed = threading.Event()
         self.runs: list[_StageRun] = []
         for stage in plan.stages:
-            splits = stage.scan.source.splits(self.workers) if stage.scan is not None else None
+            splits = stage.scan.source.splits(self.workers, coordinator.options.split_bytes) if stage.scan is not None else None
             tasks = plan.task_count(stage, len(splits) if splits is not None else None)
             kind = stage.output.kind if stage.output is not None else (output or {}).get("kind", "result")
             self.runs.append(_StageRun(stage, tasks, splits, StageStats(stage.id, kind, tasks)))

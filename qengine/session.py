@@ -102,7 +102,7 @@ class Session:
         else:
             plan, stats = self.plan(query), None
         workers = len(self.cluster.addresses)
-        lines = explain_lines(plan, workers, stats)
+        lines = explain_lines(plan, workers, self.coordinator.options.split_bytes, stats)
         return Result(pa.table({"plan": lines}), len(lines), stats, plan)
 
     # ---- DDL and DML -------------------------------------------------------------------
@@ -240,7 +240,7 @@ def _schema_of(schema: exp.Schema) -> pa.Schema:
     try:
         con = duckdb.connect()
         try:
-            return con.execute(f"SELECT {casts} LIMIT 0").fetch_arrow_table().schema
+            return con.execute(f"SELECT {casts} LIMIT 0").to_arrow_table().schema
         finally:
             con.close()
     except duckdb.Error as e:

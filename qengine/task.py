@@ -87,7 +87,7 @@ class TaskRunner:
             read_at = time.perf_counter()
             for inp, table in zip(spec["inputs"], inputs, strict=True):
                 con.register(inp["name"], table)
-            result = con.execute(spec["sql"]).fetch_arrow_table()
+            result = con.execute(spec["sql"]).to_arrow_table()
             stats = self._write(con, spec, result)
         finally:
             con.close()

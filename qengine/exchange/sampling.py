@@ -38,7 +38,7 @@ def weighted_bounds(samples: list[tuple[pa.Array, int]], partitions: int) -> pa.
     con = duckdb.connect()
     try:
         con.register("s", merged)
-        ordered = con.execute("SELECT k, sum(w) OVER (ORDER BY k ROWS UNBOUNDED PRECEDING) AS cw FROM s ORDER BY k").fetch_arrow_table()
+        ordered = con.execute("SELECT k, sum(w) OVER (ORDER BY k ROWS UNBOUNDED PRECEDING) AS cw FROM s ORDER BY k").to_arrow_table()
     finally:
         con.close()
     cum = ordered.column("cw").to_numpy()

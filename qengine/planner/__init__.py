@@ -9,6 +9,7 @@ import sqlglot.expressions as exp
 from qengine.catalog import Catalog
 from qengine.planner.builder import Builder
 from qengine.planner.frontend import optimize_query
+from qengine.planner.logical import Scan, walk
 from qengine.planner.physical import PhysicalPlanner
 from qengine.planner.stages import StagePlan, cut
 
@@ -27,6 +28,11 @@ def plan_query(query: exp.Expression, catalog: Catalog, options: PlanOptions) ->
     optimized = optimize_query(query, catalog, options.dialect)
     builder = Builder(catalog)
     rel = builder.build(optimized)
+    for node in walk(rel.node):
+        if isinstance(node, Scan) and not node.column_map:
+            # Nothing referenced (e.g. count(*)): read the first column so rows can be counted.
+            first = node.source.schema[0].name
+            node.column_map[first] = builder.names.new()
     physical = PhysicalPlanner(options.partitions, options.broadcast_threshold, builder.widths, builder.names)
     root, _ = physical.plan(rel.node)
     return cut(root, rel.names)

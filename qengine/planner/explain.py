@@ -58,11 +58,11 @@ def _tree(node: lp.Node, depth: int, out: list[str]) -> None:
         _tree(child, depth + 1, out)
 
 
-def explain_lines(plan: StagePlan, workers: int, stats: QueryStats | None = None) -> list[str]:
+def explain_lines(plan: StagePlan, workers: int, split_bytes: int, stats: QueryStats | None = None) -> list[str]:
     """The stage DAG, result stage first; with ``stats`` (EXPLAIN ANALYZE) rows, bytes and times."""
     lines: list[str] = []
     for stage in reversed(plan.stages):
-        splits = len(stage.scan.source.splits(workers)) if stage.scan is not None else None
+        splits = len(stage.scan.source.splits(workers, split_bytes)) if stage.scan is not None else None
         tasks = plan.task_count(stage, splits)
         ex = stage.output
         if ex is None:

@@ -18,7 +18,12 @@ import sqlglot
 import sqlglot.errors
 import sqlglot.expressions as exp
 from sqlglot.dialects.dialect import Dialect
-from sqlglot.optimizer import optimize
+from sqlglot.optimizer import RULES, optimize
+from sqlglot.optimizer.simplify import simplify
+
+# sqlglot's simplify folds constants with its own typing (DATE + INTERVAL becomes a DATE where
+# DuckDB returns a TIMESTAMP), so it is left out: DuckDB folds constants itself, with its types.
+_RULES = tuple(rule for rule in RULES if rule is not simplify)
 
 from qengine.catalog import Catalog, CsvSource, ParquetSource
 from qengine.errors import NotSupportedError, ProgrammingError
@@ -201,7 +206,7 @@ def optimize_query(query: exp.Expression, catalog: Catalog, dialect: str) -> exp
     for name in referenced_tables(query) - ctes:
         schema[name] = catalog.table(name).sql_schema()
     try:
-        return optimize(query, schema=schema, dialect=dialect, infer_schema=False)
+        return optimize(query, schema=schema, dialect=dialect, infer_schema=False, rules=_RULES)
     except sqlglot.errors.OptimizeError as e:
         message = str(e)
         if "could not be resolved" in message or "Unknown" in message or "Ambiguous" in message:
