@@ -23,7 +23,7 @@ from qengine.types import type_code
 from qengine.wire import schema_to_hex
 
 # By default a scan task covers about this many uncompressed bytes.
-DEFAULT_SPLIT_BYTES = 32 << 20
+DEFAULT_SPLIT_BYTES = 16 << 20
 
 
 class Source:

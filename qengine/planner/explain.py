@@ -71,6 +71,8 @@ def explain_lines(plan: StagePlan, workers: int, split_bytes: int, stats: QueryS
             target = f"hash exchange on ({', '.join(ex.keys)}) into {ex.partitions} partitions"
         elif ex.kind == "range":
             target = f"range exchange on ({', '.join(_sql(o) for o in ex.order)}) into {ex.partitions} partitions"
+        elif ex.kind == "broadcast":
+            target = "broadcast exchange to every reading task"
         else:
             target = f"{ex.kind} exchange into {ex.partitions} partition(s)"
         deps = f" reads stages {stage.parents}" if stage.parents else ""

@@ -68,7 +68,7 @@ class PhysicalPlanner:
         return node.est_rows * sum(self.widths.get(c, 8.0) for c in node.columns)
 
     def _exchange(self, node: lp.Node, kind: str, keys: list[str] | tuple[str, ...] = ()) -> tuple[lp.Node, Dist]:
-        partitions = 1 if kind == "single" else self.partitions
+        partitions = 1 if kind in ("single", "broadcast") else self.partitions
         ex = Exchange(node, kind, partitions, keys=list(keys))
         ex.est_rows = node.est_rows
         return ex, Dist("any" if kind == "roundrobin" else kind, tuple(keys), partitions)

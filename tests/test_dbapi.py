@@ -1,0 +1,656 @@
+"""PEP 249 (DB-API 2.0) behaviour of qengine connections and cursors, plus the DuckDB-style extras.
+
+Answers are checked against DuckDB (the ``oracle`` fixture) on the same Parquet files wherever
+there is a reference answer to compare with. Session tables and views created here get unique
+names and are dropped again, because the ``default_engine`` connection is shared by the session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import datetime as dt
+import decimal
+import uuid
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+import qengine
+from qengine.compare import compare
+from tests.conftest import assert_same
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+def drop_quietly(con, kind: str, name: str) -> None:
+    """Cleanup that works even when DROP itself is broken, so one failure does not leak into others."""
+    try:
+        con.execute(f"DROP {kind} IF EXISTS {name}")
+    except qengine.Error:
+        with contextlib.suppress(Exception):
+            con.session._forget(name, kind, True)
+
+
+@contextlib.contextmanager
+def session_objects(con, *objects: tuple[str, str]):
+    """Drop the given (kind, name) tables/views at the end of the block, whatever happens."""
+    try:
+        yield
+    finally:
+        for kind, name in objects:
+            drop_quietly(con, kind, name)
+
+
+def oracle_rows(oracle: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[tuple]:
+    return oracle.execute(sql, params or []).fetchall()
+
+
+def same_table(got: pa.Table, expected: pa.Table, sql: str | None = None) -> None:
+    result = compare(got, expected, sql)
+    assert result.ok, result.message
+
+
+# ---- module globals and the exception hierarchy -------------------------------------------
+
+
+def test_module_globals() -> None:
+    assert qengine.apilevel == "2.0"
+    assert qengine.threadsafety in (0, 1, 2, 3)
+    assert qengine.paramstyle == "qmark"
+    assert callable(qengine.connect)
+    assert qengine.Connection is qengine.dbapi.Connection
+    assert qengine.Cursor is qengine.dbapi.Cursor
+
+
+@pytest.mark.parametrize(
+    ("cls", "base"),
+    [
+        ("Warning", Exception),
+        ("Error", Exception),
+        ("InterfaceError", "Error"),
+        ("DatabaseError", "Error"),
+        ("DataError", "DatabaseError"),
+        ("OperationalError", "DatabaseError"),
+        ("IntegrityError", "DatabaseError"),
+        ("InternalError", "DatabaseError"),
+        ("ProgrammingError", "DatabaseError"),
+        ("NotSupportedError", "DatabaseError"),
+    ],
+)
+def test_exception_hierarchy(cls: str, base: object) -> None:
+    klass = getattr(qengine, cls)
+    parent = getattr(qengine, base) if isinstance(base, str) else base
+    assert isinstance(klass, type)
+    assert issubclass(klass, parent)
+    # the same classes are exposed on the connection class's module
+    assert getattr(qengine.errors, cls) is klass
+
+
+def test_warning_is_not_an_error() -> None:
+    assert not issubclass(qengine.Warning, qengine.Error)
+    assert not issubclass(qengine.InterfaceError, qengine.DatabaseError)
+
+
+# ---- description and rowcount --------------------------------------------------------------
+
+
+def test_description_names_and_type_codes(default_engine, oracle) -> None:
+    sql = "SELECT cust_id, name, joined FROM customers"
+    cur = default_engine.execute(sql)
+    desc = cur.description
+    assert desc is not None and len(desc) == 3
+    assert all(len(d) == 7 for d in desc)
+    assert [d[0] for d in desc] == [d[0] for d in oracle.execute(sql).description]
+    codes = [d[1] for d in desc]
+    assert codes[0] == qengine.NUMBER
+    assert codes[1] == qengine.STRING
+    assert codes[2] == qengine.DATETIME
+    # type objects tell the groups apart
+    assert codes[0] != qengine.STRING and codes[0] != qengine.DATETIME
+    assert codes[1] != qengine.NUMBER and codes[1] != qengine.DATETIME
+    assert codes[2] != qengine.NUMBER and codes[2] != qengine.STRING
+    # type codes are DuckDB's type names
+    assert codes == [str(d[1]) for d in oracle.execute(sql).description]
+
+
+def test_description_decimal_precision_and_scale(default_engine) -> None:
+    desc = default_engine.execute("SELECT price, list_price FROM sales JOIN items USING (item_id) LIMIT 1").description
+    assert desc[0][1] == qengine.NUMBER and desc[1][1] == qengine.NUMBER
+    assert (desc[0][4], desc[0][5]) == (7, 2)
+    assert (desc[1][4], desc[1][5]) == (9, 2)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="unaliased expressions are named by sqlglot's optimizer (_col_0, _col_1) instead of DuckDB's "
+    "'count(sale_id)'; the names reach description, fetchdf() columns and CLI headers "
+    "(qengine/planner/frontend.py optimize_query -> qualify names projections _col_N; Session.query renames to plan.names)",
+)
+def test_description_names_of_unaliased_expressions_match_duckdb(default_engine, oracle) -> None:
+    sql = "SELECT count(sale_id), sum(qty) FROM sales"
+    got = [d[0] for d in default_engine.execute(sql).description]
+    assert got == [d[0] for d in oracle.execute(sql).description]
+
+
+def test_description_is_none_after_ddl(default_engine) -> None:
+    name = unique("v_desc")
+    with session_objects(default_engine, ("VIEW", name)):
+        cur = default_engine.cursor()
+        cur.execute("SELECT 1 AS x")
+        assert cur.description is not None
+        cur.execute(f"CREATE VIEW {name} AS SELECT cust_id FROM customers")
+        assert cur.description is None
+        assert cur.rowcount == -1
+
+
+def test_description_and_rowcount_before_execute(default_engine) -> None:
+    cur = default_engine.cursor()
+    assert cur.description is None
+    assert cur.rowcount == -1
+    assert cur.arraysize == 1
+    with pytest.raises(qengine.Error):
+        cur.fetchall()
+
+
+def test_rowcount_of_select(default_engine, oracle) -> None:
+    sql = "SELECT sale_id, qty FROM sales WHERE qty > 90"
+    cur = default_engine.execute(sql)
+    expected = len(oracle_rows(oracle, sql))
+    assert expected > 0
+    assert cur.rowcount == expected
+    assert len(cur.fetchall()) == expected
+
+
+def test_rowcount_of_empty_select(default_engine) -> None:
+    cur = default_engine.execute("SELECT sale_id FROM sales WHERE qty < 0")
+    assert cur.rowcount == 0
+    assert cur.fetchall() == []
+    assert cur.fetchone() is None
+    assert [d[0] for d in cur.description] == ["sale_id"]
+
+
+# ---- fetching ------------------------------------------------------------------------------
+
+
+FETCH_SQL = "SELECT sale_id, note FROM sales WHERE sale_id < 25 ORDER BY sale_id"
+
+
+def test_fetch_methods_are_consistent(default_engine, oracle) -> None:
+    expected = oracle_rows(oracle, FETCH_SQL)
+    assert len(expected) == 25
+    cur = default_engine.cursor()
+    cur.execute(FETCH_SQL)
+    got = [cur.fetchone()]
+    cur.arraysize = 4
+    batch = cur.fetchmany()
+    assert len(batch) == 4
+    got += batch
+    batch = cur.fetchmany(5)
+    assert len(batch) == 5
+    got += batch
+    got += cur.fetchall()
+    assert got == expected
+    # exhausted
+    assert cur.fetchone() is None
+    assert cur.fetchmany() == []
+    assert cur.fetchmany(3) == []
+    assert cur.fetchall() == []
+
+
+def test_fetchmany_past_the_end_returns_the_rest(default_engine, oracle) -> None:
+    expected = oracle_rows(oracle, FETCH_SQL)
+    cur = default_engine.execute(FETCH_SQL)
+    assert cur.fetchmany(20) == expected[:20]
+    assert cur.fetchmany(20) == expected[20:]
+    assert cur.fetchmany(20) == []
+
+
+def test_fetchone_until_none(default_engine, oracle) -> None:
+    expected = oracle_rows(oracle, FETCH_SQL)
+    cur = default_engine.execute(FETCH_SQL)
+    rows = []
+    while (row := cur.fetchone()) is not None:
+        assert isinstance(row, tuple)
+        rows.append(row)
+    assert rows == expected
+
+
+def test_cursor_iteration(default_engine, oracle) -> None:
+    expected = oracle_rows(oracle, FETCH_SQL)
+    cur = default_engine.execute(FETCH_SQL)
+    assert list(cur) == expected
+    assert list(cur) == []
+
+
+def test_re_execute_resets_the_result(default_engine, oracle) -> None:
+    cur = default_engine.cursor()
+    cur.execute(FETCH_SQL)
+    cur.fetchmany(10)
+    cur.execute(FETCH_SQL)
+    assert cur.fetchall() == oracle_rows(oracle, FETCH_SQL)
+
+
+# ---- parameters ----------------------------------------------------------------------------
+
+
+PARAM_CASES = {
+    "int": ("SELECT sale_id, qty FROM sales WHERE cust_id = ?", [3]),
+    "str": ("SELECT sale_id FROM sales WHERE note = ?", ["gift"]),
+    "float": ("SELECT sale_id FROM sales WHERE amount > ?", [310.5]),
+    "decimal": ("SELECT sale_id, price FROM sales WHERE price > ?", [decimal.Decimal("498.75")]),
+    "date": ("SELECT sale_id FROM sales WHERE sold_date = ?", [dt.date(2020, 6, 1)]),
+    "datetime": ("SELECT cust_id FROM customers WHERE joined < ?", [dt.datetime(2019, 2, 1, 12, 0)]),
+    "none": ("SELECT count(sale_id) FROM sales WHERE note IS NOT DISTINCT FROM ?", [None]),
+    "select_list": ("SELECT ? AS i, ? AS s, ? AS d, ? AS dt, ? AS n", [7, "it's", decimal.Decimal("1.25"), dt.date(2021, 2, 3), None]),
+    "same_column_twice": ("SELECT sale_id FROM sales WHERE qty BETWEEN ? AND ?", [10, 12]),
+}
+
+
+@pytest.mark.parametrize("case", list(PARAM_CASES))
+def test_qmark_parameters_match_duckdb(default_engine, oracle, case: str) -> None:
+    sql, params = PARAM_CASES[case]
+    assert_same(default_engine, oracle, sql, params)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="placeholders are bound in breadth-first AST order, not in textual order: "
+    "qengine/planner/frontend.py bind() uses statement.find_all(exp.Placeholder, ...) which defaults to bfs=True, "
+    "so in 'a = ? AND b = ? AND c > ?' the values land on the wrong placeholders",
+)
+def test_qmark_parameters_bind_in_textual_order(default_engine, oracle) -> None:
+    sql = "SELECT sale_id FROM sales WHERE cust_id = ? AND note = ? AND amount > ? AND price > ? AND sold_date >= ?"
+    params = [1, "gift", 10.5, decimal.Decimal("20.00"), dt.date(2020, 6, 1)]
+    assert_same(default_engine, oracle, sql, params)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a Python float is bound as a numeric literal (repr), which DuckDB types as DECIMAL(2,1), "
+    "not DOUBLE as DuckDB binds a float parameter (qengine/planner/frontend.py literal(): exp.Literal.number(repr(value)))",
+)
+def test_float_parameter_is_a_double(default_engine, oracle) -> None:
+    sql = "SELECT ? AS x"
+    got = default_engine.execute(sql, [1.5]).description[0][1]
+    assert got == str(oracle.execute(sql, [1.5]).description[0][1]) == "DOUBLE"
+
+
+def test_parameter_values_round_trip(default_engine) -> None:
+    values = [42, "x'y", decimal.Decimal("-3.50"), dt.date(1999, 12, 31), dt.datetime(2001, 2, 3, 4, 5, 6), None, True]
+    sql = "SELECT " + ", ".join(f"? AS c{i}" for i in range(len(values)))
+    assert default_engine.execute(sql, values).fetchall() == [tuple(values)]
+
+
+@pytest.mark.parametrize(
+    ("sql", "params"),
+    [
+        ("SELECT ? AS a, ? AS b", [1]),
+        ("SELECT ? AS a", [1, 2]),
+        ("SELECT 1 AS a", [1]),
+        ("SELECT sale_id FROM sales WHERE qty = ?", []),
+    ],
+)
+def test_wrong_parameter_count(default_engine, sql: str, params: list) -> None:
+    with pytest.raises(qengine.ProgrammingError):
+        default_engine.execute(sql, params)
+
+
+def test_parameters_must_be_a_sequence(default_engine) -> None:
+    with pytest.raises(qengine.Error):
+        default_engine.execute("SELECT ? AS a", "1")
+    with pytest.raises(qengine.ProgrammingError):
+        default_engine.execute("SELECT ? AS a", [object()])
+
+
+# ---- session tables: CREATE TABLE, INSERT, executemany -------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="CREATE TABLE with a column list fails with InternalError: qengine/session.py _create() calls "
+    "MemorySource(name, _schema_of(target)) without the required uid argument",
+)
+def test_executemany_insert(default_engine) -> None:
+    name = unique("t_many")
+    rows = [(1, "a"), (2, "b"), (3, None), (4, "it's")]
+    with session_objects(default_engine, ("TABLE", name)):
+        cur = default_engine.cursor()
+        cur.execute(f"CREATE TABLE {name} (a INTEGER, b VARCHAR)")
+        assert cur.description is None
+        cur.executemany(f"INSERT INTO {name} VALUES (?, ?)", rows)
+        assert cur.rowcount == len(rows)
+        assert cur.description is None
+        cur.execute(f"SELECT a, b FROM {name} ORDER BY a")
+        assert cur.fetchall() == rows
+        assert [d[1] for d in cur.description] == ["INTEGER", "VARCHAR"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="reading a session table (CTAS / register / INSERT) fails: qengine/task.py TaskRunner._memory_split passes "
+    "split['worker'] (a worker index from catalog.MemorySource.splits) as a Flight address, so the worker dials "
+    "'0:' ('errors resolving 0::') and the query fails with a misleading OperationalError 'did the worker die?'",
+)
+def test_create_table_as_insert_select_and_column_list(default_engine, oracle) -> None:
+    name = unique("t_ctas")
+    base = "SELECT cust_id AS a, name AS b, city AS c FROM customers"
+    with session_objects(default_engine, ("TABLE", name)):
+        cur = default_engine.execute(f"CREATE TABLE {name} AS {base} WHERE cust_id < 10")
+        assert cur.description is None
+        assert cur.rowcount == 10
+        cur = default_engine.execute(f"INSERT INTO {name} SELECT cust_id, name, city FROM customers WHERE cust_id BETWEEN 100 AND 104")
+        assert cur.rowcount == 5
+        cur = default_engine.execute(f"INSERT INTO {name} (c, a) VALUES ('Rome', 1000), ('Nice', 1001)")
+        assert cur.rowcount == 2
+        cur = default_engine.execute(f"INSERT INTO {name} VALUES (?, ?, ?)", [2000, "p", None])
+        assert cur.rowcount == 1
+        got = default_engine.execute(f"SELECT a, b, c FROM {name} ORDER BY a").fetchall()
+        expected = oracle_rows(oracle, f"{base} WHERE cust_id < 10 OR cust_id BETWEEN 100 AND 104 ORDER BY a")
+        expected += [(1000, None, "Rome"), (1001, None, "Nice"), (2000, "p", None)]
+        assert got == expected
+        # the table joins like any other
+        got = default_engine.execute(
+            f"SELECT t.a, count(s.sale_id) AS n FROM {name} t JOIN sales s ON s.cust_id = t.a GROUP BY t.a ORDER BY t.a"
+        ).fetchall()
+        expected = oracle_rows(
+            oracle,
+            "SELECT c.cust_id, count(s.sale_id) AS n FROM customers c JOIN sales s ON s.cust_id = c.cust_id "
+            "WHERE c.cust_id < 10 OR c.cust_id BETWEEN 100 AND 104 GROUP BY c.cust_id ORDER BY c.cust_id",
+        )
+        assert got == expected
+
+
+def test_create_table_as_reports_rowcount(default_engine, oracle) -> None:
+    name = unique("t_rows")
+    sql = "SELECT sale_id, qty FROM sales WHERE qty > 95"
+    with session_objects(default_engine, ("TABLE", name)):
+        cur = default_engine.execute(f"CREATE TABLE {name} AS {sql}")
+        assert cur.description is None
+        assert cur.rowcount == len(oracle_rows(oracle, sql))
+        assert name in default_engine.tables()
+        with pytest.raises(qengine.ProgrammingError):
+            default_engine.execute(f"CREATE TABLE {name} AS {sql}")
+
+
+def test_insert_into_a_parquet_table_is_refused(default_engine) -> None:
+    with pytest.raises((qengine.NotSupportedError, qengine.ProgrammingError)):
+        default_engine.execute("INSERT INTO customers SELECT * FROM customers")
+
+
+# ---- views and DROP ------------------------------------------------------------------------
+
+
+def test_create_and_replace_view(default_engine, oracle) -> None:
+    name = unique("v")
+    with session_objects(default_engine, ("VIEW", name)):
+        cur = default_engine.execute(f"CREATE VIEW {name} AS SELECT cust_id, city FROM customers WHERE cust_id < 20")
+        assert cur.description is None and cur.rowcount == -1
+        assert name in default_engine.tables()
+        got = default_engine.execute(f"SELECT city, count(cust_id) FROM {name} GROUP BY city ORDER BY city").fetch_arrow_table()
+        sql = "SELECT city, count(cust_id) FROM customers WHERE cust_id < 20 GROUP BY city ORDER BY city"
+        same_table(got, oracle.execute(sql).to_arrow_table(), sql)
+        with pytest.raises(qengine.ProgrammingError):
+            default_engine.execute(f"CREATE VIEW {name} AS SELECT 1 AS x")
+        default_engine.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT cust_id, city FROM customers WHERE cust_id >= 490")
+        got = default_engine.execute(f"SELECT cust_id FROM {name} ORDER BY cust_id").fetchall()
+        assert got == oracle_rows(oracle, "SELECT cust_id FROM customers WHERE cust_id >= 490 ORDER BY cust_id")
+
+
+def test_view_over_a_join_is_joined_again(default_engine, oracle) -> None:
+    name = unique("v_join")
+    body = "SELECT s.sale_id, s.item_id, c.city FROM sales s JOIN customers c ON s.cust_id = c.cust_id"
+    with session_objects(default_engine, ("VIEW", name)):
+        default_engine.execute(f"CREATE VIEW {name} AS {body}")
+        sql = f"SELECT v.city, i.category, count(v.sale_id) AS n FROM {name} v JOIN items i ON v.item_id = i.item_id GROUP BY 1, 2"
+        got = default_engine.execute(sql).fetch_arrow_table()
+        ref = f"SELECT v.city, i.category, count(v.sale_id) AS n FROM ({body}) v JOIN items i ON v.item_id = i.item_id GROUP BY 1, 2"
+        same_table(got, oracle.execute(ref).to_arrow_table())
+
+
+def test_view_on_unknown_table_is_refused(default_engine) -> None:
+    name = unique("v_bad")
+    with session_objects(default_engine, ("VIEW", name)), pytest.raises(qengine.ProgrammingError):
+        default_engine.execute(f"CREATE VIEW {name} AS SELECT * FROM no_such_table_xyz")
+    assert name not in default_engine.tables()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="every DROP raises InternalError \"'NoneType' object has no attribute 'name'\": qengine/session.py _drop() "
+    "reads st.this, but sqlglot 30 puts the dropped names in Drop.args['tables']",
+)
+def test_drop_view_and_table(default_engine) -> None:
+    view, table = unique("v_drop"), unique("t_drop")
+    with session_objects(default_engine, ("VIEW", view), ("TABLE", table)):
+        default_engine.execute(f"CREATE VIEW {view} AS SELECT cust_id FROM customers")
+        default_engine.execute(f"CREATE TABLE {table} AS SELECT cust_id FROM customers WHERE cust_id < 3")
+        assert {view, table} <= set(default_engine.tables())
+        cur = default_engine.execute(f"DROP VIEW {view}")
+        assert cur.description is None and cur.rowcount == -1
+        default_engine.execute(f"DROP TABLE {table}")
+        assert view not in default_engine.tables() and table not in default_engine.tables()
+        with pytest.raises(qengine.ProgrammingError):
+            default_engine.execute(f"SELECT * FROM {view}")
+        with pytest.raises(qengine.ProgrammingError):
+            default_engine.execute(f"SELECT * FROM {table}")
+        default_engine.execute(f"DROP TABLE IF EXISTS {table}")
+        default_engine.execute(f"DROP VIEW IF EXISTS {view}")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="DROP TABLE of a missing table raises InternalError (AttributeError on st.this) instead of "
+    "ProgrammingError: qengine/session.py _drop() uses st.this, sqlglot 30 keeps names in Drop.args['tables']",
+)
+def test_drop_missing_table(default_engine) -> None:
+    name = unique("t_missing")
+    with pytest.raises(qengine.ProgrammingError) as info:
+        default_engine.execute(f"DROP TABLE {name}")
+    assert name in str(info.value)
+    with pytest.raises(qengine.ProgrammingError):
+        default_engine.execute(f"DROP VIEW {name}")
+    assert default_engine.execute(f"DROP TABLE IF EXISTS {name}").rowcount == -1
+    assert default_engine.execute(f"DROP VIEW IF EXISTS {name}").description is None
+
+
+# ---- Arrow and pandas ----------------------------------------------------------------------
+
+
+def test_fetch_arrow_table_matches_fetchall(default_engine, oracle) -> None:
+    sql = "SELECT sale_id, price, sold_date, note FROM sales WHERE sale_id % 97 = 0 ORDER BY sale_id"
+    cur = default_engine.execute(sql)
+    table = cur.fetch_arrow_table()
+    assert isinstance(table, pa.Table)
+    assert table.column_names == ["sale_id", "price", "sold_date", "note"]
+    rows = [tuple(r.values()) for r in table.to_pylist()]
+    assert rows == cur.fetchall()
+    assert rows == oracle_rows(oracle, sql)
+    # the Arrow table is the whole result whatever was fetched before
+    assert cur.fetch_arrow_table().num_rows == len(rows)
+
+
+def test_fetchdf(default_engine, oracle) -> None:
+    sql = "SELECT sale_id, qty, amount, note FROM sales WHERE sale_id < 200 ORDER BY sale_id"
+    df = default_engine.execute(sql).fetchdf()
+    assert isinstance(df, pd.DataFrame)
+    expected = oracle.execute(sql).to_arrow_table().to_pandas()
+    assert list(df.columns) == list(expected.columns)
+    pd.testing.assert_frame_equal(df, expected, check_dtype=False)
+
+
+def test_sql_shortcut_returns_arrow(default_engine, oracle) -> None:
+    sql = "SELECT city, count(cust_id) AS n FROM customers GROUP BY city"
+    got = default_engine.sql(sql)
+    assert isinstance(got, pa.Table)
+    same_table(got, oracle.execute(sql).to_arrow_table(), sql)
+
+
+# ---- context managers, close, transactions -------------------------------------------------
+
+
+def test_cursor_context_manager(default_engine) -> None:
+    with default_engine.cursor() as cur:
+        cur.execute("SELECT 1 AS x")
+        assert cur.fetchall() == [(1,)]
+    with pytest.raises(qengine.InterfaceError):
+        cur.execute("SELECT 1 AS x")
+    with pytest.raises(qengine.InterfaceError):
+        cur.fetchall()
+    with pytest.raises(qengine.InterfaceError):
+        cur.fetchone()
+    # the connection itself is still usable
+    assert default_engine.execute("SELECT 2 AS y").fetchall() == [(2,)]
+
+
+def test_closed_cursor_raises_interface_error(default_engine) -> None:
+    cur = default_engine.cursor()
+    cur.execute("SELECT 1 AS x")
+    cur.close()
+    cur.close()  # closing twice is fine
+    for call in (lambda: cur.execute("SELECT 1 AS x"), cur.fetchone, cur.fetchall, lambda: cur.fetchmany(2),
+                 cur.fetch_arrow_table, lambda: cur.executemany("SELECT ? AS x", [[1]])):
+        with pytest.raises(qengine.InterfaceError):
+            call()
+
+
+def test_connection_context_manager_and_closed_connection(data_paths) -> None:
+    with qengine.connect(workers=1) as con:
+        con.register_parquet("customers", data_paths["customers"])
+        cur = con.cursor()
+        assert con.execute("SELECT count(cust_id) FROM customers").fetchone() == (500,)
+        cluster = con._cluster
+    assert all(not w.alive() for w in cluster.workers)
+    with pytest.raises(qengine.InterfaceError):
+        con.cursor()
+    with pytest.raises(qengine.InterfaceError):
+        con.execute("SELECT 1 AS x")
+    with pytest.raises(qengine.InterfaceError):
+        cur.execute("SELECT 1 AS x")
+    with pytest.raises(qengine.InterfaceError):
+        con.commit()
+    with pytest.raises(qengine.InterfaceError):
+        con.register_parquet("c2", data_paths["customers"])
+    con.close()  # closing twice is fine
+
+
+def test_connection_context_manager_closes_when_the_body_raises() -> None:
+    with pytest.raises(ZeroDivisionError), qengine.connect(workers=1) as con:
+        cluster = con._cluster
+        _ = 1 / 0
+    assert all(not w.alive() for w in cluster.workers)
+    with pytest.raises(qengine.InterfaceError):
+        con.cursor()
+
+
+def test_commit_and_rollback(default_engine) -> None:
+    assert default_engine.commit() is None
+    with pytest.raises(qengine.NotSupportedError):
+        default_engine.rollback()
+    # still usable afterwards
+    assert default_engine.execute("SELECT 3 AS z").fetchall() == [(3,)]
+
+
+def test_setinputsizes_and_setoutputsize_are_accepted(default_engine) -> None:
+    cur = default_engine.cursor()
+    cur.setinputsizes([None])
+    cur.setoutputsize(10)
+    cur.setoutputsize(10, 0)
+
+
+# ---- registering data ----------------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="queries over registered in-memory tables fail: qengine/task.py TaskRunner._memory_split uses the worker "
+    "index in the split as a Flight address ('errors resolving 0::'), raised as OperationalError",
+)
+def test_register_pandas_dataframe_and_join_with_parquet(default_engine, oracle) -> None:
+    name = unique("df")
+    frame = pd.DataFrame({"cust_id": [1, 2, 3, 5, 8, 13, 999], "tag": ["a", "b", None, "d", "e", "f", "g"]})
+    default_engine.register(name, frame)
+    oracle.register(name, frame)
+    try:
+        assert name in default_engine.tables()
+        sql = f"SELECT t.tag, c.name, c.city FROM {name} t JOIN customers c ON t.cust_id = c.cust_id ORDER BY c.name"
+        assert_same(default_engine, oracle, sql)
+        sql = f"SELECT t.tag, count(s.sale_id) AS n FROM {name} t LEFT JOIN sales s ON s.cust_id = t.cust_id GROUP BY t.tag"
+        assert_same(default_engine, oracle, sql)
+    finally:
+        oracle.unregister(name)
+        drop_quietly(default_engine, "TABLE", name)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="queries over registered Arrow tables fail: qengine/task.py TaskRunner._memory_split uses the worker "
+    "index in the split as a Flight address ('errors resolving 0::'), raised as OperationalError",
+)
+def test_register_arrow_table_and_join_with_parquet(default_engine, oracle) -> None:
+    name = unique("arrow")
+    table = pa.table({"item_id": pa.array(range(0, 300, 7), pa.int64()), "weight": [float(i) / 3 for i in range(0, 300, 7)]})
+    default_engine.register(name, table)
+    oracle.register(name, table)
+    try:
+        assert default_engine.execute(f"SELECT count(item_id) FROM {name}").fetchone() == (table.num_rows,)
+        sql = f"SELECT i.category, sum(w.weight) AS w, count(s.sale_id) AS n FROM {name} w JOIN items i ON w.item_id = i.item_id JOIN sales s ON s.item_id = i.item_id GROUP BY i.category"
+        assert_same(default_engine, oracle, sql)
+    finally:
+        oracle.unregister(name)
+        drop_quietly(default_engine, "TABLE", name)
+
+
+def test_register_rejects_other_objects(default_engine) -> None:
+    with pytest.raises(qengine.InterfaceError):
+        default_engine.register(unique("bad"), [(1, 2)])
+
+
+def test_register_csv(default_engine, oracle, tmp_path) -> None:
+    path = tmp_path / "cities.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["city", "country", "population"])
+        writer.writerows([["Oslo", "Norway", 709000], ["Lima", "Peru", 10000000], ["Pune", "India", 3100000], ["Kyiv", "Ukraine", 2950000]])
+    name = unique("cities")
+    default_engine.register_csv(name, str(path))
+    try:
+        assert name in default_engine.tables()
+        sql = f"SELECT c.city, t.country, t.population, count(c.cust_id) AS n FROM customers c JOIN {name} t ON c.city = t.city GROUP BY c.city, t.country, t.population"
+        got = default_engine.execute(sql).fetch_arrow_table()
+        ref = sql.replace(name, f"read_csv('{path}')")
+        same_table(got, oracle.execute(ref).to_arrow_table())
+        assert got.num_rows == 4
+    finally:
+        drop_quietly(default_engine, "TABLE", name)
+
+
+def test_read_parquet_in_from(default_engine, oracle, data_paths) -> None:
+    directory = data_paths["sales"]
+    sql = f"SELECT store_id, count(sale_id) AS n, sum(qty) AS q FROM read_parquet('{directory}/*.parquet') GROUP BY store_id"
+    got = default_engine.execute(sql).fetch_arrow_table()
+    same_table(got, oracle.execute(sql).to_arrow_table())
+    sql = f"SELECT c.city, count(s.sale_id) AS n FROM read_parquet('{directory}/*.parquet') s JOIN customers c ON s.cust_id = c.cust_id GROUP BY c.city"
+    same_table(default_engine.execute(sql).fetch_arrow_table(), oracle.execute(sql).to_arrow_table())
+
+
+def test_count_star(default_engine, oracle, data_paths) -> None:
+    """count(*) reads no column at all; it must still count the rows."""
+    assert_same(default_engine, oracle, "SELECT count(*) FROM sales")
+    sql = f"SELECT count(*) FROM read_parquet('{data_paths['items']}/*.parquet')"
+    assert_same(default_engine, oracle, sql)
+
+
+def test_tables(default_engine) -> None:
+    tables = default_engine.tables()
+    assert {"sales", "customers", "items"} <= set(tables)
+    assert tables == sorted(tables)
+    assert not any(t.startswith("__") for t in tables)  # read_parquet() scans are not listed
+    name = unique("v_tables")
+    with session_objects(default_engine, ("VIEW", name)):
+        default_engine.execute(f"CREATE VIEW {name} AS SELECT 1 AS one")
+        assert name in default_engine.tables()
