@@ -103,6 +103,14 @@ QUERIES = {
         "SELECT s.sale_id FROM sales s WHERE s.amount > "
         "(SELECT 2 * avg(t.amount) FROM sales t WHERE t.store_id = s.store_id)"
     ),
+    "correlated_count_with_or": (
+        "SELECT c.cust_id FROM customers c WHERE "
+        "(SELECT count(*) FROM sales s WHERE s.cust_id = c.cust_id AND (s.qty > 97 OR s.note = 'gift')) = 0"
+    ),
+    "correlated_sum_with_or": (
+        "SELECT c.cust_id, c.name FROM customers c WHERE c.cust_id < 200 AND "
+        "(SELECT sum(s.amount) FROM sales s WHERE s.cust_id = c.cust_id AND (s.qty > 90 OR s.qty < 5)) > 300"
+    ),
     "derived_table": "SELECT t.c, count(*) FROM (SELECT cust_id % 5 AS c, qty FROM sales WHERE qty > 10) t GROUP BY t.c",
     "cte": (
         "WITH big AS (SELECT cust_id, sum(amount) AS total FROM sales GROUP BY cust_id), "

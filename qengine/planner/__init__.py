@@ -8,6 +8,7 @@ import sqlglot.expressions as exp
 
 from qengine.catalog import Catalog
 from qengine.planner.builder import Builder
+from qengine.planner.decorrelate import decorrelate
 from qengine.planner.frontend import optimize_query
 from qengine.planner.logical import Scan, walk
 from qengine.planner.physical import PhysicalPlanner
@@ -25,7 +26,7 @@ class PlanOptions:
 
 def plan_query(query: exp.Expression, catalog: Catalog, options: PlanOptions) -> StagePlan:
     """Plan a query (already bound and with views expanded) into a stage DAG."""
-    optimized = optimize_query(query, catalog, options.dialect)
+    optimized = decorrelate(optimize_query(query, catalog, options.dialect))
     builder = Builder(catalog)
     rel = builder.build(optimized)
     for node in walk(rel.node):

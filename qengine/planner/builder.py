@@ -422,7 +422,7 @@ class Builder:
             cond = and_all([self.rewrite(c, scopes, what="WHERE") for c in where])
             node = self._finish(Filter(node, cond))
 
-        outputs = [e.unalias() for e in select.expressions]
+        outputs = [_unparen(e.unalias()) for e in select.expressions]
         display = [e.alias_or_name for e in select.expressions]
         order = select.args.get("order")
         order_exprs = [self._order_target(o.this, select.expressions) for o in order.expressions] if order else []
@@ -628,6 +628,12 @@ class Builder:
         names = [self.names.new() for _ in range(width)]
         node = self._finish(Values(exp.Values(expressions=[r.copy() for r in rows]), names))
         return Rel(node, display)
+
+
+def _unparen(e: exp.Expression) -> exp.Expression:
+    while isinstance(e, exp.Paren):
+        e = e.this
+    return e
 
 
 def _equi_sides(c: _Conjunct, left: frozenset[str], right: frozenset[str]) -> tuple[exp.Expression, exp.Expression] | None:

@@ -1,0 +1,106 @@
+"""TPC-H (22 queries) and TPC-DS (99 queries) at scale factor 0.01, checked against DuckDB.
+
+Data and query texts come from DuckDB's tpch/tpcds extensions (the pinned wheels, loaded from
+their files, no network). Each query runs on a 2-worker cluster with default settings and with
+broadcast joins off, so every join also takes the shuffle path.
+"""
+
+from __future__ import annotations
+
+import os
+
+import duckdb
+import pytest
+
+import qengine
+from qengine.compare import compare
+from tpcds import extension as tpcds_extension
+from tpcds.gen import generate
+
+SF = 0.01
+
+
+def _tpch_extension() -> str:
+    import glob
+
+    duckdb_extension_tpch = pytest.importorskip("duckdb_extension_tpch")
+    base = os.path.dirname(duckdb_extension_tpch.__file__)
+    return glob.glob(os.path.join(base, "extensions", f"v{duckdb.__version__}", "*.duckdb_extension"))[0]
+
+
+@pytest.fixture(scope="module")
+def tpch(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[int, str]]:
+    root = str(tmp_path_factory.mktemp("tpch"))
+    con = duckdb.connect()
+    con.execute(f"LOAD '{_tpch_extension()}'")
+    con.execute(f"CALL dbgen(sf={SF})")
+    for (table,) in con.execute("SHOW TABLES").fetchall():
+        os.makedirs(os.path.join(root, table))
+        con.execute(f"COPY {table} TO '{root}/{table}/part-0.parquet' (FORMAT parquet, ROW_GROUP_SIZE 10000)")
+    queries = dict(con.execute("SELECT query_nr, query FROM tpch_queries()").fetchall())
+    con.close()
+    return root, queries
+
+
+@pytest.fixture(scope="module")
+def tpcds(tmp_path_factory: pytest.TempPathFactory) -> str:
+    root = str(tmp_path_factory.mktemp("tpcds"))
+    generate(SF, root, force=True)
+    return root
+
+
+def _oracle(root: str) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    for table in os.listdir(root):
+        con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{root}/{table}/*.parquet')")
+    return con
+
+
+def _cluster(root: str, mode: str):
+    options = {"broadcast_threshold": 0} if mode == "shuffle" else {}
+    con = qengine.connect(workers=2, split_size="256KB", **options)
+    for table in os.listdir(root):
+        con.register_parquet(table, os.path.join(root, table))
+    return con
+
+
+@pytest.fixture(scope="module", params=["default", "shuffle"])
+def tpch_engine(request: pytest.FixtureRequest, tpch):
+    con = _cluster(tpch[0], request.param)
+    yield con
+    con.close()
+
+
+@pytest.fixture(scope="module", params=["default", "shuffle"])
+def tpcds_engine(request: pytest.FixtureRequest, tpcds):
+    con = _cluster(tpcds, request.param)
+    yield con
+    con.close()
+
+
+@pytest.fixture(scope="module")
+def tpch_oracle(tpch):
+    con = _oracle(tpch[0])
+    yield con
+    con.close()
+
+
+@pytest.fixture(scope="module")
+def tpcds_oracle(tpcds):
+    con = _oracle(tpcds)
+    yield con
+    con.close()
+
+
+@pytest.mark.parametrize("number", range(1, 23))
+def test_tpch_query(tpch, tpch_engine, tpch_oracle, number: int) -> None:
+    sql = tpch[1][number]
+    verdict = compare(tpch_engine.execute(sql).fetch_arrow_table(), tpch_oracle.execute(sql).to_arrow_table(), sql)
+    assert verdict.ok, f"TPC-H q{number}: {verdict.message}"
+
+
+@pytest.mark.parametrize("number", range(1, 100))
+def test_tpcds_query(tpcds_engine, tpcds_oracle, number: int) -> None:
+    sql = tpcds_extension.queries()[number]
+    verdict = compare(tpcds_engine.execute(sql).fetch_arrow_table(), tpcds_oracle.execute(sql).to_arrow_table(), sql)
+    assert verdict.ok, f"TPC-DS q{number}: {verdict.message}"
