@@ -313,7 +313,8 @@ def test_parameters_must_be_a_sequence(default_engine) -> None:
 @pytest.mark.xfail(
     strict=True,
     reason="CREATE TABLE with a column list fails with InternalError: qengine/session.py _create() calls "
-    "MemorySource(name, _schema_of(target)) without the required uid argument",
+    "MemorySource(name, _schema_of(target)) without the required uid argument (and reading the table back "
+    "hits the TaskRunner._memory_split address bug, see test_create_table_as_insert_select_and_column_list)",
 )
 def test_executemany_insert(default_engine) -> None:
     name = unique("t_many")
@@ -328,6 +329,21 @@ def test_executemany_insert(default_engine) -> None:
         cur.execute(f"SELECT a, b FROM {name} ORDER BY a")
         assert cur.fetchall() == rows
         assert [d[1] for d in cur.description] == ["INTEGER", "VARCHAR"]
+
+
+def test_executemany_rowcount_on_a_ctas_table(default_engine) -> None:
+    name = unique("t_many_ctas")
+    with session_objects(default_engine, ("TABLE", name)):
+        cur = default_engine.cursor()
+        cur.execute(f"CREATE TABLE {name} AS SELECT cust_id AS a, name AS b FROM customers WHERE cust_id < 0")
+        assert cur.rowcount == 0
+        cur.executemany(f"INSERT INTO {name} VALUES (?, ?)", [(1, "x"), (2, None), (3, "z")])
+        assert cur.rowcount == 3
+        assert cur.description is None
+        cur.executemany(f"INSERT INTO {name} (b) VALUES (?)", [("only b",)])
+        assert cur.rowcount == 1
+        with pytest.raises(qengine.ProgrammingError):
+            cur.executemany(f"INSERT INTO {name} VALUES (?, ?)", [(1,)])
 
 
 @pytest.mark.xfail(

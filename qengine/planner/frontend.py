@@ -21,12 +21,12 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.optimizer import RULES, optimize
 from sqlglot.optimizer.simplify import simplify
 
+from qengine.catalog import Catalog, CsvSource, ParquetSource
+from qengine.errors import NotSupportedError, ProgrammingError
+
 # sqlglot's simplify folds constants with its own typing (DATE + INTERVAL becomes a DATE where
 # DuckDB returns a TIMESTAMP), so it is left out: DuckDB folds constants itself, with its types.
 _RULES = tuple(rule for rule in RULES if rule is not simplify)
-
-from qengine.catalog import Catalog, CsvSource, ParquetSource
-from qengine.errors import NotSupportedError, ProgrammingError
 
 _TABLE_FUNCTIONS = {"read_parquet": "parquet", "parquet_scan": "parquet", "read_csv": "csv", "read_csv_auto": "csv"}
 _counter = itertools.count()
