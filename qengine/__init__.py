@@ -71,17 +71,17 @@ def connect(
     *,
     workers: int = 2,
     dialect: str = "duckdb",
-    broadcast_threshold: int | str = 32 << 20,
+    broadcast_threshold: int | str = 10 << 20,
     partitions: int | None = None,
     slots: int = 2,
-    split_size: int | str = 16 << 20,
+    split_size: int | str = 64 << 20,
     allowed_roots: list[str] | None = None,
 ) -> Any:
     """Open a connection. With no ``target`` it starts a local cluster of ``workers`` processes.
 
     ``broadcast_threshold`` (bytes; 0 turns broadcast joins off) and ``partitions`` (reducers
     per shuffle, default 2 per worker) steer the planner; ``split_size`` is the uncompressed bytes
-    one scan task reads (default 16MB); ``slots`` the tasks a worker runs at once; ``allowed_roots`` confines which
+    one scan task reads (default 64MB); ``slots`` the tasks a worker runs at once; ``allowed_roots`` confines which
     directories tables may be read from.
     """
     from sqlglot.dialects.dialect import Dialect

@@ -23,7 +23,15 @@ from qengine.types import type_code
 from qengine.wire import schema_to_hex
 
 # By default a scan task covers about this many uncompressed bytes.
-DEFAULT_SPLIT_BYTES = 16 << 20
+DEFAULT_SPLIT_BYTES = 64 << 20
+
+
+def arrow_width(t: pa.DataType) -> float:
+    """Bytes one value takes in an Arrow array: the fixed width, or a guess for strings."""
+    try:
+        return max(1.0, t.bit_width / 8)
+    except ValueError:
+        return 24.0
 
 
 class Source:
@@ -91,7 +99,8 @@ class ParquetSource(Source):
         return self._rows
 
     def column_width(self, column: str) -> float:
-        return max(1.0, self._widths.get(column, 8.0))
+        # Parquet sizes are of encoded pages (dictionaries, RLE), far below Arrow's in memory.
+        return max(arrow_width(self.schema.field(column).type), self._widths.get(column, 8.0))
 
     def splits(self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[dict]:
         total = sum(rg.bytes for rg in self.row_groups)

@@ -60,7 +60,7 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=2, help="worker processes of the local cluster (default 2)")
     parser.add_argument("--partitions", type=int, default=None, help="reduce partitions per shuffle (default 2 per worker)")
     parser.add_argument(
-        "--broadcast-threshold", default=32 << 20, help="max estimated bytes of a broadcast join side; 0 turns broadcast off"
+        "--broadcast-threshold", default=10 << 20, help="max estimated bytes of a broadcast join side; 0 turns broadcast off"
     )
     parser.add_argument("--dialect", default="duckdb", help="SQL dialect of the input (default duckdb)")
 

@@ -165,7 +165,7 @@ class _QueryRun:
         self.runs: list[_StageRun] = []
         for stage in plan.stages:
             splits = stage.scan.source.splits(self.workers, coordinator.options.split_bytes) if stage.scan is not None else None
-            tasks = plan.task_count(stage, len(splits) if splits is not None else None)
+            tasks = plan.task_count(stage, len(splits) if splits is not None else None, lambda sid: self.runs[sid].tasks)
             kind = stage.output.kind if stage.output is not None else (output or {}).get("kind", "result")
             self.runs.append(_StageRun(stage, tasks, splits, StageStats(stage.id, kind, tasks)))
         self.total_tasks = sum(r.tasks for r in self.runs)
@@ -176,6 +176,9 @@ class _QueryRun:
     def _place(self, run: _StageRun, index: int) -> int:
         if run.splits is not None and run.splits[index].get("kind") == "memory" and run.splits[index].get("worker") is not None:
             return int(run.splits[index]["worker"])
+        shared = [r for r in run.stage.reads if r.kind == "materialized"]
+        if shared:  # read the shared producer's partition where it lives
+            return self.runs[shared[0].shuffle_id].placement[index]
         if run.tasks == 1:
             return run.stage.id % self.workers
         return index % self.workers
@@ -217,7 +220,9 @@ class _QueryRun:
                     "kind": "shuffle",
                     "key": f"{self.query_id}/{read.shuffle_id}",
                     "partition": 0 if read.kind in ("broadcast", "single") else index,
-                    "sources": [self.addresses[w] for w in sorted(source.holders)],
+                    "sources": [self.addresses[source.placement[index]]]
+                    if read.kind == "materialized"
+                    else [self.addresses[w] for w in sorted(source.holders)],
                     "schema": source.schema,
                 }
             )

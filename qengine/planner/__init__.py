@@ -21,7 +21,7 @@ class PlanOptions:
 
     dialect: str = "duckdb"
     partitions: int = 4
-    broadcast_threshold: int = 32 << 20
+    broadcast_threshold: int = 10 << 20
 
 
 def plan_query(query: exp.Expression, catalog: Catalog, options: PlanOptions) -> StagePlan:

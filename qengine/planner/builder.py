@@ -32,6 +32,7 @@ from qengine.planner.logical import (
     Project,
     Scan,
     SetOp,
+    SharedScan,
     Sort,
     Values,
     Window,
@@ -147,6 +148,8 @@ class Builder:
         self._ctes: list[dict[str, exp.Expression]] = [{}]
         self._subquery_ids = itertools.count()
         self._pending_subqueries: dict[str, Node] = {}
+        self._cte_refs: dict[int, int] = {}
+        self._shared: dict[int, Rel] = {}
 
     # ---- entry points ------------------------------------------------------------------
 
@@ -158,7 +161,11 @@ class Builder:
                 raise NotSupportedError("WITH RECURSIVE is not supported")
             self._ctes.append(dict(self._ctes[-1]))
             for cte in with_.expressions:
-                self._ctes[-1][cte.alias_or_name.lower()] = cte.this
+                name = cte.alias_or_name.lower()
+                self._ctes[-1][name] = cte.this
+                self._cte_refs[id(cte.this)] = sum(
+                    1 for t in query.find_all(exp.Table) if t.name.lower() == name and not t.args.get("db")
+                )
             try:
                 return self._build_body(query)
             finally:
@@ -276,7 +283,7 @@ class Builder:
                 raise NotSupportedError(f"table function {item.this.sql()} is not supported")
             cte = self._ctes[-1].get(item.name.lower())
             if cte is not None and not item.args.get("db"):
-                rel = self.build(cte)
+                rel = self._cte(cte)
             else:
                 source: Source = self.catalog.table(item.name)
                 scan = Scan(source, {})
@@ -295,6 +302,19 @@ class Builder:
         for display, internal in zip(names, rel.node.columns, strict=True):
             fixed.setdefault(display.lower(), internal)
         return rel.node, SourceScope(alias, rel.node, fixed=fixed)
+
+    def _cte(self, cte: exp.Expression) -> Rel:
+        """Plan a CTE reference: inline if used once, else read one shared, computed-once plan."""
+        if self._cte_refs.get(id(cte), 1) < 2:
+            return self.build(cte)
+        producer = self._shared.get(id(cte))
+        if producer is None:
+            producer = self._shared[id(cte)] = self.build(cte)
+        column_map = {}
+        for c in producer.node.columns:
+            column_map[c] = self.names.new()
+            self.widths[column_map[c]] = self.widths.get(c, 8.0)
+        return Rel(self._finish(SharedScan(producer.node, column_map)), producer.names)
 
     def _from(self, select: exp.Select) -> tuple[Node, dict[str, SourceScope], list[exp.Expression]]:
         """Plan FROM/JOIN/WHERE; returns the node, the scopes and WHERE conjuncts left to apply."""

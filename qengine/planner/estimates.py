@@ -42,6 +42,8 @@ def rows(node: lp.Node) -> float:
     """Estimated output rows of ``node`` given its children's estimates."""
     if isinstance(node, lp.Scan):
         return float(max(1, node.source.rows))
+    if isinstance(node, lp.SharedScan):
+        return node.producer.est_rows
     if isinstance(node, lp.Values):
         return float(len(node.rows.expressions))
     if isinstance(node, lp.Filter):

@@ -61,9 +61,12 @@ def _tree(node: lp.Node, depth: int, out: list[str]) -> None:
 def explain_lines(plan: StagePlan, workers: int, split_bytes: int, stats: QueryStats | None = None) -> list[str]:
     """The stage DAG, result stage first; with ``stats`` (EXPLAIN ANALYZE) rows, bytes and times."""
     lines: list[str] = []
-    for stage in reversed(plan.stages):
+    counts: dict[int, int] = {}
+    for stage in plan.stages:
         splits = len(stage.scan.source.splits(workers, split_bytes)) if stage.scan is not None else None
-        tasks = plan.task_count(stage, splits)
+        counts[stage.id] = plan.task_count(stage, splits, counts.__getitem__)
+    for stage in reversed(plan.stages):
+        tasks = counts[stage.id]
         ex = stage.output
         if ex is None:
             target = "result"
@@ -71,6 +74,8 @@ def explain_lines(plan: StagePlan, workers: int, split_bytes: int, stats: QueryS
             target = f"hash exchange on ({', '.join(ex.keys)}) into {ex.partitions} partitions"
         elif ex.kind == "range":
             target = f"range exchange on ({', '.join(_sql(o) for o in ex.order)}) into {ex.partitions} partitions"
+        elif ex.kind == "materialize":
+            target = "materialized for its readers (computed once)"
         elif ex.kind == "broadcast":
             target = "broadcast exchange to every reading task"
         else:

@@ -71,6 +71,21 @@ class Scan(Node):
 
 
 @dataclass(eq=False)
+class SharedScan(Node):
+    """Reads the output of a plan computed once for several readers (a CTE used twice or more).
+
+    ``column_map`` maps the producer's columns to this reader's own internal names.
+    """
+
+    producer: Node
+    column_map: dict[str, str]
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.column_map.values())
+
+
+@dataclass(eq=False)
 class Values(Node):
     """Inline rows (VALUES, or the single empty row of a FROM-less SELECT)."""
 
@@ -218,7 +233,8 @@ class SetOp(Node):
 
 @dataclass(eq=False)
 class Exchange(Unary):
-    """Repartitions its child. ``kind``: hash, range, single, broadcast or roundrobin.
+    """Repartitions its child. ``kind``: hash, range, single, broadcast, roundrobin, or
+    materialize (keep each task's output as its own partition, for shared readers).
 
     ``keys`` are child columns for hash; ``order`` the sort keys for range (the first one drives
     partitioning, the bounds come from a sample). ``partitions`` is the reducer count.
@@ -239,10 +255,11 @@ class ExchangeRead(Node):
     kind: str
     names: list[str]
     table: str
+    aliases: list[str] | None = None
 
     @property
     def columns(self) -> list[str]:
-        return self.names
+        return self.aliases or self.names
 
 
 def walk(node: Node):

@@ -54,6 +54,7 @@ class PhysicalPlanner:
         self.broadcast_threshold = broadcast_threshold
         self.widths = widths
         self.names = names
+        self._producers: dict[int, tuple[Exchange, Dist]] = {}
 
     def plan(self, node: lp.Node) -> tuple[lp.Node, Dist]:
         for name, sub in list(node.subqueries.items()):
@@ -87,6 +88,20 @@ class PhysicalPlanner:
 
     def _scan(self, node: lp.Scan) -> tuple[lp.Node, Dist]:
         return node, Dist("any")
+
+    def _sharedscan(self, node: lp.SharedScan) -> tuple[lp.Node, Dist]:
+        """Plan the shared producer once; readers keep its partitioning under their own names."""
+        key = id(node.producer)
+        if key not in self._producers:
+            planned, dist = self.plan(node.producer)
+            ex = Exchange(planned, "materialize", max(1, dist.partitions))
+            ex.est_rows = planned.est_rows
+            self._producers[key] = (ex, dist)
+        ex, dist = self._producers[key]
+        node.producer = ex
+        if dist.kind == "hash":
+            return node, Dist("hash", tuple(node.column_map[k] for k in dist.keys), dist.partitions)
+        return node, Dist(dist.kind if dist.kind == "single" else "any", (), dist.partitions)
 
     def _values(self, node: lp.Values) -> tuple[lp.Node, Dist]:
         return node, SINGLE

@@ -30,6 +30,9 @@ def _render(node: lp.Node) -> exp.Query:
     if isinstance(node, lp.Scan):
         return exp.select(*[col(c) for c in node.columns] or ["*"]).from_(SCAN_TABLE)
     if isinstance(node, lp.ExchangeRead):
+        if node.aliases:
+            cols = [col(n).as_(a, quoted=False) for n, a in zip(node.names, node.aliases, strict=True)]
+            return exp.select(*cols).from_(exp.to_identifier(node.table))
         return exp.select("*").from_(exp.to_identifier(node.table))
     if isinstance(node, lp.Values):
         alias = exp.TableAlias(this=exp.to_identifier("v"), columns=[exp.to_identifier(n) for n in node.names])

@@ -7,6 +7,7 @@ applied to each partition of its input: a scan split, or a reducer's share of it
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from qengine.errors import InternalError
@@ -40,11 +41,15 @@ class StagePlan:
     def result(self) -> Stage:
         return self.stages[-1]
 
-    def task_count(self, stage: Stage, splits: int | None) -> int:
-        """Tasks of a stage: one per scan split, or one per partition of its input shuffles."""
+    def task_count(self, stage: Stage, splits: int | None, tasks_of: Callable[[int], int]) -> int:
+        """Tasks of a stage: one per scan split, one per partition of its input shuffles, or one
+        per task of the shared producer it reads (``tasks_of`` gives earlier stages' counts)."""
         if stage.scan is not None:
             return max(1, splits or 0)
-        counts = {self.stages[r.shuffle_id].output.partitions for r in stage.partitioned_reads}
+        counts = {
+            tasks_of(r.shuffle_id) if r.kind == "materialized" else self.stages[r.shuffle_id].output.partitions
+            for r in stage.partitioned_reads
+        }
         if len(counts) > 1:
             raise InternalError(f"stage {stage.id} reads shuffles with different partition counts {counts}")
         return counts.pop() if counts else 1
@@ -53,6 +58,19 @@ class StagePlan:
 def cut(root: lp.Node, names: list[str]) -> StagePlan:
     """Split the plan into stages; stage ids are in dependency order, the result stage last."""
     stages: list[Stage] = []
+    produced: dict[int, int] = {}
+
+    def shared_read(node: lp.SharedScan) -> lp.ExchangeRead:
+        ex = node.producer
+        assert isinstance(ex, lp.Exchange)
+        if id(ex) not in produced:
+            produced[id(ex)] = make_stage(ex.child, ex)
+            ex.shuffle_id = produced[id(ex)]
+        sid = produced[id(ex)]
+        names = list(node.column_map)
+        read = lp.ExchangeRead(sid, "materialized", names, f"m{sid}_{len(stages)}_{id(node) % 10**6}", list(node.column_map.values()))
+        read.est_rows = node.est_rows
+        return read
 
     def read_of(ex: lp.Exchange, table: str | None = None) -> lp.ExchangeRead:
         sid = make_stage(ex.child, ex)
@@ -65,6 +83,8 @@ def cut(root: lp.Node, names: list[str]) -> StagePlan:
         for name, sub in list(node.subqueries.items()):
             if isinstance(sub, lp.Exchange):
                 node.subqueries[name] = read_of(sub, name)
+        if isinstance(node, lp.SharedScan):
+            return shared_read(node)
         children = [read_of(c) if isinstance(c, lp.Exchange) else visit(c) for c in node.children]
         if children:
             node.replace_children(children)

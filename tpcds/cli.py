@@ -1,0 +1,87 @@
+"""``qengine tpcds gen|run``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from qengine.cli import add_cluster_arguments, cache_dir
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tpcds", help="TPC-DS: generate data, run the 99 queries checked against DuckDB")
+    tp = p.add_subparsers(dest="tpcds_cmd", required=True)
+    gen = tp.add_parser("gen", help="generate TPC-DS Parquet data with DuckDB's dsdgen")
+    gen.add_argument("--sf", type=float, default=1.0, help="scale factor (default 1)")
+    gen.add_argument("--out", required=True, help="output directory (one Parquet directory per table)")
+    gen.add_argument("--force", action="store_true", help="overwrite a non-empty output directory")
+    gen.set_defaults(func=cmd_gen)
+    run = tp.add_parser("run", help="run TPC-DS queries on a local cluster and check them against DuckDB")
+    run.add_argument("--data", required=True, help="directory written by `qengine tpcds gen`")
+    run.add_argument("--queries", help="e.g. 1-10,42 (default: all 99)")
+    run.add_argument("--out", help="JSON report path (default: <cache>/tpcds-report.json); the PNG goes beside it")
+    add_cluster_arguments(run)
+    run.set_defaults(func=cmd_run)
+
+
+def cmd_gen(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    from tpcds.gen import generate
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task(f"dsdgen sf={args.sf:g}", total=None)
+
+        def progress(table: str, done: int, total: int) -> None:
+            bar.update(task, description=f"writing {table}", completed=done, total=total)
+
+        tables = generate(args.sf, args.out, force=args.force, progress=progress)
+    print(f"wrote {len(tables)} tables to {args.out}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+    from rich.table import Table
+
+    from tpcds.report import plot_queries, write_json
+    from tpcds.run import parse_selection, run
+
+    console = Console()
+    selection = parse_selection(args.queries)
+    options = {"workers": args.workers, "dialect": args.dialect, "broadcast_threshold": args.broadcast_threshold,
+               "partitions": args.partitions}
+    failures: list[str] = []
+    with Progress("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+        task = bar.add_task("TPC-DS", total=len(selection))
+
+        def progress(done: int, entry) -> None:
+            bar.update(task, completed=done, description=f"q{entry.query} {'ok' if entry.ok else 'FAILED'}")
+            if not entry.ok:
+                failures.append(f"q{entry.query}: {entry.error}")
+                bar.console.print(f"[red]q{entry.query}[/red] {entry.error}", markup=True, highlight=False)
+
+        report = run(args.data, selection, options, progress)
+    out = args.out or os.path.join(cache_dir(), "tpcds-report.json")
+    data = report.as_dict()
+    write_json(data, out)
+    png = os.path.splitext(out)[0] + ".png"
+    labels = [f"q{q.query}" for q in report.queries]
+    plot_queries(labels, {"qengine": [q.qengine_seconds for q in report.queries],
+                          "duckdb": [q.duckdb_seconds for q in report.queries]}, png,
+                 f"TPC-DS on {args.workers} workers vs DuckDB ({os.path.basename(os.path.abspath(args.data))})")
+    totals = data["totals"]
+    table = Table(title="TPC-DS run")
+    for key in ("queries", "correct", "qengine_seconds", "duckdb_seconds", "ratio_qengine_over_duckdb"):
+        table.add_column(key.replace("_", " "))
+    table.add_row(*[str(totals[k]) for k in ("queries", "correct", "qengine_seconds", "duckdb_seconds", "ratio_qengine_over_duckdb")])
+    console.print(table)
+    console.print(f"report: {out}\nplot:   {png}")
+    if failures:
+        console.print(f"[red]{len(failures)} of {len(selection)} queries failed[/red]")
+        return 1
+    return 0
+
+

@@ -1,0 +1,128 @@
+"""``qengine tpcds run``: every selected query on a local cluster, checked and timed against DuckDB."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import duckdb
+
+import qengine
+from qengine.compare import compare
+from qengine.errors import Error, ProgrammingError
+from tpcds.extension import queries as all_queries
+
+
+@dataclass
+class QueryReport:
+    query: int
+    ok: bool
+    error: str | None = None
+    qengine_seconds: float | None = None
+    duckdb_seconds: float | None = None
+    stages: int | None = None
+    tasks: int | None = None
+    shuffle_bytes: int | None = None
+    rows: int | None = None
+
+
+@dataclass
+class RunReport:
+    config: dict
+    queries: list[QueryReport] = field(default_factory=list)
+
+    @property
+    def correct(self) -> int:
+        return sum(q.ok for q in self.queries)
+
+    def totals(self) -> dict:
+        timed = [q for q in self.queries if q.qengine_seconds is not None and q.duckdb_seconds is not None]
+        qe = sum(q.qengine_seconds for q in timed)
+        dd = sum(q.duckdb_seconds for q in timed)
+        return {
+            "queries": len(self.queries),
+            "correct": self.correct,
+            "qengine_seconds": round(qe, 3),
+            "duckdb_seconds": round(dd, 3),
+            "ratio_qengine_over_duckdb": round(qe / dd, 3) if dd else None,
+            "shuffle_bytes": sum(q.shuffle_bytes or 0 for q in self.queries),
+        }
+
+    def as_dict(self) -> dict:
+        return {"config": self.config, "totals": self.totals(), "queries": [asdict(q) for q in self.queries]}
+
+
+def parse_selection(text: str | None) -> list[int]:
+    """'1-10,42' → [1..10, 42]; None → all 99."""
+    if not text:
+        return list(range(1, 100))
+    chosen: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                chosen.extend(range(lo, hi + 1))
+            else:
+                chosen.append(int(part))
+        except ValueError:
+            raise ProgrammingError(f"bad query selection {part!r}: use numbers and ranges like 1-10,42") from None
+    bad = [n for n in chosen if not 1 <= n <= 99]
+    if bad:
+        raise ProgrammingError(f"TPC-DS has queries 1 to 99, not {bad[0]}")
+    return list(dict.fromkeys(chosen))
+
+
+def reference(data: str, threads: int | None = None) -> duckdb.DuckDBPyConnection:
+    """DuckDB over the same Parquet files: the oracle and the time to beat."""
+    con = duckdb.connect(config={"threads": threads} if threads else {})
+    for table in sorted(os.listdir(data)):
+        path = os.path.join(data, table).replace("'", "''")
+        if os.path.isdir(path):
+            con.execute(f"CREATE VIEW \"{table}\" AS SELECT * FROM read_parquet('{path}/*.parquet')")
+    return con
+
+
+def run(
+    data: str,
+    selection: list[int],
+    connect_options: dict,
+    progress: Callable[[int, QueryReport], None] | None = None,
+) -> RunReport:
+    if not os.path.isdir(data):
+        raise ProgrammingError(f"no TPC-DS data at {data}: run `qengine tpcds gen --out {data}` first")
+    texts = all_queries()
+    report = RunReport(config={"data": os.path.abspath(data), **{k: v for k, v in connect_options.items()}})
+    ref = reference(data)
+    from qengine.cli import register_directory
+
+    with qengine.connect(**connect_options) as con:
+        register_directory(con, data)
+        for i, number in enumerate(selection):
+            sql = texts[number]
+            entry = QueryReport(number, ok=False)
+            try:
+                t0 = time.perf_counter()
+                cur = con.execute(sql)
+                got = cur.fetch_arrow_table()
+                entry.qengine_seconds = round(time.perf_counter() - t0, 4)
+                stats = cur.stats
+                entry.stages, entry.tasks, entry.shuffle_bytes = len(stats.stages), stats.tasks, stats.shuffle_bytes
+                entry.rows = got.num_rows
+                t1 = time.perf_counter()
+                expected = ref.execute(sql).to_arrow_table()
+                entry.duckdb_seconds = round(time.perf_counter() - t1, 4)
+                verdict = compare(got, expected, sql)
+                entry.ok = verdict.ok
+                entry.error = None if verdict.ok else f"wrong answer: {verdict.message}"
+            except Error as e:
+                entry.error = f"{type(e).__name__}: {e}"
+            report.queries.append(entry)
+            if progress:
+                progress(i + 1, entry)
+    ref.close()
+    return report
