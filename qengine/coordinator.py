@@ -88,6 +88,7 @@ class _StageRun:
     splits: list[dict] | None
     stats: StageStats
     placement: list[int] = field(default_factory=list)
+    groups: list[list[int]] | None = None
     holders: set[int] = field(default_factory=set)
     schema: str | None = None
     samples: list[tuple[pa.Array, int]] = field(default_factory=list)
@@ -101,6 +102,7 @@ class _StageRun:
 @dataclass
 class ExecutionOptions:
     slots: int = 2
+    coalesce_bytes: int = 32 << 20
     split_bytes: int = DEFAULT_SPLIT_BYTES
     samples_per_partition: int = DEFAULT_SAMPLES_PER_PARTITION
 
@@ -183,6 +185,35 @@ class _QueryRun:
             return run.stage.id % self.workers
         return index % self.workers
 
+    def _coalesce(self, run: _StageRun) -> None:
+        """Group consecutive small reduce partitions into one task (as Spark's AQE does).
+
+        Skipped where partition i must stay task i: stages that read or write materialized
+        (shared) data, whose readers rely on the producer's partitioning.
+        """
+        reads = run.stage.partitioned_reads
+        target = self.coord.options.coalesce_bytes
+        if not reads or target <= 0 or run.tasks <= 1:
+            return
+        if any(r.kind == "materialized" for r in reads) or (run.stage.output and run.stage.output.kind == "materialize"):
+            return
+        sizes = [0] * run.tasks
+        for r in reads:
+            for p, b in enumerate(self.runs[r.shuffle_id].stats.partition_bytes[: run.tasks]):
+                sizes[p] += b
+        groups: list[list[int]] = [[]]
+        acc = 0
+        for p, b in enumerate(sizes):
+            if groups[-1] and acc + b > target:
+                groups.append([])
+                acc = 0
+            groups[-1].append(p)
+            acc += b
+        if len(groups) < run.tasks:
+            self.total_tasks -= run.tasks - len(groups)
+            run.groups = groups
+            run.tasks = run.stats.tasks = len(groups)
+
     def _output_spec(self, run: _StageRun, index: int) -> dict:
         ex = run.stage.output
         if ex is None:
@@ -219,7 +250,9 @@ class _QueryRun:
                     "name": read.table,
                     "kind": "shuffle",
                     "key": f"{self.query_id}/{read.shuffle_id}",
-                    "partition": 0 if read.kind in ("broadcast", "single") else index,
+                    "partitions": [0] if read.kind in ("broadcast", "single")
+                    else run.groups[index] if run.groups is not None and read.kind != "materialized"
+                    else [index],
                     "sources": [self.addresses[source.placement[index]]]
                     if read.kind == "materialized"
                     else [self.addresses[w] for w in sorted(source.holders)],
@@ -287,6 +320,7 @@ class _QueryRun:
     def _submit(self, run: _StageRun, pool: ThreadPoolExecutor, futures: dict) -> None:
         run.submitted = True
         run.started = time.perf_counter()
+        self._coalesce(run)
         run.pending = run.tasks
         run.placement = [self._place(run, i) for i in range(run.tasks)]
         run.outputs = [{} for _ in range(run.tasks)]

@@ -108,7 +108,9 @@ class TaskRunner:
     def _load(self, spec: dict) -> pa.Table:
         if spec["kind"] == "scan":
             return read_split(spec["split"], [tuple(c) for c in spec["columns"]], self._memory_split)
-        return self.fetch(spec["key"], spec["partition"], spec["sources"], schema_from_hex(spec["schema"]))
+        schema = schema_from_hex(spec["schema"])
+        parts = [self.fetch(spec["key"], p, spec["sources"], schema) for p in spec["partitions"]]
+        return parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="permissive")
 
     # ---- running -----------------------------------------------------------------------
 

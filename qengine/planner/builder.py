@@ -37,6 +37,7 @@ from qengine.planner.logical import (
     Values,
     Window,
     col,
+    walk,
 )
 
 
@@ -309,7 +310,11 @@ class Builder:
             return self.build(cte)
         producer = self._shared.get(id(cte))
         if producer is None:
-            producer = self._shared[id(cte)] = self.build(cte)
+            producer = self.build(cte)
+            expensive = (Join, Aggregate, Window, SetOp, Distinct)
+            if not any(isinstance(n, expensive) for n in walk(producer.node)):
+                return producer  # a filtered scan: cheaper to read again than to materialize
+            self._shared[id(cte)] = producer
         column_map = {}
         for c in producer.node.columns:
             column_map[c] = self.names.new()

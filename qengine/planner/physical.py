@@ -145,10 +145,10 @@ class PhysicalPlanner:
             node.left, node.right = self._gather(left, ldist), self._gather(right, rdist)
             return node, SINGLE
         if threshold > 0:
-            if can_right and rbytes <= threshold and (rbytes <= lbytes or not can_left):
+            if can_right and self._broadcastable(rbytes, lbytes) and (rbytes <= lbytes or not can_left):
                 node.left, node.right = left, self._exchange(right, "broadcast")[0]
                 return node, ldist
-            if can_left and lbytes <= threshold:
+            if can_left and self._broadcastable(lbytes, rbytes):
                 node.left, node.right = self._exchange(left, "broadcast")[0], right
                 return node, rdist
         lkeys = [k.name for k in node.left_keys]
@@ -160,6 +160,14 @@ class PhysicalPlanner:
         if kind == "full":
             return node, Dist("any", (), self.partitions)
         return node, ldist
+
+    def _broadcastable(self, small: float, big: float) -> bool:
+        """Broadcast when the side is under the threshold, or when copying it to every reducer
+        still moves far fewer bytes than shuffling the other side (up to 8× the threshold)."""
+        threshold = self.broadcast_threshold
+        if small <= threshold:
+            return True
+        return small <= 8 * threshold and small * 2 * self.partitions < big
 
     # ---- aggregation -------------------------------------------------------------------
 
