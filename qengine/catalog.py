@@ -202,12 +202,25 @@ class Catalog:
     """Tables and views by lower-cased name. ``allowed_roots``, when set, confines file access."""
 
     allowed_roots: list[str] | None = None
+    registered_roots: list[str] = field(default_factory=list)
     tables: dict[str, Source] = field(default_factory=dict)
     views: dict[str, View] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def resolve_paths(self, spec: str, suffixes: tuple[str, ...]) -> list[str]:
-        """Expand a file, directory or glob into a sorted list of files, enforcing allowed roots."""
+    def add_root(self, path: str) -> None:
+        """Let SQL table functions (read_parquet, read_csv) read below ``path``."""
+        root = os.path.abspath(path if os.path.isdir(path) else os.path.dirname(path) or ".")
+        with self._lock:
+            if root not in self.registered_roots:
+                self.registered_roots.append(root)
+
+    def resolve_paths(self, spec: str, suffixes: tuple[str, ...], from_sql: bool = False) -> list[str]:
+        """Expand a file, directory or glob into a sorted list of files, enforcing the roots.
+
+        Paths named inside SQL (``from_sql``) must lie under ``allowed_roots`` or, when that is
+        not set, under a directory the user registered data from: SQL text alone never opens
+        an arbitrary file of the host.
+        """
         spec = os.path.expanduser(spec)
         if os.path.isdir(spec):
             found = [
@@ -225,11 +238,17 @@ class Catalog:
         paths = sorted(os.path.abspath(p) for p in found)
         if not paths:
             raise ProgrammingError(f"no {'/'.join(suffixes)} files match {spec}")
-        if self.allowed_roots is not None:
-            roots = [os.path.abspath(r) for r in self.allowed_roots]
+        if from_sql:
+            bad = [p for p in paths if not p.endswith(suffixes)]
+            if bad:
+                raise ProgrammingError(f"{bad[0]} is not a {'/'.join(suffixes)} file")
+        roots = self.allowed_roots if self.allowed_roots is not None else (self.registered_roots if from_sql else None)
+        if roots is not None:
+            roots = [os.path.abspath(r) for r in roots]
             for p in paths:
                 if not any(os.path.commonpath([p, r]) == r for r in roots):
-                    raise ProgrammingError(f"{p} is outside the allowed data roots {roots}")
+                    hint = "" if roots else " (register data with register_parquet/-d, or pass allowed_roots to connect())"
+                    raise ProgrammingError(f"{p} is outside the allowed data roots {roots}{hint}")
         for p in paths:
             if not os.access(p, os.R_OK):
                 raise ProgrammingError(f"{p} is not readable")

@@ -28,6 +28,7 @@ def register_directory(con: Any, directory: str) -> list[str]:
     if not os.path.isdir(directory):
         raise qengine.ProgrammingError(f"data directory {directory} does not exist")
     names = []
+    con.session.catalog.add_root(directory)
     for entry in sorted(os.listdir(directory)):
         path = os.path.join(directory, entry)
         stem, ext = os.path.splitext(entry)
@@ -103,14 +104,15 @@ def _open_output(output: str | None) -> Iterator[Any]:
 def _print_table(table: pa.Table, out: Any) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     console = Console(file=out, width=None if out.isatty() else 250)
     shown = table.slice(0, 1000)
     view = Table(show_header=True, header_style="bold")
     for f in table.schema:
-        view.add_column(f"{f.name}\n{qengine.types.type_code(f.type).lower()}", justify="right" if qengine.types.type_code(f.type) == qengine.NUMBER else "left")
+        view.add_column(Text(f"{f.name}\n{qengine.types.type_code(f.type).lower()}"), justify="right" if qengine.types.type_code(f.type) == qengine.NUMBER else "left")
     for row in zip(*[c.to_pylist() for c in shown.columns], strict=True):
-        view.add_row(*["NULL" if v is None else str(v) for v in row])
+        view.add_row(*[Text("NULL" if v is None else str(v)) for v in row])
     console.print(view)
     more = f" (first {shown.num_rows} shown)" if shown.num_rows < table.num_rows else ""
     console.print(f"{table.num_rows} row(s){more}")

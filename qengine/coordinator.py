@@ -230,6 +230,12 @@ class _QueryRun:
             spec["seed"] = zlib.crc32(f"{run.stage.id}/{index}".encode())
         return spec
 
+    def _with_address(self, split: dict) -> dict:
+        """Session-table splits name a worker index; the reading worker needs its address."""
+        if split.get("kind") == "memory" and split.get("worker") is not None:
+            return {**split, "address": self.addresses[int(split["worker"])]}
+        return split
+
     def _task_spec(self, run: _StageRun, index: int, sql: str) -> dict:
         inputs: list[dict] = []
         stage = run.stage
@@ -239,7 +245,7 @@ class _QueryRun:
                 {
                     "name": SCAN_TABLE,
                     "kind": "scan",
-                    "split": run.splits[index],
+                    "split": self._with_address(run.splits[index]),
                     "columns": list(stage.scan.column_map.items()),
                 }
             )
@@ -306,7 +312,8 @@ class _QueryRun:
             for fut in futures:
                 fut.cancel()
             pool.shutdown(wait=False, cancel_futures=True)
-            threading.Thread(target=self._release_after, args=(list(futures),), daemon=True).start()
+            started = [f for f in futures if not f.cancelled()]  # cancelled ones never report done
+            threading.Thread(target=self._release_after, args=(started,), daemon=True).start()
             raise
         pool.shutdown(wait=True)
         result = self.runs[-1]

@@ -55,7 +55,9 @@ def client_error(exc: flight.FlightError, where: str) -> Error:
         payload = text[text.index(_MARKER) + len(_MARKER):]
         try:
             info, _ = json.JSONDecoder().raw_decode(payload)
-            return error_class(info["type"])(info["message"])
+            # DuckDB appends an excerpt of the fragment SQL; the user needs only the first line.
+            message = next((line for line in info["message"].splitlines() if line.strip()), info["message"])
+            return error_class(info["type"])(message)
         except (ValueError, KeyError):
             pass
     if isinstance(exc, flight.FlightUnauthenticatedError):

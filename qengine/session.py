@@ -7,6 +7,7 @@ It executes one SQL statement at a time: queries, EXPLAIN [ANALYZE], views, sess
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -22,7 +23,7 @@ from qengine.coordinator import Coordinator, ExecutionOptions, QueryStats
 from qengine.errors import NotSupportedError, ProgrammingError
 from qengine.planner import PlanOptions, plan_query
 from qengine.planner.explain import explain_lines
-from qengine.planner.frontend import bind, expand_sources, normalize_null_ordering, parse
+from qengine.planner.frontend import bind, expand_sources, name_outputs, normalize_null_ordering, parse
 from qengine.planner.stages import StagePlan
 from qengine.wire import schema_from_hex, schema_to_hex
 
@@ -79,6 +80,7 @@ class Session:
     def plan(self, query: exp.Expression) -> StagePlan:
         query = expand_sources(query, self.catalog, self.plan_options.dialect)
         normalize_null_ordering(query, self.plan_options.dialect)
+        name_outputs(query, self.plan_options.dialect)
         return plan_query(query, self.catalog, self.plan_options)
 
     def query(self, query: exp.Expression, progress: Callable[[int, int], None] | None = None) -> Result:
@@ -134,7 +136,7 @@ class Session:
         if st.expression is not None:
             source, rows = self._materialize(name, st.expression, progress)
         elif isinstance(target, exp.Schema):
-            source, rows = MemorySource(name, _schema_of(target)), 0
+            source, rows = MemorySource(name, _schema_of(target), next(_table_ids)), 0
         else:
             raise ProgrammingError("CREATE TABLE needs a column list or AS SELECT …")
         if replace and exists:
@@ -195,7 +197,9 @@ class Session:
         kind = (st.args.get("kind") or "").upper()
         if kind not in ("TABLE", "VIEW"):
             raise NotSupportedError(f"DROP {kind} is not supported")
-        self._forget(st.this.name, kind, bool(st.args.get("exists")))
+        targets = st.args.get("tables") or ([st.this] if st.this is not None else [])
+        for target in targets:
+            self._forget(target.name, kind, bool(st.args.get("exists")))
         return Result(None, -1)
 
     def _forget(self, name: str, kind: str, if_exists: bool) -> None:
@@ -208,10 +212,12 @@ class Session:
 
     def register_parquet(self, name: str, path: str) -> None:
         self.catalog.add_table(ParquetSource(name, self.catalog.resolve_paths(path, (".parquet", ".parq"))))
+        self.catalog.add_root(_root_of(path))
 
     def register_csv(self, name: str, path: str, delimiter: str = ",", header: bool = True) -> None:
         paths = self.catalog.resolve_paths(path, (".csv", ".tsv", ".txt"))
         self.catalog.add_table(CsvSource(name, paths, delimiter, header))
+        self.catalog.add_root(_root_of(path))
 
     def register_arrow(self, name: str, table: pa.Table) -> None:
         """Spread an in-memory table over the workers as a session table."""
@@ -227,6 +233,13 @@ class Session:
             self.cluster.pool.get(address).put({"key": key}, piece)
             source.partitions.append(Partition(i, key, piece.num_rows, piece.nbytes))
         self.catalog.add_table(source)
+
+
+def _root_of(spec: str) -> str:
+    """The directory a file, directory or glob lives in (the part before any wildcard)."""
+    spec = os.path.expanduser(spec)
+    head = spec.split("*")[0].split("?")[0].split("[")[0]
+    return head if os.path.isdir(head) else os.path.dirname(head) or "."
 
 
 def _schema_of(schema: exp.Schema) -> pa.Schema:

@@ -103,7 +103,7 @@ class TaskRunner:
         return pa.concat_tables(tables, promote_options="permissive")
 
     def _memory_split(self, split: dict) -> pa.Table:
-        return self.fetch(split["key"], 0, [split["worker"]], schema_from_hex(split["schema"]))
+        return self.fetch(split["key"], 0, [split["address"]], schema_from_hex(split["schema"]))
 
     def _load(self, spec: dict) -> pa.Table:
         if spec["kind"] == "scan":

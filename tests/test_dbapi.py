@@ -125,12 +125,6 @@ def test_description_decimal_precision_and_scale(default_engine) -> None:
     assert (desc[1][4], desc[1][5]) == (9, 2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="unaliased expressions are named by sqlglot's optimizer (_col_0, _col_1) instead of DuckDB's "
-    "'count(sale_id)'; the names reach description, fetchdf() columns and CLI headers "
-    "(qengine/planner/frontend.py optimize_query -> qualify names projections _col_N; Session.query renames to plan.names)",
-)
 def test_description_names_of_unaliased_expressions_match_duckdb(default_engine, oracle) -> None:
     sql = "SELECT count(sale_id), sum(qty) FROM sales"
     got = [d[0] for d in default_engine.execute(sql).description]
@@ -257,23 +251,12 @@ def test_qmark_parameters_match_duckdb(default_engine, oracle, case: str) -> Non
     assert_same(default_engine, oracle, sql, params)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="placeholders are bound in breadth-first AST order, not in textual order: "
-    "qengine/planner/frontend.py bind() uses statement.find_all(exp.Placeholder, ...) which defaults to bfs=True, "
-    "so in 'a = ? AND b = ? AND c > ?' the values land on the wrong placeholders",
-)
 def test_qmark_parameters_bind_in_textual_order(default_engine, oracle) -> None:
     sql = "SELECT sale_id FROM sales WHERE cust_id = ? AND note = ? AND amount > ? AND price > ? AND sold_date >= ?"
     params = [1, "gift", 10.5, decimal.Decimal("20.00"), dt.date(2020, 6, 1)]
     assert_same(default_engine, oracle, sql, params)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a Python float is bound as a numeric literal (repr), which DuckDB types as DECIMAL(2,1), "
-    "not DOUBLE as DuckDB binds a float parameter (qengine/planner/frontend.py literal(): exp.Literal.number(repr(value)))",
-)
 def test_float_parameter_is_a_double(default_engine, oracle) -> None:
     sql = "SELECT ? AS x"
     got = default_engine.execute(sql, [1.5]).description[0][1]
@@ -310,12 +293,6 @@ def test_parameters_must_be_a_sequence(default_engine) -> None:
 # ---- session tables: CREATE TABLE, INSERT, executemany -------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="CREATE TABLE with a column list fails with InternalError: qengine/session.py _create() calls "
-    "MemorySource(name, _schema_of(target)) without the required uid argument (and reading the table back "
-    "hits the TaskRunner._memory_split address bug, see test_create_table_as_insert_select_and_column_list)",
-)
 def test_executemany_insert(default_engine) -> None:
     name = unique("t_many")
     rows = [(1, "a"), (2, "b"), (3, None), (4, "it's")]
@@ -331,7 +308,7 @@ def test_executemany_insert(default_engine) -> None:
         assert [d[1] for d in cur.description] == ["INTEGER", "VARCHAR"]
 
 
-def test_executemany_rowcount_on_a_ctas_table(default_engine) -> None:
+def test_insert_and_executemany_rowcount_on_a_ctas_table(default_engine) -> None:
     name = unique("t_many_ctas")
     with session_objects(default_engine, ("TABLE", name)):
         cur = default_engine.cursor()
@@ -342,16 +319,17 @@ def test_executemany_rowcount_on_a_ctas_table(default_engine) -> None:
         assert cur.description is None
         cur.executemany(f"INSERT INTO {name} (b) VALUES (?)", [("only b",)])
         assert cur.rowcount == 1
+        cur.execute(f"INSERT INTO {name} SELECT cust_id, name FROM customers WHERE cust_id < 7")
+        assert cur.rowcount == 7
+        assert cur.description is None
+        cur.execute(f"INSERT INTO {name} (a) SELECT item_id FROM items WHERE item_id < 4")
+        assert cur.rowcount == 4
+        cur.execute(f"INSERT INTO {name} VALUES (?, ?)", [9, "nine"])
+        assert cur.rowcount == 1
         with pytest.raises(qengine.ProgrammingError):
             cur.executemany(f"INSERT INTO {name} VALUES (?, ?)", [(1,)])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="reading a session table (CTAS / register / INSERT) fails: qengine/task.py TaskRunner._memory_split passes "
-    "split['worker'] (a worker index from catalog.MemorySource.splits) as a Flight address, so the worker dials "
-    "'0:' ('errors resolving 0::') and the query fails with a misleading OperationalError 'did the worker die?'",
-)
 def test_create_table_as_insert_select_and_column_list(default_engine, oracle) -> None:
     name = unique("t_ctas")
     base = "SELECT cust_id AS a, name AS b, city AS c FROM customers"
@@ -435,11 +413,6 @@ def test_view_on_unknown_table_is_refused(default_engine) -> None:
     assert name not in default_engine.tables()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="every DROP raises InternalError \"'NoneType' object has no attribute 'name'\": qengine/session.py _drop() "
-    "reads st.this, but sqlglot 30 puts the dropped names in Drop.args['tables']",
-)
 def test_drop_view_and_table(default_engine) -> None:
     view, table = unique("v_drop"), unique("t_drop")
     with session_objects(default_engine, ("VIEW", view), ("TABLE", table)):
@@ -458,11 +431,6 @@ def test_drop_view_and_table(default_engine) -> None:
         default_engine.execute(f"DROP VIEW IF EXISTS {view}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="DROP TABLE of a missing table raises InternalError (AttributeError on st.this) instead of "
-    "ProgrammingError: qengine/session.py _drop() uses st.this, sqlglot 30 keeps names in Drop.args['tables']",
-)
 def test_drop_missing_table(default_engine) -> None:
     name = unique("t_missing")
     with pytest.raises(qengine.ProgrammingError) as info:
@@ -581,11 +549,6 @@ def test_setinputsizes_and_setoutputsize_are_accepted(default_engine) -> None:
 # ---- registering data ----------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="queries over registered in-memory tables fail: qengine/task.py TaskRunner._memory_split uses the worker "
-    "index in the split as a Flight address ('errors resolving 0::'), raised as OperationalError",
-)
 def test_register_pandas_dataframe_and_join_with_parquet(default_engine, oracle) -> None:
     name = unique("df")
     frame = pd.DataFrame({"cust_id": [1, 2, 3, 5, 8, 13, 999], "tag": ["a", "b", None, "d", "e", "f", "g"]})
@@ -602,11 +565,6 @@ def test_register_pandas_dataframe_and_join_with_parquet(default_engine, oracle)
         drop_quietly(default_engine, "TABLE", name)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="queries over registered Arrow tables fail: qengine/task.py TaskRunner._memory_split uses the worker "
-    "index in the split as a Flight address ('errors resolving 0::'), raised as OperationalError",
-)
 def test_register_arrow_table_and_join_with_parquet(default_engine, oracle) -> None:
     name = unique("arrow")
     table = pa.table({"item_id": pa.array(range(0, 300, 7), pa.int64()), "weight": [float(i) / 3 for i in range(0, 300, 7)]})

@@ -27,6 +27,7 @@ QUERIES = {
     "empty_agg": "SELECT count(*), sum(qty), avg(amount) FROM sales WHERE qty < 0",
     "empty_group": "SELECT store_id, count(*) FROM sales WHERE qty < 0 GROUP BY store_id",
     "distinct": "SELECT DISTINCT store_id, note FROM sales",
+    "group_by_all": "SELECT store_id, note, count(*), sum(qty) FROM sales GROUP BY ALL",
     "rollup_grouping": (
         "SELECT store_id, note, sum(qty) AS s, grouping(store_id) AS g1, grouping(note) AS g2 "
         "FROM sales GROUP BY ROLLUP (store_id, note)"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 from qengine.cli import add_cluster_arguments, cache_dir
 

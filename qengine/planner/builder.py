@@ -458,6 +458,9 @@ class Builder:
         for e in [*outputs, *order_exprs, *([having.this] if having else [])]:
             _collect_aggregates(e, aggs)
         group = select.args.get("group")
+        if group is not None and group.args.get("all"):
+            plain = [o for o in outputs if not _has_aggregate(o) and not o.find(exp.Window)]
+            group = exp.Group(expressions=[o.copy() for o in plain]) if plain else None
         post: Callable[[exp.Expression, str], exp.Expression]
         if group is not None or aggs:
             node, mapping, grouping = self._aggregate(node, scopes, group, aggs)
@@ -673,6 +676,12 @@ def _equi_sides(c: _Conjunct, left: frozenset[str], right: frozenset[str]) -> tu
     if a <= right and b <= left:
         return e.expression, e.this
     return None
+
+
+def _has_aggregate(e: exp.Expression) -> bool:
+    found: list[exp.Expression] = []
+    _collect_aggregates(e, found)
+    return bool(found)
 
 
 def _collect_aggregates(e: exp.Expression, out: list[exp.Expression]) -> None:

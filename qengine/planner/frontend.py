@@ -57,8 +57,10 @@ def literal(value: Any) -> exp.Expression:
         return exp.Null()
     if isinstance(value, bool):
         return exp.Boolean(this=value)
-    if isinstance(value, int | float):
-        return exp.Literal.number(repr(value) if isinstance(value, float) else value)
+    if isinstance(value, int):
+        return exp.Literal.number(value)
+    if isinstance(value, float):
+        return exp.cast(exp.Literal.string(repr(value)), "DOUBLE")
     if isinstance(value, decimal.Decimal):
         return exp.cast(exp.Literal.string(str(value)), f"DECIMAL(38,{max(0, -value.as_tuple().exponent)})")
     if isinstance(value, str):
@@ -76,7 +78,7 @@ def literal(value: Any) -> exp.Expression:
 
 def bind(statement: exp.Expression, params: Sequence[Any] | None) -> exp.Expression:
     """Replace ``?`` / ``$n`` placeholders with literals, checking the count."""
-    holders = list(statement.find_all(exp.Placeholder, exp.Parameter))
+    holders = list(statement.find_all(exp.Placeholder, exp.Parameter, bfs=False))  # textual order
     params = list(params or [])
     if not holders:
         if params:
@@ -97,6 +99,26 @@ def bind(statement: exp.Expression, params: Sequence[Any] | None) -> exp.Express
             raise ProgrammingError(f"no value for parameter {holder.sql()}") from None
         holder.replace(literal(value))
     return statement
+
+
+def name_outputs(statement: exp.Expression, dialect: str) -> None:
+    """Name unaliased result expressions the way DuckDB does ("count(x)", "(a + 1)"), rather
+    than the optimizer's "_col_0"."""
+    query = statement
+    while isinstance(query, exp.SetOperation):
+        query = query.this
+    if not isinstance(query, exp.Select):
+        return
+    for e in list(query.expressions):
+        if isinstance(e, exp.Alias | exp.Column | exp.Star) or e.find(exp.Star) and not isinstance(e, exp.Count):
+            continue
+        if isinstance(e, exp.Count) and isinstance(e.this, exp.Star):
+            name = "count_star()"
+        else:
+            name = e.sql(dialect="duckdb", normalize_functions="lower")
+            if isinstance(e, exp.Binary):
+                name = f"({name})"
+        e.replace(exp.alias_(e.copy(), name, quoted=True))
 
 
 def normalize_null_ordering(statement: exp.Expression, dialect: str) -> None:
@@ -132,7 +154,7 @@ def expand_sources(statement: exp.Expression, catalog: Catalog, dialect: str, de
                 raise ProgrammingError(f"{fname}() takes a path or a list of paths as a string literal")
             specs = [a.name for a in (args[0].expressions if isinstance(args[0], exp.Array) else [args[0]])]
             suffixes = (".parquet", ".parq") if kind == "parquet" else (".csv", ".tsv", ".txt")
-            paths = [p for spec in specs for p in catalog.resolve_paths(spec, suffixes)]
+            paths = [p for spec in specs for p in catalog.resolve_paths(spec, suffixes, from_sql=True)]
             name = f"__{kind}_{next(_counter)}"
             source = ParquetSource(name, paths) if kind == "parquet" else CsvSource(name, paths)
             catalog.add_table(source)
