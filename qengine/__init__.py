@@ -75,13 +75,22 @@ def connect(
     partitions: int | None = None,
     slots: int = 2,
     split_size: int | str = 64 << 20,
+    shuffle: str = "prefetch",
+    shuffle_memory: int | str | None = None,
+    prefetch_fraction: float = 0.5,
+    samples_per_partition: int = 3,
     allowed_roots: list[str] | None = None,
 ) -> Any:
     """Open a connection. With no ``target`` it starts a local cluster of ``workers`` processes.
 
     ``broadcast_threshold`` (bytes; 0 turns broadcast joins off) and ``partitions`` (reducers
     per shuffle, default 2 per worker) steer the planner; ``split_size`` is the uncompressed bytes
-    one scan task reads (default 64MB); ``slots`` the tasks a worker runs at once; ``allowed_roots`` confines which
+    one scan task reads (default 64MB); ``slots`` the tasks a worker runs at once. ``shuffle`` is
+    "prefetch" (SCache: map output in memory, reducers placed ahead of time, blocks pushed while
+    the map stage runs) or "pull" (Spark's sort-shuffle baseline: map output on disk, fetched
+    when the map stage ends). ``shuffle_memory`` is each worker's shuffle memory budget (beyond
+    it blocks spill to disk); ``prefetch_fraction`` the share of map tasks that must finish
+    before reducers are placed; ``samples_per_partition`` is s in the s×p range samples. ``allowed_roots`` confines which
     directories tables may be read from.
     """
     from sqlglot.dialects.dialect import Dialect
@@ -105,13 +114,27 @@ def connect(
         Dialect.get_or_raise(dialect)
     except ValueError as e:
         raise ProgrammingError(f"unknown SQL dialect {dialect!r}") from e
+    if shuffle not in ("prefetch", "pull"):
+        raise ProgrammingError(f"shuffle must be 'prefetch' or 'pull', not {shuffle!r}")
+    if not 0 < prefetch_fraction <= 1:
+        raise ProgrammingError(f"prefetch_fraction must be in (0, 1], not {prefetch_fraction!r}")
+    if not isinstance(samples_per_partition, int) or samples_per_partition < 1:
+        raise ProgrammingError(f"samples_per_partition must be a positive integer, not {samples_per_partition!r}")
+    memory = parse_size(shuffle_memory, "shuffle_memory")
     threshold = parse_size(broadcast_threshold, "broadcast_threshold")
     split_bytes = parse_size(split_size, "split_size")
     if not split_bytes:
         raise ProgrammingError("split_size must be positive")
     plan_options = PlanOptions(dialect=dialect, partitions=partitions or 2 * workers, broadcast_threshold=threshold)
-    cluster = LocalCluster(workers)
-    session = Session(cluster, plan_options, ExecutionOptions(slots=slots, split_bytes=split_bytes), Catalog(allowed_roots))
+    cluster = LocalCluster(workers, shuffle_memory=memory)
+    execution = ExecutionOptions(
+        slots=slots,
+        split_bytes=split_bytes,
+        shuffle=shuffle,
+        prefetch_fraction=prefetch_fraction,
+        samples_per_partition=samples_per_partition,
+    )
+    session = Session(cluster, plan_options, execution, Catalog(allowed_roots))
     return Connection(cluster, session, owns_cluster=True)
 
 

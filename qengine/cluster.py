@@ -37,10 +37,13 @@ class WorkerHandle:
 
 
 class LocalCluster:
-    def __init__(self, workers: int = 2, host: str = "127.0.0.1", log_dir: str | None = None) -> None:
+    def __init__(
+        self, workers: int = 2, host: str = "127.0.0.1", log_dir: str | None = None, shuffle_memory: int | None = None
+    ) -> None:
         if workers < 1:
             raise OperationalError("a cluster needs at least one worker")
         self.token = secrets.token_hex(16)
+        self.shuffle_memory = shuffle_memory
         self.pool = ClientPool(self.token)
         self._own_log_dir = log_dir is None
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="qengine-logs-")
@@ -64,7 +67,8 @@ class LocalCluster:
         log = os.path.join(self.log_dir, f"worker-{worker_id}.log")
         with open(log, "ab") as err:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "qengine.worker", "--id", str(worker_id), "--host", host, "--log", log],
+                [sys.executable, "-m", "qengine.worker", "--id", str(worker_id), "--host", host, "--log", log]
+                + (["--shuffle-memory", str(self.shuffle_memory)] if self.shuffle_memory is not None else []),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=err,

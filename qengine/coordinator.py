@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import threading
 import time
 import zlib
@@ -22,6 +23,9 @@ import pyarrow as pa
 
 from qengine.catalog import DEFAULT_SPLIT_BYTES
 from qengine.errors import Error, OperationalError
+from qengine.exchange.metrics import ShuffleStats
+from qengine.exchange.placement import Reducer, accumulate
+from qengine.exchange.prediction import coalesce, grouped, hash_prediction, range_prediction
 from qengine.exchange.sampling import DEFAULT_SAMPLES_PER_PARTITION, weighted_bounds
 from qengine.planner import logical as lp
 from qengine.planner.render import SCAN_TABLE, render
@@ -71,6 +75,8 @@ class StageStats:
 class QueryStats:
     stages: list[StageStats]
     seconds: float
+    shuffles: list[ShuffleStats] = field(default_factory=list)
+    spilled_bytes: int = 0
 
     @property
     def tasks(self) -> int:
@@ -79,6 +85,9 @@ class QueryStats:
     @property
     def shuffle_bytes(self) -> int:
         return sum(s.as_dict()["shuffle_bytes"] for s in self.stages)
+
+
+SHUFFLE_KINDS = ("hash", "range", "roundrobin", "single")
 
 
 @dataclass
@@ -91,12 +100,36 @@ class _StageRun:
     groups: list[list[int]] | None = None
     holders: set[int] = field(default_factory=set)
     schema: str | None = None
-    samples: list[tuple[pa.Array, int]] = field(default_factory=list)
+    samples: dict[int, tuple[pa.Array, int, int]] = field(default_factory=dict)
     outputs: list[dict] = field(default_factory=list)
     pending: int = 0
+    aux_pending: int = 0
     started: float = 0.0
     submitted: bool = False
     done: bool = False
+    # shuffle-producing stages
+    task_bytes: dict[int, list[int]] = field(default_factory=dict)
+    finished: list[int] = field(default_factory=list)
+    finalized: set[int] = field(default_factory=set)
+    pushed: set[int] = field(default_factory=set)
+    bounds: pa.Array | None = None
+    prediction: list[Reducer] | None = None
+    maps_done_at: float | None = None
+    shuffle: ShuffleStats | None = None
+
+
+@dataclass
+class _Placement:
+    """Where a consumer stage's reduce tasks run, decided ahead of time in prefetch mode."""
+
+    groups: list[list[int]]
+    hosts: list[int]
+
+    def host_of(self, partition: int) -> int:
+        for g, members in enumerate(self.groups):
+            if partition in members:
+                return self.hosts[g]
+        raise KeyError(partition)
 
 
 @dataclass
@@ -105,6 +138,8 @@ class ExecutionOptions:
     coalesce_bytes: int = 32 << 20
     split_bytes: int = DEFAULT_SPLIT_BYTES
     samples_per_partition: int = DEFAULT_SAMPLES_PER_PARTITION
+    shuffle: str = "prefetch"
+    prefetch_fraction: float = 0.5
 
 
 class Coordinator:
@@ -140,10 +175,14 @@ class Coordinator:
         nonempty = [t for t in tables if t.num_rows] or tables[:1]
         return nonempty[0] if len(nonempty) == 1 else pa.concat_tables(nonempty, promote_options="permissive")
 
-    def release(self, prefix: str) -> None:
+    def release(self, prefix: str) -> int:
+        """Free everything under ``prefix`` on every worker; returns the bytes they had spilled."""
+        spilled = 0
         for address in self.cluster.addresses:
             with contextlib.suppress(Error):  # a dead worker holds nothing any more
-                self.cluster.pool.get(address).action("release", {"prefix": prefix}, timeout=10)
+                reply = self.cluster.pool.get(address).action("release", {"prefix": prefix}, timeout=10)
+                spilled += int((reply or {}).get("spilled", 0))
+        return spilled
 
 
 class _QueryRun:
@@ -155,6 +194,8 @@ class _QueryRun:
         progress: Callable[[int, int], None] | None,
     ) -> None:
         self.coord = coordinator
+        self.options = coordinator.options
+        self.mode = coordinator.options.shuffle
         self.cluster = coordinator.cluster
         self.plan = plan
         self.output_override = output
@@ -165,54 +206,58 @@ class _QueryRun:
         self.slots = [threading.Semaphore(coordinator.options.slots) for _ in self.addresses]
         self.failed = threading.Event()
         self.runs: list[_StageRun] = []
+        self.consumer_of: dict[int, int] = {}
+        self.placements: dict[int, _Placement] = {}
         for stage in plan.stages:
-            splits = stage.scan.source.splits(self.workers, coordinator.options.split_bytes) if stage.scan is not None else None
+            splits = stage.scan.source.splits(self.workers, self.options.split_bytes) if stage.scan is not None else None
             tasks = plan.task_count(stage, len(splits) if splits is not None else None, lambda sid: self.runs[sid].tasks)
             kind = stage.output.kind if stage.output is not None else (output or {}).get("kind", "result")
-            self.runs.append(_StageRun(stage, tasks, splits, StageStats(stage.id, kind, tasks)))
+            run = _StageRun(stage, tasks, splits, StageStats(stage.id, kind, tasks))
+            if stage.output is not None and stage.output.kind in SHUFFLE_KINDS:
+                run.shuffle = ShuffleStats(stage.id, stage.output.kind, self.mode, tasks, stage.output.partitions)
+            self.runs.append(run)
+            for read in stage.partitioned_reads:
+                if read.kind in SHUFFLE_KINDS:
+                    self.consumer_of[read.shuffle_id] = stage.id
         self.total_tasks = sum(r.tasks for r in self.runs)
         self.done_tasks = 0
+        self._seq = itertools.count()
 
     # ---- placement and specs -----------------------------------------------------------
 
     def _place(self, run: _StageRun, index: int) -> int:
-        if run.splits is not None and run.splits[index].get("kind") == "memory" and run.splits[index].get("worker") is not None:
-            return int(run.splits[index]["worker"])
+        split = run.splits[index] if run.splits is not None else None
+        if split is not None and split.get("kind") == "memory" and split.get("worker") is not None:
+            return int(split["worker"])
         shared = [r for r in run.stage.reads if r.kind == "materialized"]
         if shared:  # read the shared producer's partition where it lives
             return self.runs[shared[0].shuffle_id].placement[index]
+        ahead = self.placements.get(run.stage.id)
+        if ahead is not None:
+            return ahead.hosts[index]
         if run.tasks == 1:
             return run.stage.id % self.workers
         return index % self.workers
 
-    def _coalesce(self, run: _StageRun) -> None:
-        """Group consecutive small reduce partitions into one task (as Spark's AQE does).
-
-        Skipped where partition i must stay task i: stages that read or write materialized
-        (shared) data, whose readers rely on the producer's partitioning.
-        """
+    def _coalescable(self, run: _StageRun) -> bool:
+        """Partition i must stay task i where data is read or written as materialized."""
         reads = run.stage.partitioned_reads
-        target = self.coord.options.coalesce_bytes
-        if not reads or target <= 0 or run.tasks <= 1:
-            return
-        if any(r.kind == "materialized" for r in reads) or (run.stage.output and run.stage.output.kind == "materialize"):
-            return
-        sizes = [0] * run.tasks
-        for r in reads:
-            for p, b in enumerate(self.runs[r.shuffle_id].stats.partition_bytes[: run.tasks]):
-                sizes[p] += b
-        groups: list[list[int]] = [[]]
-        acc = 0
-        for p, b in enumerate(sizes):
-            if groups[-1] and acc + b > target:
-                groups.append([])
-                acc = 0
-            groups[-1].append(p)
-            acc += b
+        if not reads or self.options.coalesce_bytes <= 0 or run.tasks <= 1:
+            return False
+        if any(r.kind not in SHUFFLE_KINDS for r in reads):
+            return False
+        return not (run.stage.output and run.stage.output.kind == "materialize")
+
+    def _groups(self, run: _StageRun, sizes: list[float]) -> list[list[int]]:
+        if not self._coalescable(run):
+            return [[p] for p in range(run.tasks)]
+        return coalesce(sizes, self.options.coalesce_bytes)
+
+    def _apply_groups(self, run: _StageRun, groups: list[list[int]]) -> None:
         if len(groups) < run.tasks:
             self.total_tasks -= run.tasks - len(groups)
-            run.groups = groups
-            run.tasks = run.stats.tasks = len(groups)
+        run.groups = groups
+        run.tasks = run.stats.tasks = len(groups)
 
     def _output_spec(self, run: _StageRun, index: int) -> dict:
         ex = run.stage.output
@@ -221,20 +266,41 @@ class _QueryRun:
             if spec["kind"] == "table":
                 spec["key"] = f"{spec['key']}/{index}"
             return spec
-        spec: dict[str, Any] = {"kind": ex.kind, "key": f"{self.query_id}/{run.stage.id}", "partitions": ex.partitions}
+        spec: dict[str, Any] = {
+            "kind": ex.kind,
+            "key": self._key(run.stage.id),
+            "partitions": ex.partitions,
+            "mode": self.mode,
+        }
         if ex.kind == "hash":
             spec["keys"] = ex.keys
         elif ex.kind == "range":
             spec["sample_key"] = ex.order[0].this.name
-            spec["samples"] = self.coord.options.samples_per_partition * ex.partitions
+            spec["samples"] = self.options.samples_per_partition * ex.partitions
             spec["seed"] = zlib.crc32(f"{run.stage.id}/{index}".encode())
         return spec
+
+    def _key(self, stage_id: int) -> str:
+        return f"{self.query_id}/{stage_id}"
 
     def _with_address(self, split: dict) -> dict:
         """Session-table splits name a worker index; the reading worker needs its address."""
         if split.get("kind") == "memory" and split.get("worker") is not None:
             return {**split, "address": self.addresses[int(split["worker"])]}
         return split
+
+    def _block_hosts(self, source: _StageRun, partitions: list[int]) -> list[int]:
+        """Workers holding blocks of these partitions: where produced, or where pushed to."""
+        if self.mode != "prefetch" or not source.task_bytes:
+            return sorted(source.holders)
+        ahead = self.placements.get(self.consumer_of.get(source.stage.id, -1))
+        hosts = set()
+        for task, sizes in source.task_bytes.items():
+            for p in partitions:
+                if p < len(sizes) and sizes[p]:
+                    pushed = ahead is not None and task in source.pushed
+                    hosts.add(ahead.host_of(p) if pushed else source.placement[task])
+        return sorted(hosts)
 
     def _task_spec(self, run: _StageRun, index: int, sql: str) -> dict:
         inputs: list[dict] = []
@@ -251,18 +317,22 @@ class _QueryRun:
             )
         for read in stage.reads:
             source = self.runs[read.shuffle_id]
+            if read.kind in ("broadcast",):
+                partitions, hosts = [0], sorted(source.holders)
+            elif read.kind == "materialized":
+                partitions, hosts = [index], [source.placement[index]]
+            else:
+                partitions = run.groups[index] if run.groups is not None else [index]
+                hosts = self._block_hosts(source, partitions)
             inputs.append(
                 {
                     "name": read.table,
                     "kind": "shuffle",
-                    "key": f"{self.query_id}/{read.shuffle_id}",
-                    "partitions": [0] if read.kind in ("broadcast", "single")
-                    else run.groups[index] if run.groups is not None and read.kind != "materialized"
-                    else [index],
-                    "sources": [self.addresses[source.placement[index]]]
-                    if read.kind == "materialized"
-                    else [self.addresses[w] for w in sorted(source.holders)],
+                    "key": self._key(read.shuffle_id),
+                    "partitions": partitions,
+                    "sources": [self.addresses[w] for w in hosts],
                     "schema": source.schema,
+                    "consume": self.mode == "prefetch" and read.kind in SHUFFLE_KINDS,
                 }
             )
         return {
@@ -276,10 +346,10 @@ class _QueryRun:
 
     # ---- execution ---------------------------------------------------------------------
 
-    def _call(self, worker: int, name: str, body: dict) -> Any:
+    def _call(self, worker: int, name: str, body: dict, limited: bool = True) -> Any:
         if self.failed.is_set():
             raise _CancelledError()
-        with self.slots[worker]:
+        with self.slots[worker] if limited else contextlib.nullcontext():
             if self.failed.is_set():
                 raise _CancelledError()
             try:
@@ -290,52 +360,82 @@ class _QueryRun:
 
     def execute(self) -> tuple[list[tuple[int, dict]], QueryStats, str]:
         started = time.perf_counter()
-        pool = ThreadPoolExecutor(max_workers=max(2, self.workers * self.coord.options.slots))
-        futures: dict[Future, tuple[_StageRun, int]] = {}
+        self.pool = ThreadPoolExecutor(max_workers=max(4, self.workers * (self.options.slots + 2)))
+        self.futures: dict[Future, tuple[str, _StageRun, Any]] = {}
         try:
             while not self.runs[-1].done:
                 for run in self.runs:
                     if not run.submitted and all(self.runs[p].done for p in run.stage.parents):
-                        self._submit(run, pool, futures)
-                if not futures:
+                        self._submit(run)
+                if not self.futures:
                     raise OperationalError("query stalled: no runnable stage (planner bug)")
-                finished, _ = wait(list(futures), return_when=FIRST_COMPLETED)
+                finished, _ = wait(list(self.futures), return_when=FIRST_COMPLETED)
                 for fut in finished:
-                    run, index = futures.pop(fut)
-                    self._record(run, index, fut.result())
-                    if run.pending == 0:
-                        self._finish_stage(run)
+                    kind, run, extra = self.futures.pop(fut)
+                    if kind == "task":
+                        self._record(run, extra, fut.result())
+                    else:
+                        self._aux_done(run, kind, extra, fut.result())
+                    self._maybe_finish(run)
         except _CancelledError:
             raise OperationalError("query cancelled") from None
         except BaseException:
             self.failed.set()
-            for fut in futures:
+            for fut in self.futures:
                 fut.cancel()
-            pool.shutdown(wait=False, cancel_futures=True)
-            started = [f for f in futures if not f.cancelled()]  # cancelled ones never report done
-            threading.Thread(target=self._release_after, args=(started,), daemon=True).start()
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            started_futures = [f for f in self.futures if not f.cancelled()]  # cancelled ones never report done
+            threading.Thread(target=self._release_after, args=(started_futures,), daemon=True).start()
             raise
-        pool.shutdown(wait=True)
+        self.pool.shutdown(wait=True)
         result = self.runs[-1]
-        stats = QueryStats([r.stats for r in self.runs], time.perf_counter() - started)
+        shuffles = [r.shuffle for r in self.runs if r.shuffle is not None]
+        stats = QueryStats([r.stats for r in self.runs], time.perf_counter() - started, shuffles)
         return [(w, o) for w, o in zip(result.placement, result.outputs, strict=True)], stats, self.query_id
 
     def _release_after(self, futures: list[Future]) -> None:
         wait(futures)
         self.coord.release(f"{self.query_id}/")
 
-    def _submit(self, run: _StageRun, pool: ThreadPoolExecutor, futures: dict) -> None:
+    def _aux(self, run: _StageRun, kind: str, worker: int, body: dict, extra: Any = None) -> None:
+        """Side work of a shuffle (finalize, push, expect), tracked like tasks.
+
+        A stage with side work outstanding is not done, even if all its tasks are: its readers
+        must not start while its blocks are still on their way.
+        """
+        assert not any(self.runs[c].submitted for c in [self.consumer_of.get(run.stage.id, -1)] if c >= 0)
+        run.aux_pending += 1
+        run.done = False
+        fut = self.pool.submit(self._call, worker, kind, body, False)
+        self.futures[fut] = (kind, run, extra)
+
+    def _submit(self, run: _StageRun) -> None:
         run.submitted = True
         run.started = time.perf_counter()
-        self._coalesce(run)
+        inputs = [self.runs[r.shuffle_id] for r in run.stage.partitioned_reads if r.kind in SHUFFLE_KINDS]
+        now = time.perf_counter()
+        for source in inputs:
+            if source.shuffle is not None and source.maps_done_at is not None:
+                source.shuffle.push_tail_seconds = now - source.maps_done_at
+        ahead = self.placements.get(run.stage.id)
+        if ahead is not None:
+            self._apply_groups(run, ahead.groups)
+        elif inputs and self._coalescable(run):
+            sizes = [0.0] * run.tasks
+            for source in inputs:
+                for p, b in enumerate(self._actual(source)[: run.tasks]):
+                    sizes[p] += b
+            self._apply_groups(run, self._groups(run, sizes))
         run.pending = run.tasks
         run.placement = [self._place(run, i) for i in range(run.tasks)]
         run.outputs = [{} for _ in range(run.tasks)]
+        for source in inputs:
+            self._measure(source, run)
         sql = render(run.stage.root)
         for index in range(run.tasks):
             spec = self._task_spec(run, index, sql)
-            fut = pool.submit(self._call, run.placement[index], "run_task", spec)
-            futures[fut] = (run, index)
+            fut = self.pool.submit(self._call, run.placement[index], "run_task", spec)
+            self.futures[fut] = ("task", run, index)
 
     def _record(self, run: _StageRun, index: int, result: dict) -> None:
         run.pending -= 1
@@ -347,45 +447,220 @@ class _QueryRun:
         stats.bytes += result["bytes"]
         stats.rows_in += result["rows_in"]
         stats.task_seconds += result["seconds"]
-        if "sample" in result:
-            run.samples.append((table_from_hex(result["sample"]).column(0).combine_chunks(), result["rows"]))
-        sizes = result.get("partition_bytes") or []
-        if sizes:
-            if not stats.partition_bytes:
-                stats.partition_bytes = [0] * len(sizes)
-            for p, b in enumerate(sizes):
-                stats.partition_bytes[p] += b
+        for read in run.stage.partitioned_reads:
+            source = self.runs[read.shuffle_id]
+            if source.shuffle is not None:
+                source.shuffle.read_wait_seconds += result["read_seconds"]
         self.done_tasks += 1
         if self.progress is not None:
             self.progress(self.done_tasks, self.total_tasks)
+        if run.shuffle is None:
+            self._add_sizes(stats, result.get("partition_bytes") or [])
+            return
+        run.finished.append(index)
+        if "sample" in result:
+            keys = table_from_hex(result["sample"]).column(0).combine_chunks()
+            run.samples[index] = (keys, result["rows"], result["bytes"])
+        else:
+            run.task_bytes[index] = result["partition_bytes"]
+            self._add_sizes(stats, result["partition_bytes"])
+        if run.pending == 0:
+            run.maps_done_at = time.perf_counter()
+        self._progress_shuffle(run, index)
 
-    def _finish_stage(self, run: _StageRun) -> None:
+    @staticmethod
+    def _add_sizes(stats: StageStats, sizes: list[int]) -> None:
+        if not sizes:
+            return
+        if len(stats.partition_bytes) < len(sizes):
+            stats.partition_bytes += [0] * (len(sizes) - len(stats.partition_bytes))
+        for p, b in enumerate(sizes):
+            stats.partition_bytes[p] += b
+
+    def _actual(self, run: _StageRun) -> list[int]:
+        parts = run.stage.output.partitions if run.stage.output is not None else 1
+        sizes = [0] * parts
+        for task_sizes in run.task_bytes.values():
+            for p, b in enumerate(task_sizes[:parts]):
+                sizes[p] += b
+        return sizes
+
+    # ---- the shuffle: prediction, placement, pre-fetch -----------------------------------
+
+    def _threshold(self, run: _StageRun) -> int:
+        return max(1, math.ceil(self.options.prefetch_fraction * run.tasks))
+
+    def _progress_shuffle(self, run: _StageRun, index: int) -> None:
+        """React to a finished map task: predict once enough have finished, then (prefetch)
+        place the reducers and push every finished task's blocks to its reducers' hosts."""
         ex = run.stage.output
-        if ex is not None and ex.kind == "range":
-            self._finalize_range(run, ex)
+        assert ex is not None and run.shuffle is not None
+        # Range bounds need the samples: prefetch picks them once enough map tasks have finished,
+        # pull (like Spark) after all of them. Hash sizes are predicted at the threshold in both
+        # modes, so both record prediction accuracy; only prefetch acts on it.
+        need = self._threshold(run) if self.mode == "prefetch" or ex.kind != "range" else run.tasks
+        if run.prediction is None and len(run.finished) >= need:
+            if ex.kind == "range":
+                self._choose_bounds(run, ex)
+                run.prediction = self._range_prediction(run, ex)
+            else:
+                finished = [(run.placement[t], run.task_bytes[t]) for t in run.finished]
+                run.prediction = hash_prediction(finished, run.tasks, ex.partitions)
+            run.shuffle.predicted = [r.size for r in run.prediction]
+            if self.mode == "prefetch":
+                self._try_place(self.consumer_of.get(run.stage.id))
+            if ex.kind == "range":
+                self._finalize(run, [t for t in run.finished if t not in run.finalized])
+            else:
+                self._push(run, [t for t in run.finished if t not in run.pushed])
+        elif run.prediction is not None:
+            if ex.kind == "range":
+                self._finalize(run, [index])
+            else:
+                self._push(run, [index])
+
+    def _choose_bounds(self, run: _StageRun, ex: lp.Exchange) -> None:
+        typ = schema_from_hex(run.schema).field(ex.order[0].this.name).type
+        samples = [(keys.cast(typ), rows) for keys, rows, _ in run.samples.values()]
+        bounds = weighted_bounds(samples, ex.partitions) if samples else pa.array([], typ)
+        if 0 < len(bounds) < ex.partitions - 1:  # too few distinct samples: pad, reducers stay valid
+            bounds = pa.concat_arrays([bounds] + [bounds[-1:]] * (ex.partitions - 1 - len(bounds)))
+        run.bounds = bounds
+
+    def _range_prediction(self, run: _StageRun, ex: lp.Exchange) -> list[Reducer]:
+        first = ex.order[0]
+        typ = run.bounds.type
+        samples = [(run.placement[t], keys.cast(typ), size) for t, (keys, _, size) in run.samples.items()]
+        prediction = range_prediction(samples, run.bounds, bool(first.args.get("desc")), bool(first.args.get("nulls_first")), run.tasks)
+        return prediction + [Reducer(p, 0.0) for p in range(len(prediction), ex.partitions)]
+
+    def _destinations(self, run: _StageRun) -> dict[str, str] | None:
+        ahead = self.placements.get(self.consumer_of.get(run.stage.id, -1))
+        if ahead is None or self.mode != "prefetch":
+            return None
+        return {str(p): self.addresses[ahead.hosts[g]] for g, members in enumerate(ahead.groups) for p in members}
+
+    def _finalize(self, run: _StageRun, tasks: list[int]) -> None:
+        """Partition staged range output with the bounds (and push it, once placed)."""
+        ex = run.stage.output
+        first = ex.order[0]
+        destinations = self._destinations(run)
+        by_worker: dict[int, list[int]] = {}
+        for t in tasks:
+            run.finalized.add(t)
+            by_worker.setdefault(run.placement[t], []).append(t)
+            if destinations is not None:
+                run.pushed.add(t)
+        for worker, mine in by_worker.items():
+            body = {
+                "key": self._key(run.stage.id),
+                "bounds": table_to_hex(pa.table({"b": run.bounds})),
+                "sort_key": first.this.name,
+                "desc": bool(first.args.get("desc")),
+                "nulls_first": bool(first.args.get("nulls_first")),
+                "tasks": mine,
+                "mode": self.mode,
+                "destinations": destinations,
+            }
+            self._aux(run, "finalize_range", worker, body)
+
+    def _push(self, run: _StageRun, tasks: list[int]) -> None:
+        destinations = self._destinations(run)
+        if destinations is None:
+            return
+        for t in tasks:
+            if t in run.pushed or t not in run.task_bytes:
+                continue
+            run.pushed.add(t)
+            body = {"key": self._key(run.stage.id), "task": t, "destinations": destinations}
+            self._aux(run, "push", run.placement[t], body, t)
+
+    def _try_place(self, consumer_id: int | None) -> None:
+        """Place a consumer's reducers once every shuffle it reads has a prediction (MinHeap for
+        one input, accumulate scheduling across several), then tell hosts what to expect."""
+        if consumer_id is None or consumer_id in self.placements:
+            return
+        consumer = self.runs[consumer_id]
+        inputs = [self.runs[r.shuffle_id] for r in consumer.stage.partitioned_reads]
+        if any(r.shuffle is None or r.prediction is None for r in inputs):
+            return
+        partitions = consumer.tasks
+        sizes = [sum(r.prediction[p].size for r in inputs if p < len(r.prediction)) for p in range(partitions)]
+        groups = self._groups(consumer, sizes)
+        hosts = list(range(self.workers))
+        previous: dict[int, Reducer] | None = None
+        placed = None
+        for source in inputs:
+            reducers = grouped(source.prediction, groups)
+            placed = accumulate(reducers, hosts, max(1, source.tasks), previous)
+            previous = {
+                g: Reducer(g, (previous[g].size if previous else 0.0) + reducers[g].size, 1.0, placed.hosts[g])
+                for g in range(len(groups))
+            }
+        assert placed is not None
+        self.placements[consumer_id] = _Placement(groups, [placed.hosts[g] for g in range(len(groups))])
+        for source in inputs:
+            source.shuffle.placement = "minheap"
+        for source in inputs:
+            key = self._key(source.stage.id)
+            seq = next(self._seq)
+            for host in hosts:
+                mine = [p for g, members in enumerate(groups) if placed.hosts[g] == host for p in members]
+                body = {"key": key, "seq": seq, "expected": source.tasks, "partitions": mine, "slots": self.options.slots}
+                self._aux(source, "expect", host, body)
+        for source in inputs:  # tasks that finished before the placement existed
+            if source.stage.output.kind == "range":
+                self._push(source, sorted(source.finalized))
+            else:
+                self._push(source, [t for t in source.finished if t not in source.pushed])
+
+    def _aux_done(self, run: _StageRun, kind: str, extra: Any, result: dict) -> None:
+        run.aux_pending -= 1
+        if kind == "finalize_range":
+            for task, sizes in result["tasks"].items():
+                run.task_bytes[int(task)] = sizes
+                self._add_sizes(run.stats, sizes)
+            # Finalized before the reducers were placed: push now that both are known.
+            self._push(run, [int(t) for t in result["tasks"] if int(t) not in run.pushed])
+
+    def _maybe_finish(self, run: _StageRun) -> None:
+        if run.done or run.pending or run.aux_pending or not run.submitted:
+            return
+        ex = run.stage.output
+        if ex is not None and ex.kind == "range" and len(run.finalized) < len(run.finished):
+            return  # the bounds are chosen, finalization is under way
         run.done = True
         run.stats.seconds = time.perf_counter() - run.started
 
-    def _finalize_range(self, run: _StageRun, ex: lp.Exchange) -> None:
-        """Choose bounds from the weighted samples, then have every map-output holder partition."""
-        typ = schema_from_hex(run.schema).field(ex.order[0].this.name).type
-        samples = [(s.cast(typ), rows) for s, rows in run.samples]
-        bounds = weighted_bounds(samples, ex.partitions) if samples else pa.array([], typ)
-        if len(bounds) < ex.partitions - 1:  # too few distinct samples: pad, reducers stay valid
-            bounds = pa.concat_arrays([bounds] + [bounds[-1:]] * (ex.partitions - 1 - len(bounds))) if len(bounds) else bounds
-        first = ex.order[0]
-        body = {
-            "key": f"{self.query_id}/{run.stage.id}",
-            "bounds": table_to_hex(pa.table({"b": bounds})),
-            "sort_key": first.this.name,
-            "desc": bool(first.args.get("desc")),
-            "nulls_first": bool(first.args.get("nulls_first")),
-        }
-        run.stats.partition_bytes = [0] * (len(bounds) + 1)
-        with ThreadPoolExecutor(max_workers=max(1, len(run.holders))) as pool:
-            for result in pool.map(lambda w: self._call(w, "finalize_range", body), sorted(run.holders)):
-                for p, b in enumerate(result["partition_bytes"]):
-                    run.stats.partition_bytes[p] += b
+    def _measure(self, source: _StageRun, consumer: _StageRun) -> None:
+        """Shuffle metrics, once the consumer's reducers are placed and before they run."""
+        shuffle = source.shuffle
+        if shuffle is None:
+            return
+        shuffle.actual = self._actual(source)
+        groups = consumer.groups or [[p] for p in range(consumer.tasks)]
+        host_of = {p: consumer.placement[g] for g, members in enumerate(groups) for p in members}
+        ahead = self.placements.get(consumer.stage.id)
+        loads = [0.0] * self.workers
+        naive = [0.0] * self.workers
+        for g, members in enumerate(groups):
+            size = sum(shuffle.actual[p] for p in members if p < len(shuffle.actual))
+            loads[consumer.placement[g]] += size
+            naive[g % self.workers] += size
+        shuffle.host_loads, shuffle.naive_host_loads = loads, naive
+        for task, sizes in source.task_bytes.items():
+            for p, b in enumerate(sizes):
+                if not b or p not in host_of:
+                    continue
+                produced = source.placement[task]
+                shuffle.blocks_total += 1
+                if produced == host_of[p]:
+                    shuffle.local_bytes += b
+                else:
+                    shuffle.remote_bytes += b
+                pushed = ahead is not None and task in source.pushed
+                if produced == host_of[p] or pushed:
+                    shuffle.blocks_local += 1
 
 
 class _CancelledError(Exception):

@@ -105,6 +105,21 @@ class Client:
         except flight.FlightError as e:
             raise client_error(e, f"worker {self.address}") from e
 
+    def put_blocks(self, key: str, source: int, parts: list[tuple[int, pa.Table]]) -> None:
+        """Push several partitions' blocks in one stream; each batch carries its partition."""
+        descriptor = flight.FlightDescriptor.for_command(json.dumps({"key": key, "blocks": True}).encode())
+        schema = parts[0][1].schema
+        try:
+            writer, _ = self._client.do_put(descriptor, schema, self.options())
+            for partition, table in parts:
+                meta = pa.py_buffer(json.dumps({"p": partition, "s": source}).encode())
+                batches = table.to_batches() or [pa.RecordBatch.from_pylist([], schema=schema)]
+                for batch in batches:
+                    writer.write_with_metadata(batch, meta)
+            writer.close()
+        except flight.FlightError as e:
+            raise client_error(e, f"worker {self.address}") from e
+
     def close(self) -> None:
         self._client.close()
 

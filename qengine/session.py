@@ -89,7 +89,7 @@ class Session:
         try:
             table = self.coordinator.fetch_result(query_id, placement)
         finally:
-            self.coordinator.release(f"{query_id}/")
+            stats.spilled_bytes = self.coordinator.release(f"{query_id}/")
         table = table.rename_columns(plan.names)
         return Result(table, table.num_rows, stats, plan)
 

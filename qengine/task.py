@@ -81,20 +81,26 @@ class TaskRunner:
         self.address = address
         self.pool = pool
         self.connections = ConnectionPool(threads or int(os.environ.get("QENGINE_TASK_THREADS", "1")))
+        self.limiter = FetchLimiter()
         # Two pools: loading a task's inputs waits on per-source fetches, so they must not share one.
         self._inputs = ThreadPoolExecutor(max_workers=8, thread_name_prefix="input")
         self._fetches = ThreadPoolExecutor(max_workers=16, thread_name_prefix="fetch")
 
     # ---- inputs ------------------------------------------------------------------------
 
-    def fetch(self, key: str, partition: int, sources: list[str], schema: pa.Schema) -> pa.Table:
-        """One partition of a shuffle, gathered from every worker that holds a piece of it."""
+    def fetch(self, key: str, partition: int, sources: list[str], schema: pa.Schema, consume: bool = False) -> pa.Table:
+        """One partition of a shuffle, gathered from every worker that holds a piece of it.
+
+        Remote fetches go through the limiter, so a wide shuffle never has more than a bounded
+        number of requests and bytes in flight per host.
+        """
 
         def one(source: str) -> pa.Table:
             if source == self.address:
-                local = self.store.get(key, partition)
+                local = self.store.get(key, partition, consume=consume)
                 return local if local is not None else schema.empty_table()
-            return self.pool.get(source).get({"key": key, "partition": partition})
+            with self.limiter.slot(source):
+                return self.pool.get(source).get({"key": key, "partition": partition, "consume": consume})
 
         tables = list(self._fetches.map(one, sources)) if len(sources) > 1 else [one(s) for s in sources]
         tables = [t for t in tables if t.num_rows] or [schema.empty_table()]
@@ -109,7 +115,8 @@ class TaskRunner:
         if spec["kind"] == "scan":
             return read_split(spec["split"], [tuple(c) for c in spec["columns"]], self._memory_split)
         schema = schema_from_hex(spec["schema"])
-        parts = [self.fetch(spec["key"], p, spec["sources"], schema) for p in spec["partitions"]]
+        consume = bool(spec.get("consume"))
+        parts = [self.fetch(spec["key"], p, spec["sources"], schema, consume) for p in spec["partitions"]]
         return parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="permissive")
 
     # ---- running -----------------------------------------------------------------------
@@ -135,15 +142,26 @@ class TaskRunner:
         )
         return stats
 
+    def _store_parts(self, key: str, parts: list[pa.Table], source: int, mode: str) -> dict[str, Any]:
+        """Keep a map task's partitioned output: on disk with an index (pull), or in memory."""
+        if mode == "pull":
+            self.store.write_parts(key, parts, source)
+        else:
+            self.store.put_parts(key, parts, source)
+        if not any(p.num_rows for p in parts):
+            self.store.put(key, 0, parts[0], source)
+        return {"partition_bytes": [p.nbytes for p in parts], "partition_rows": [p.num_rows for p in parts]}
+
     def _write(self, con: duckdb.DuckDBPyConnection, spec: dict, result: pa.Table) -> dict[str, Any]:
         out = spec["output"]
-        kind, key = out["kind"], out["key"]
+        kind, key, task = out["kind"], out["key"], spec["task"]
+        mode = out.get("mode", "prefetch")
         if kind == "hash":
             ids = partitioner.hash_ids(con, result, out["keys"], out["partitions"])
         elif kind == "roundrobin":
-            ids = partitioner.roundrobin_ids(result.num_rows, out["partitions"], spec["task"])
+            ids = partitioner.roundrobin_ids(result.num_rows, out["partitions"], task)
         elif kind == "range":
-            self.store.stage(key, result)
+            self.store.stage(key, result, task)
             sample = sample_keys(result.column(out["sample_key"]), out["samples"], out["seed"])
             return {"sample": table_to_hex(pa.table({"k": sample}))}
         elif kind == "table":
@@ -153,37 +171,77 @@ class TaskRunner:
                 result = _conform(result, schema_from_hex(out["schema"]), out["insert_columns"])
             self.store.put(key, 0, result)
             return {"partition_bytes": [result.nbytes], "partition_rows": [result.num_rows]}
-        elif kind in ("single", "broadcast", "result", "materialize"):
-            partition = spec["task"] if kind in ("result", "materialize") else 0
-            self.store.put(key, partition, result)
+        elif kind == "single":
+            return self._store_parts(key, [result], task, mode)
+        elif kind in ("broadcast", "result", "materialize"):
+            self.store.put(key, task if kind != "broadcast" else 0, result, task)
             return {"partition_bytes": [result.nbytes], "partition_rows": [result.num_rows]}
         else:
             raise OperationalError(f"unknown output kind {kind!r}")
-        parts = partitioner.split(result, ids, out["partitions"])
-        self.store.put_parts(key, parts)
-        if not result.num_rows:
-            self.store.put(key, 0, result)
-        return {"partition_bytes": [p.nbytes for p in parts], "partition_rows": [p.num_rows for p in parts]}
+        return self._store_parts(key, partitioner.split(result, ids, out["partitions"]), task, mode)
 
     def finalize_range(self, spec: dict) -> dict[str, Any]:
-        """Partition staged map output once the coordinator has chosen the bounds."""
+        """Partition staged map output once the coordinator has chosen the bounds.
+
+        ``tasks`` limits it to those map tasks (prefetch finalizes each as it finishes); the
+        reply gives bytes per partition for every task, for the size bookkeeping.
+        """
         key = spec["key"]
         bounds = table_from_hex(spec["bounds"]).column(0).combine_chunks()
         partitions = len(bounds) + 1
-        sizes = [0] * partitions
-        rows = [0] * partitions
+        tasks = set(spec["tasks"]) if spec.get("tasks") is not None else None
+        per_task: dict[int, list[int]] = {}
         with self.connections.connection() as con:
-            staged = self.store.take_staged(key)
-            for table in staged:
+            for source, table in self.store.take_staged(key, tasks):
                 ids = partitioner.range_ids(con, table, spec["sort_key"], bounds, spec["desc"], spec["nulls_first"])
                 parts = partitioner.split(table, ids, partitions)
-                self.store.put_parts(key, parts)
-                for p, part in enumerate(parts):
-                    sizes[p] += part.nbytes
-                    rows[p] += part.num_rows
-            if staged and not any(rows):
-                self.store.put(key, 0, staged[0])
-        return {"partition_bytes": sizes, "partition_rows": rows}
+                per_task[source] = self._store_parts(key, parts, source, spec.get("mode", "prefetch"))["partition_bytes"]
+        if spec.get("destinations"):
+            for source in per_task:
+                self.push({"key": key, "task": source, "destinations": spec["destinations"]})
+        return {"tasks": {str(t): sizes for t, sizes in per_task.items()}}
+
+    def push(self, spec: dict) -> dict[str, Any]:
+        """Send one map task's blocks to the hosts of their reducers (SCache's pre-fetch).
+
+        All blocks headed for one host travel in a single do_put stream, one record batch run
+        per partition tagged with its partition and source task; blocks for reducers on this
+        host stay put. Returns the bytes sent away.
+        """
+        key, task = spec["key"], int(spec["task"])
+        destinations = {int(p): a for p, a in spec["destinations"].items()}
+        blocks = self.store.take_blocks(key, task)
+        by_host: dict[str, list[tuple[int, pa.Table]]] = {}
+        for p, table in blocks.items():
+            by_host.setdefault(destinations.get(p, self.address), []).append((p, table))
+        sent = 0
+        for address, parts in by_host.items():
+            if address == self.address:
+                for p, table in parts:
+                    self.store.put(key, p, table, task)
+                continue
+            with self.limiter.slot(address):
+                self.pool.get(address).put_blocks(key, task, parts)
+            sent += sum(t.nbytes for _, t in parts)
+        return {"sent": sent}
+
+
+class FetchLimiter:
+    """Bounds remote transfers in flight: at most ``per_host`` at once to any one host and
+    ``total`` overall, like Spark's maxReqsInFlight / maxBlocksInFlightPerAddress."""
+
+    def __init__(self, per_host: int = 4, total: int = 16) -> None:
+        self.per_host = per_host
+        self._total = threading.BoundedSemaphore(total)
+        self._hosts: dict[str, threading.BoundedSemaphore] = {}
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def slot(self, host: str) -> Iterator[None]:
+        with self._lock:
+            sem = self._hosts.setdefault(host, threading.BoundedSemaphore(self.per_host))
+        with self._total, sem:
+            yield
 
 
 def _conform(result: pa.Table, target: pa.Schema, columns: list[str]) -> pa.Table:

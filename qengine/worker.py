@@ -27,11 +27,11 @@ log = logging.getLogger("qengine.worker")
 
 
 class WorkerServer(flight.FlightServerBase):
-    def __init__(self, host: str, port: int, token: str, worker_id: int) -> None:
+    def __init__(self, host: str, port: int, token: str, worker_id: int, shuffle_memory: int | None = None) -> None:
         super().__init__(f"grpc+tcp://{host}:{port}", middleware={"auth": TokenAuthMiddlewareFactory(token)})
         self.worker_id = worker_id
         self.address = f"{host}:{self.port}"
-        self.store = BlockStore()
+        self.store = BlockStore(budget=shuffle_memory)
         self.pool = ClientPool(token)
         self.runner = TaskRunner(self.store, self.address, self.pool)
 
@@ -40,11 +40,15 @@ class WorkerServer(flight.FlightServerBase):
             return self.runner.run(body)
         if name == "finalize_range":
             return self.runner.finalize_range(body)
+        if name == "push":
+            return self.runner.push(body)
+        if name == "expect":
+            self.store.expect(body["key"], body["seq"], body["expected"], body["partitions"], body["slots"])
+            return {"ok": True}
         if name == "release":
-            self.store.release(body["prefix"])
-            return {"released": body["prefix"]}
+            return {"released": body["prefix"], "spilled": self.store.release(body["prefix"])}
         if name == "ping":
-            return {"worker": self.worker_id, "pid": os.getpid(), "bytes": self.store.nbytes()}
+            return {"worker": self.worker_id, "pid": os.getpid(), "bytes": self.store.nbytes(), "budget": self.store.budget}
         if name == "shutdown":
             threading.Thread(target=self.shutdown, daemon=True).start()
             return {"ok": True}
@@ -61,15 +65,23 @@ class WorkerServer(flight.FlightServerBase):
 
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.RecordBatchStream:
         spec = json.loads(ticket.ticket)
-        table = self.store.get(spec["key"], spec["partition"])
+        table = self.store.get(spec["key"], spec["partition"], consume=bool(spec.get("consume")))
         if table is None:
             raise server_error(KeyError(f"worker {self.worker_id} holds no blocks of {spec['key']}"))
         return flight.RecordBatchStream(table)
 
     def do_put(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor, reader, writer) -> None:
         spec = json.loads(descriptor.command)
-        table: pa.Table = reader.read_all()
-        self.store.put(spec["key"], spec.get("partition", 0), table)
+        if not spec.get("blocks"):
+            table: pa.Table = reader.read_all()
+            self.store.put(spec["key"], spec.get("partition", 0), table)
+            return
+        pieces: dict[tuple[int, int], list[pa.RecordBatch]] = {}
+        for chunk in reader:
+            meta = json.loads(chunk.app_metadata.to_pybytes())
+            pieces.setdefault((meta["p"], meta["s"]), []).append(chunk.data)
+        for (partition, source), batches in pieces.items():
+            self.store.put(spec["key"], partition, pa.Table.from_batches(batches), source)
 
 
 def _exit_when_parent_goes() -> None:
@@ -87,11 +99,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--log", required=True)
+    parser.add_argument("--shuffle-memory", type=int, default=None, help="shuffle memory budget in bytes")
     args = parser.parse_args(argv)
     token = os.environ.pop("QENGINE_TOKEN", "")
     if not token:
         sys.exit("qengine worker: QENGINE_TOKEN is not set")
-    server = WorkerServer(args.host, args.port, token, args.id)
+    server = WorkerServer(args.host, args.port, token, args.id, args.shuffle_memory)
     print(f"READY {server.port}", flush=True)
     log_fd = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log_fd, 1)
@@ -100,6 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     threading.Thread(target=_exit_when_parent_goes, daemon=True).start()
     log.info("worker %d serving on %s", args.id, server.address)
     server.serve()
+    server.store.close()
     os._exit(0)
 
 

@@ -107,11 +107,21 @@ def _engine(data_paths: dict[str, str], **options: object):
     return con
 
 
-@pytest.fixture(scope="session", params=["default", "shuffle"])
+MODES = {
+    "default": {},
+    # every join shuffles
+    "shuffle": {"broadcast_threshold": 0},
+    # the Spark-like baseline exchange: map output on disk, pulled after the map stage
+    "pull": {"broadcast_threshold": 0, "shuffle": "pull"},
+    # a shuffle memory budget so small that blocks spill to disk and are read back
+    "spill": {"broadcast_threshold": 0, "shuffle": "prefetch", "shuffle_memory": 64 << 10},
+}
+
+
+@pytest.fixture(scope="session", params=list(MODES))
 def engine(request: pytest.FixtureRequest, data_paths: dict[str, str]):
-    """A 2-worker cluster; 'shuffle' turns broadcast joins off so every join shuffles."""
-    options = {"broadcast_threshold": 0} if request.param == "shuffle" else {}
-    con = _engine(data_paths, **options)
+    """A 2-worker cluster in each mode of :data:`MODES`."""
+    con = _engine(data_paths, **MODES[request.param])
     yield con
     con.close()
 

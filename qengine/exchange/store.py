@@ -1,72 +1,252 @@
-"""A worker's in-memory block store: shuffle blocks, query results and session-table pieces.
+"""A worker's block store: shuffle blocks, query results and session-table pieces.
 
-Blocks are keyed by a string (``<query>/<shuffle>`` or ``table/<id>``) and a partition number;
-several map tasks append to the same partition. Everything under a query's prefix is dropped
-when the coordinator releases the query.
+Blocks are keyed by a string (``<query>/<shuffle>`` or ``table/<id>/…``) and a partition; each
+remembers the map task that produced it (``source``). A block lives in memory, or on local disk
+as Arrow IPC: pull-mode map output is written to one file per map task with an index of which
+record batches belong to which partition (Spark's sort-shuffle layout), and in-memory blocks
+spill to disk when the store's memory budget is exceeded.
+
+Eviction follows SCache §4.2. The unit is a round of reducers (``slots`` consecutive reduce
+partitions placed on this host) and a unit is spilled whole (all-or-nothing). Incomplete units
+(still waiting for map output) go first; then, across shuffles, the most recently submitted;
+inside a shuffle, the round with the larger reducer ids.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import os
+import shutil
+import tempfile
 import threading
 from collections import defaultdict
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+_files = itertools.count()
+
+
+@dataclass
+class Block:
+    nbytes: int
+    source: int
+    table: pa.Table | None = None
+    path: str | None = None
+    batches: tuple[int, int] | None = None  # (first, count) inside a shared map-output file
+
+    def load(self) -> pa.Table:
+        if self.table is not None:
+            return self.table
+        assert self.path is not None
+        with pa.memory_map(self.path) as source:
+            reader = pa.ipc.open_file(source)
+            first, count = self.batches if self.batches is not None else (0, reader.num_record_batches)
+            batches = [reader.get_batch(i) for i in range(first, first + count)]
+            table = pa.Table.from_batches(batches, schema=reader.schema)
+        # Copy out of the mapping so the file can be deleted while the table is in use.
+        return table.combine_chunks() if table.num_rows else table
+
+
+@dataclass
+class _Shuffle:
+    """What the coordinator told this store about a shuffle it receives reducers' data for."""
+
+    seq: int
+    expected: int
+    rounds: dict[int, int] = field(default_factory=dict)  # partition → round on this host
+
 
 class BlockStore:
-    def __init__(self) -> None:
-        self._blocks: dict[tuple[str, int], list[pa.Table]] = defaultdict(list)
+    def __init__(self, budget: int | None = None, spill_dir: str | None = None) -> None:
+        self.budget = budget
+        self._own_dir = spill_dir is None
+        self.spill_dir = spill_dir or tempfile.mkdtemp(prefix="qengine-shuffle-")
+        self._blocks: dict[tuple[str, int], list[Block]] = defaultdict(list)
         self._schemas: dict[str, pa.Schema] = {}
-        self._staged: dict[str, list[pa.Table]] = defaultdict(list)
-        self._lock = threading.Lock()
+        self._staged: dict[str, list[tuple[int, pa.Table]]] = defaultdict(list)
+        self._shuffles: dict[str, _Shuffle] = {}
+        self._files: dict[str, list[str]] = defaultdict(list)
+        self._spilled: dict[str, int] = defaultdict(int)
+        self.memory = 0
+        self._lock = threading.RLock()
 
-    def put(self, key: str, partition: int, table: pa.Table) -> None:
+    # ---- writing -----------------------------------------------------------------------
+
+    def put(self, key: str, partition: int, table: pa.Table, source: int = -1) -> None:
         with self._lock:
             self._schemas.setdefault(key, table.schema)
             if table.num_rows or not self._blocks.get((key, partition)):
-                self._blocks[(key, partition)].append(table)
+                self._blocks[(key, partition)].append(Block(table.nbytes, source, table))
+                self.memory += table.nbytes
+            self._enforce_budget()
 
-    def put_parts(self, key: str, parts: list[pa.Table]) -> None:
+    def put_parts(self, key: str, parts: list[pa.Table], source: int = -1) -> None:
         with self._lock:
             if parts:
                 self._schemas.setdefault(key, parts[0].schema)
             for p, table in enumerate(parts):
                 if table.num_rows:
-                    self._blocks[(key, p)].append(table)
+                    self._blocks[(key, p)].append(Block(table.nbytes, source, table))
+                    self.memory += table.nbytes
+            self._enforce_budget()
 
-    def stage(self, key: str, table: pa.Table) -> None:
+    def write_parts(self, key: str, parts: list[pa.Table], source: int) -> None:
+        """Pull mode: one Arrow IPC file for the map task, one batch run per partition."""
+        schema = parts[0].schema
+        path = os.path.join(self.spill_dir, f"map-{next(_files)}.arrow")
+        index: list[tuple[int, int]] = []
+        batch = 0
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            for part in parts:
+                batches = part.to_batches() if part.num_rows else []
+                for b in batches:
+                    writer.write_batch(b)
+                index.append((batch, len(batches)))
+                batch += len(batches)
+        with self._lock:
+            self._schemas.setdefault(key, schema)
+            self._files[key].append(path)
+            for p, (part, span) in enumerate(zip(parts, index, strict=True)):
+                if part.num_rows:
+                    self._blocks[(key, p)].append(Block(part.nbytes, source, path=path, batches=span))
+
+    def stage(self, key: str, table: pa.Table, source: int = -1) -> None:
         """Hold unpartitioned map output until the range bounds are known."""
         with self._lock:
             self._schemas.setdefault(key, table.schema)
-            self._staged[key].append(table)
+            self._staged[key].append((source, table))
 
-    def take_staged(self, key: str) -> list[pa.Table]:
+    def take_staged(self, key: str, sources: set[int] | None = None) -> list[tuple[int, pa.Table]]:
         with self._lock:
-            return self._staged.pop(key, [])
+            staged = self._staged.get(key, [])
+            taken = [s for s in staged if sources is None or s[0] in sources]
+            self._staged[key] = [s for s in staged if s not in taken]
+            return taken
+
+    # ---- reading -----------------------------------------------------------------------
 
     def schema(self, key: str) -> pa.Schema | None:
         return self._schemas.get(key)
 
-    def get(self, key: str, partition: int) -> pa.Table | None:
-        """All blocks of a partition as one table; None if this store never saw ``key``."""
+    def blocks(self, key: str, partition: int) -> list[Block]:
         with self._lock:
-            blocks = list(self._blocks.get((key, partition), ()))
-            schema = self._schemas.get(key)
-        if schema is None:
-            return None
-        if not blocks:
-            return schema.empty_table()
-        return blocks[0] if len(blocks) == 1 else pa.concat_tables(blocks)
+            return list(self._blocks.get((key, partition), ()))
 
-    def release(self, prefix: str) -> None:
+    def get(self, key: str, partition: int, consume: bool = False, sources: set[int] | None = None) -> pa.Table | None:
+        """The blocks of a partition as one table; None if this store never saw ``key``.
+
+        ``consume`` removes what was read (a shuffle partition has exactly one reader);
+        ``sources`` limits the read to blocks of those map tasks.
+        """
+        with self._lock:
+            schema = self._schemas.get(key)
+            if schema is None:
+                return None
+            stored = self._blocks.get((key, partition), [])
+            chosen = [b for b in stored if sources is None or b.source in sources]
+            if consume:
+                rest = [b for b in stored if b not in chosen]
+                if rest:
+                    self._blocks[(key, partition)] = rest
+                else:
+                    self._blocks.pop((key, partition), None)
+                self.memory -= sum(b.nbytes for b in chosen if b.table is not None)
+        tables = [b.load() for b in chosen]
+        tables = [t for t in tables if t.num_rows] or [schema.empty_table()]
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+
+    def take_blocks(self, key: str, source: int) -> dict[int, pa.Table]:
+        """Remove and return one map task's blocks, per partition (for pushing them away)."""
+        out: dict[int, pa.Table] = {}
+        with self._lock:
+            for (k, p), blocks in list(self._blocks.items()):
+                if k != key:
+                    continue
+                mine = [b for b in blocks if b.source == source]
+                if not mine:
+                    continue
+                rest = [b for b in blocks if b.source != source]
+                if rest:
+                    self._blocks[(k, p)] = rest
+                else:
+                    del self._blocks[(k, p)]
+                self.memory -= sum(b.nbytes for b in mine if b.table is not None)
+                out[p] = mine
+        return {p: pa.concat_tables([b.load() for b in blocks]) for p, blocks in out.items()}
+
+    # ---- memory budget -----------------------------------------------------------------
+
+    def expect(self, key: str, seq: int, expected: int, partitions: list[int], slots: int) -> None:
+        """Register a shuffle whose reducers run here: defines the eviction units."""
+        with self._lock:
+            rounds = {p: i // max(1, slots) for i, p in enumerate(sorted(partitions))}
+            self._shuffles[key] = _Shuffle(seq, expected, rounds)
+
+    def _unit_priority(self, key: str, partition: int) -> tuple[int, int, int]:
+        """Higher sorts first for eviction: (incomplete, submission order, round)."""
+        shuffle = self._shuffles.get(key)
+        if shuffle is None:
+            return (0, -1, partition)
+        rnd = shuffle.rounds.get(partition, len(shuffle.rounds))
+        members = [p for p, r in shuffle.rounds.items() if r == rnd] or [partition]
+        complete = all(
+            len({b.source for b in self._blocks.get((key, p), ())}) >= shuffle.expected for p in members
+        )
+        return (0 if complete else 1, shuffle.seq, rnd)
+
+    def _enforce_budget(self) -> None:
+        if self.budget is None or self.memory <= self.budget:
+            return
+        units: dict[tuple, list[tuple[str, int]]] = defaultdict(list)
+        for (key, p), blocks in self._blocks.items():
+            if any(b.table is not None for b in blocks):
+                shuffle = self._shuffles.get(key)
+                rnd = shuffle.rounds.get(p, p) if shuffle else p
+                units[(key, rnd)].append((key, p))
+        order = sorted(units, key=lambda u: self._unit_priority(u[0], units[u][0][1]), reverse=True)
+        for unit in order:
+            if self.memory <= self.budget:
+                break
+            for key, p in units[unit]:
+                self._spill(key, p)
+
+    def _spill(self, key: str, partition: int) -> None:
+        for block in self._blocks.get((key, partition), ()):
+            if block.table is None:
+                continue
+            path = os.path.join(self.spill_dir, f"spill-{next(_files)}.arrow")
+            with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, block.table.schema) as writer:
+                writer.write_table(block.table)
+            self._files[key].append(path)
+            self._spilled[key.split("/")[0]] += block.nbytes
+            self.memory -= block.nbytes
+            block.table, block.path, block.batches = None, path, None
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    def release(self, prefix: str) -> int:
+        """Drop everything under ``prefix``, delete its files; returns the bytes it had spilled."""
         with self._lock:
             for k in [k for k in self._blocks if k[0].startswith(prefix)]:
+                self.memory -= sum(b.nbytes for b in self._blocks[k] if b.table is not None)
                 del self._blocks[k]
-            for k in [k for k in self._schemas if k.startswith(prefix)]:
-                del self._schemas[k]
-            for k in [k for k in self._staged if k.startswith(prefix)]:
-                del self._staged[k]
+            for registry in (self._schemas, self._staged, self._shuffles):
+                for k in [k for k in registry if k.startswith(prefix)]:
+                    del registry[k]
+            paths = [p for k in [k for k in self._files if k.startswith(prefix)] for p in self._files.pop(k)]
+            spilled = sum(v for k, v in list(self._spilled.items()) if f"{k}/".startswith(prefix) or k.startswith(prefix))
+            for k in [k for k in self._spilled if f"{k}/".startswith(prefix) or k.startswith(prefix)]:
+                del self._spilled[k]
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        return spilled
 
     def nbytes(self) -> int:
-        with self._lock:
-            return sum(t.nbytes for blocks in self._blocks.values() for t in blocks)
+        return self.memory
+
+    def close(self) -> None:
+        if self._own_dir:
+            shutil.rmtree(self.spill_dir, ignore_errors=True)

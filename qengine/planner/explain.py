@@ -58,6 +58,19 @@ def _tree(node: lp.Node, depth: int, out: list[str]) -> None:
         _tree(child, depth + 1, out)
 
 
+def _shuffle_line(s: dict) -> str:
+    def pct(x: float | None) -> str:
+        return "n/a" if x is None else f"{100 * x:.1f}%"
+
+    return (
+        f"mode={s['mode']} placement={s['placement']} prediction error max={pct(s['prediction_max_error'])} "
+        f"mean={pct(s['prediction_mean_error'])} remote={s['remote_bytes']} local={s['local_bytes']} "
+        f"load max/mean={s['host_load_max_over_mean']} (round-robin {s['round_robin_load_max_over_mean']}) "
+        f"reducer wait={s['reducer_read_wait_seconds']:.3f}s push tail={s['push_tail_seconds']:.3f}s "
+        f"prefetch hits={s['prefetch_hits']}/{s['blocks']}"
+    )
+
+
 def explain_lines(plan: StagePlan, workers: int, split_bytes: int, stats: QueryStats | None = None) -> list[str]:
     """The stage DAG, result stage first; with ``stats`` (EXPLAIN ANALYZE) rows, bytes and times."""
     lines: list[str] = []
@@ -88,7 +101,13 @@ def explain_lines(plan: StagePlan, workers: int, split_bytes: int, stats: QueryS
                 f"  [actual] tasks={s['tasks']} rows={s['rows']} bytes={s['bytes']} "
                 f"shuffled={s['shuffle_bytes']} time={s['seconds']:.3f}s"
             )
+            shuffle = next((x.as_dict() for x in stats.shuffles if x.stage == stage.id), None)
+            if shuffle is not None:
+                lines.append("  [shuffle] " + _shuffle_line(shuffle))
         _tree(stage.root, 1, lines)
     if stats is not None:
-        lines.append(f"Total: {stats.seconds:.3f}s, {stats.tasks} tasks, {stats.shuffle_bytes} bytes shuffled")
+        lines.append(
+            f"Total: {stats.seconds:.3f}s, {stats.tasks} tasks, {stats.shuffle_bytes} bytes shuffled, "
+            f"{stats.spilled_bytes} bytes spilled"
+        )
     return lines
