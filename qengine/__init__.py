@@ -79,6 +79,7 @@ def connect(
     shuffle_memory: int | str | None = None,
     prefetch_fraction: float = 0.5,
     samples_per_partition: int = 3,
+    coalesce_size: int | str = 32 << 20,
     allowed_roots: list[str] | None = None,
 ) -> Any:
     """Open a connection. With no ``target`` it starts a local cluster of ``workers`` processes.
@@ -90,7 +91,9 @@ def connect(
     the map stage runs) or "pull" (Spark's sort-shuffle baseline: map output on disk, fetched
     when the map stage ends). ``shuffle_memory`` is each worker's shuffle memory budget (beyond
     it blocks spill to disk); ``prefetch_fraction`` the share of map tasks that must finish
-    before reducers are placed; ``samples_per_partition`` is s in the s×p range samples. ``allowed_roots`` confines which
+    before reducers are placed; ``samples_per_partition`` is s in the s×p range samples;
+    ``coalesce_size`` is the bytes below which adjacent reduce partitions merge into one task
+    (0 keeps one task per partition). ``allowed_roots`` confines which
     directories tables may be read from.
     """
     from sqlglot.dialects.dialect import Dialect
@@ -133,6 +136,7 @@ def connect(
         shuffle=shuffle,
         prefetch_fraction=prefetch_fraction,
         samples_per_partition=samples_per_partition,
+        coalesce_bytes=parse_size(coalesce_size, "coalesce_size") or 0,
     )
     session = Session(cluster, plan_options, execution, Catalog(allowed_roots))
     return Connection(cluster, session, owns_cluster=True)

@@ -48,12 +48,16 @@ def register_directory(con: Any, directory: str) -> list[str]:
     return names
 
 
-def _connection_options(args: argparse.Namespace) -> dict[str, Any]:
+def connection_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``qengine.connect`` keyword arguments from the shared cluster flags."""
     return {
         "workers": args.workers,
         "dialect": args.dialect,
         "broadcast_threshold": args.broadcast_threshold,
         "partitions": args.partitions,
+        "shuffle": args.shuffle,
+        "shuffle_memory": args.shuffle_memory,
+        "prefetch_fraction": args.prefetch_fraction,
     }
 
 
@@ -64,6 +68,11 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         "--broadcast-threshold", default=10 << 20, help="max estimated bytes of a broadcast join side; 0 turns broadcast off"
     )
     parser.add_argument("--dialect", default="duckdb", help="SQL dialect of the input (default duckdb)")
+    parser.add_argument("--shuffle", choices=["prefetch", "pull"], default="prefetch",
+                        help="exchange mode: prefetch (SCache, default) or pull (Spark-like baseline)")
+    parser.add_argument("--shuffle-memory", default=None, help="per-worker shuffle memory budget, e.g. 256MB (default: unlimited)")
+    parser.add_argument("--prefetch-fraction", type=float, default=0.5,
+                        help="share of map tasks that must finish before reducers are placed (default 0.5)")
 
 
 # ---- output ----------------------------------------------------------------------------
@@ -216,7 +225,7 @@ def _dot_command(con: Any, command: str, args: argparse.Namespace) -> bool:
 
 def cmd_sql(args: argparse.Namespace) -> int:
     sql = args.command or args.sql
-    with qengine.connect(**_connection_options(args)) as con:
+    with qengine.connect(**connection_options(args)) as con:
         for directory in args.data or []:
             register_directory(con, directory)
         if sql is None:

@@ -133,18 +133,21 @@ class Session:
             return Result(None, -1)
         if exists and not replace:
             raise ProgrammingError(f"table {name!r} already exists")
+        stats = None
         if st.expression is not None:
-            source, rows = self._materialize(name, st.expression, progress)
+            source, stats = self._materialize(name, st.expression, progress)
         elif isinstance(target, exp.Schema):
-            source, rows = MemorySource(name, _schema_of(target), next(_table_ids)), 0
+            source = MemorySource(name, _schema_of(target), next(_table_ids))
         else:
             raise ProgrammingError("CREATE TABLE needs a column list or AS SELECT …")
         if replace and exists:
             self._forget(name, "TABLE" if name.lower() in self.catalog.tables else "VIEW", True)
         self.catalog.add_table(source, replace=True)
-        return Result(None, rows)
+        return Result(None, source.rows, stats)
 
-    def _materialize(self, name: str, query: exp.Expression, progress: Callable[[int, int], None] | None) -> tuple[MemorySource, int]:
+    def _materialize(
+        self, name: str, query: exp.Expression, progress: Callable[[int, int], None] | None
+    ) -> tuple[MemorySource, QueryStats]:
         """Run a query and keep its result partitions in the workers as a session table."""
         plan = self.plan(query)
         lowered = [n.lower() for n in plan.names]
@@ -153,14 +156,14 @@ class Session:
             raise ProgrammingError(f"column {duplicate!r} appears twice in the table definition")
         uid = next(_table_ids)
         key = f"table/{uid}/0"
-        placement, _, query_id = self.coordinator.run(plan, output={"kind": "table", "key": key, "names": plan.names}, progress=progress)
-        self.coordinator.release(f"{query_id}/")
+        placement, stats, query_id = self.coordinator.run(plan, output={"kind": "table", "key": key, "names": plan.names}, progress=progress)
+        stats.spilled_bytes = self.coordinator.release(f"{query_id}/")
         first = schema_from_hex(placement[0][1]["schema"])
         schema = pa.schema([f.with_name(n) for f, n in zip(first, plan.names, strict=True)])
         source = MemorySource(name, schema, uid)
-        for index, (worker, stats) in enumerate(placement):
-            source.partitions.append(Partition(worker, f"{key}/{index}", stats["rows"], stats["bytes"]))
-        return source, source.rows
+        for index, (worker, stats_) in enumerate(placement):
+            source.partitions.append(Partition(worker, f"{key}/{index}", stats_["rows"], stats_["bytes"]))
+        return source, stats
 
     def _insert(self, st: exp.Insert, progress: Callable[[int, int], None] | None) -> Result:
         target = st.this

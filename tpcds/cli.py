@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from qengine.cli import add_cluster_arguments, cache_dir
+from qengine.cli import add_cluster_arguments, cache_dir, connection_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -50,8 +50,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     console = Console()
     selection = parse_selection(args.queries)
-    options = {"workers": args.workers, "dialect": args.dialect, "broadcast_threshold": args.broadcast_threshold,
-               "partitions": args.partitions}
+    options = connection_options(args)
     failures: list[str] = []
     with Progress("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task("TPC-DS", total=len(selection))

@@ -25,6 +25,9 @@ class QueryReport:
     stages: int | None = None
     tasks: int | None = None
     shuffle_bytes: int | None = None
+    remote_bytes: int | None = None
+    spilled_bytes: int | None = None
+    reducer_wait_seconds: float | None = None
     rows: int | None = None
 
 
@@ -112,6 +115,9 @@ def run(
                 entry.qengine_seconds = round(time.perf_counter() - t0, 4)
                 stats = cur.stats
                 entry.stages, entry.tasks, entry.shuffle_bytes = len(stats.stages), stats.tasks, stats.shuffle_bytes
+                entry.remote_bytes = sum(s.remote_bytes for s in stats.shuffles)
+                entry.spilled_bytes = stats.spilled_bytes
+                entry.reducer_wait_seconds = round(sum(s.read_wait_seconds for s in stats.shuffles), 4)
                 entry.rows = got.num_rows
                 t1 = time.perf_counter()
                 expected = ref.execute(sql).to_arrow_table()

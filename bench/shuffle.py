@@ -1,0 +1,182 @@
+"""Shuffle benchmark: the prefetch exchange (SCache) against the pull baseline, in one run.
+
+Three jobs over generated Parquet data on a local cluster, each run in both modes, alternately:
+
+- groupby:  one hash shuffle of every row (a non-decomposable aggregate, like Spark's
+            GroupByTest), keys drawn from a skewed distribution;
+- sort:     a range-partitioned sort of Zipf-skewed keys (s ≈ 1.1), kept distributed (CTAS);
+- join:     two hash shuffles feeding one join stage, then an aggregate.
+
+Per job and mode it prints map and reduce stage times, the reducers' shuffle-read wait, bytes
+moved between hosts, the size-prediction error, reducer load balance (MinHeap next to naive
+round-robin), bytes spilled, and the prefetch/pull ratios. Timings are from this run only.
+
+    python bench/shuffle.py [--rows 2000000] [--workers 2] [--partitions 16] [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import qengine
+from qengine.cli import cache_dir
+
+JOBS = {
+    "groupby": "SELECT k, length(list(payload)) AS n FROM kv GROUP BY k",
+    "sort": "CREATE OR REPLACE TABLE sorted AS SELECT * FROM zipf ORDER BY key",
+    "join": (
+        "SELECT l.g, count(*) AS n, sum(r.v) AS s FROM lefts l JOIN rights r ON l.k = r.k GROUP BY l.g"
+    ),
+}
+
+
+def generate(root: str, rows: int, files: int, seed: int = 7) -> dict[str, str]:
+    """Parquet inputs, several files each so every job has several rounds of map tasks."""
+    rng = np.random.default_rng(seed)
+    paths = {}
+
+    def write(name: str, table: pa.Table) -> None:
+        path = os.path.join(root, name)
+        os.makedirs(path, exist_ok=True)
+        per = -(-table.num_rows // files)
+        for i in range(files):
+            pq.write_table(table.slice(i * per, per), os.path.join(path, f"part-{i:03d}.parquet"), row_group_size=per)
+        paths[name] = path
+
+    payload = pa.array(np.char.mod("%040d", rng.integers(0, 10**12, rows)).astype(object), pa.string())
+    skewed = (rng.zipf(1.3, rows) % 50_000).astype(np.int64)
+    write("kv", pa.table({"k": skewed, "payload": payload}))
+    zipf = rng.zipf(1.1, rows).astype(np.int64)
+    write("zipf", pa.table({"key": zipf, "payload": payload}))
+    n = rows // 2
+    write("lefts", pa.table({"k": rng.integers(0, n, n), "g": rng.integers(0, 100, n), "pad": payload[:n]}))
+    write("rights", pa.table({"k": rng.integers(0, n, n), "v": rng.random(n), "pad": payload[n : 2 * n]}))
+    return paths
+
+
+def measure(con, job: str, sql: str) -> dict:
+    t0 = time.perf_counter()
+    cur = con.execute(sql)
+    if cur.description is not None:
+        cur.fetch_arrow_table()
+    elapsed = time.perf_counter() - t0
+    stats = cur.stats
+    shuffles = [s for s in stats.shuffles if s.map_tasks > 1 or s.remote_bytes]
+    main = max(shuffles, key=lambda s: sum(s.actual)) if shuffles else None
+    consumers = [st for st in stats.stages if main is not None and st.stage > main.stage]
+    reduce_stage = next((st for st in consumers if st.tasks and st.rows_in), None)
+    worst, mean = main.prediction_errors() if main else (None, None)
+    return {
+        "job": job,
+        "seconds": elapsed,
+        "map_seconds": stats.stages[main.stage].seconds if main else None,
+        "reduce_seconds": reduce_stage.seconds if reduce_stage else None,
+        "read_wait": sum(s.read_wait_seconds for s in stats.shuffles),
+        "push_tail": sum(s.push_tail_seconds for s in stats.shuffles),
+        "remote_bytes": sum(s.remote_bytes for s in stats.shuffles),
+        "shuffle_bytes": sum(sum(s.actual) for s in stats.shuffles),
+        "prediction_max_error": worst,
+        "prediction_mean_error": mean,
+        "load": main.imbalance(main.host_loads) if main else None,
+        "round_robin_load": main.imbalance(main.naive_host_loads) if main else None,
+        "spilled": stats.spilled_bytes,
+        "hits": f"{sum(s.blocks_local for s in stats.shuffles)}/{sum(s.blocks_total for s in stats.shuffles)}",
+        "shuffles": [s.as_dict() for s in stats.shuffles],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--files", type=int, default=16, help="input files per table (map tasks)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--partitions", type=int, default=16, help="reducers per shuffle")
+    parser.add_argument("--repeat", type=int, default=2, help="runs per job and mode, alternating modes")
+    parser.add_argument("--shuffle-memory", default=None, help="per-worker budget, e.g. 64MB, to exercise spilling")
+    parser.add_argument("--jobs", default=",".join(JOBS))
+    parser.add_argument("--samples", type=int, default=3, help="s: range samples per reducer per map task (s×p)")
+    parser.add_argument("--prefetch-fraction", type=float, default=0.5)
+    parser.add_argument("--out", default=None, help="JSON report (default: <cache>/bench-shuffle.json)")
+    args = parser.parse_args(argv)
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    root = os.path.join(cache_dir(), f"bench-shuffle-{args.rows}-{args.files}")
+    if not os.path.isdir(root):
+        console.print(f"generating {args.rows:,} rows per table under {root}")
+        generate(root, args.rows, args.files)
+    jobs = [j for j in args.jobs.split(",") if j]
+    results: dict[str, dict[str, list[dict]]] = {j: {"pull": [], "prefetch": []} for j in jobs}
+    clusters = {}
+    try:
+        for mode in ("pull", "prefetch"):
+            clusters[mode] = qengine.connect(
+                workers=args.workers, shuffle=mode, partitions=args.partitions, broadcast_threshold=0,
+                split_size="1MB", coalesce_size=0, shuffle_memory=args.shuffle_memory,
+                samples_per_partition=args.samples, prefetch_fraction=args.prefetch_fraction,
+            )
+            for table in os.listdir(root):
+                clusters[mode].register_parquet(table, os.path.join(root, table))
+        for job in jobs:
+            for _ in range(args.repeat):
+                for mode in ("pull", "prefetch"):
+                    results[job][mode].append(measure(clusters[mode], job, JOBS[job]))
+    finally:
+        for con in clusters.values():
+            con.close()
+
+    def med(runs: list[dict], key: str) -> float | None:
+        values = [r[key] for r in runs if r[key] is not None]
+        return statistics.median(values) if values else None
+
+    def fmt(x: float | None, unit: str = "s") -> str:
+        if x is None:
+            return "-"
+        return f"{x:.3f}{unit}" if unit == "s" else f"{x:,.0f}" if unit == "B" else f"{x:.3f}"
+
+    table = Table(title=f"prefetch vs pull: {args.rows:,} rows, {args.workers} workers, {args.partitions} reducers (median of {args.repeat})")
+    for col in ("job", "mode", "job time", "map stage", "reduce stage", "reducer read wait", "push tail",
+                "remote bytes", "pred. max err", "load max/mean", "round-robin load", "spilled", "hits"):
+        table.add_column(col)
+    summary = {}
+    for job in jobs:
+        for mode in ("pull", "prefetch"):
+            runs = results[job][mode]
+            last = runs[-1]
+            err = last["prediction_max_error"]
+            table.add_row(
+                job, mode, fmt(med(runs, "seconds")), fmt(med(runs, "map_seconds")), fmt(med(runs, "reduce_seconds")),
+                fmt(med(runs, "read_wait")), fmt(med(runs, "push_tail")), fmt(med(runs, "remote_bytes"), "B"),
+                "-" if err is None else f"{100 * err:.1f}%", fmt(last["load"], ""), fmt(last["round_robin_load"], ""),
+                fmt(last["spilled"], "B"), last["hits"],
+            )
+        p, q = results[job]["pull"], results[job]["prefetch"]
+        ratios = {
+            key: (med(q, key) / med(p, key)) if med(p, key) else None
+            for key in ("seconds", "map_seconds", "reduce_seconds", "read_wait")
+        }
+        summary[job] = ratios
+        table.add_row(job, "prefetch/pull", *[fmt(ratios[k], "") for k in ("seconds", "map_seconds", "reduce_seconds", "read_wait")],
+                      "", "", "", "", "", "", "", end_section=True)
+    console.print(table)
+    out = args.out or os.path.join(cache_dir(), "bench-shuffle.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump({"args": vars(args), "ratios": summary, "runs": results}, f, indent=2, default=str)
+    console.print(f"report: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
