@@ -48,8 +48,14 @@ class Source:
         """Average uncompressed bytes per value of ``column``, for size estimates."""
         return 8.0
 
-    def splits(self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[dict]:
-        """Scan tasks' shares of the table, each about ``split_bytes`` uncompressed."""
+    def splits(
+        self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES, ranges: dict[str, tuple[int, int]] | None = None
+    ) -> list[dict]:
+        """Scan tasks' shares of the table, each about ``split_bytes`` uncompressed.
+
+        ``ranges`` (column → inclusive min/max, from a join's build side) lets a source skip
+        data that statistics prove cannot match.
+        """
         raise NotImplementedError
 
     def sql_schema(self) -> dict[str, str]:
@@ -63,6 +69,15 @@ class _RowGroup:
     index: int
     rows: int
     bytes: int
+    ranges: dict[str, tuple[int, int]] = field(default_factory=dict)  # integer columns' min/max
+
+    def may_match(self, ranges: dict[str, tuple[int, int]]) -> bool:
+        """False only when statistics prove no row can fall in every given range."""
+        for column, (lo, hi) in ranges.items():
+            stats = self.ranges.get(column)
+            if stats is not None and (stats[1] < lo or stats[0] > hi):
+                return False
+        return True
 
 
 class ParquetSource(Source):
@@ -86,11 +101,16 @@ class ParquetSource(Source):
                 raise ProgrammingError(f"table {name!r}: {path} has columns that differ from {paths[0]}")
             for i in range(md.num_row_groups):
                 rg = md.row_group(i)
-                self.row_groups.append(_RowGroup(path, i, rg.num_rows, rg.total_byte_size))
+                group = _RowGroup(path, i, rg.num_rows, rg.total_byte_size)
+                self.row_groups.append(group)
                 for c in range(rg.num_columns):
                     cc = rg.column(c)
                     top = cc.path_in_schema.split(".")[0]
                     widths[top] = widths.get(top, 0) + cc.total_uncompressed_size
+                    st = cc.statistics
+                    if st is not None and st.has_min_max and cc.physical_type in ("INT32", "INT64"):
+                        if isinstance(st.min, int) and isinstance(st.max, int):
+                            group.ranges[top] = (st.min, st.max)
         self._rows = sum(rg.rows for rg in self.row_groups)
         self._widths = {k: v / max(1, self._rows) for k, v in widths.items()}
 
@@ -102,18 +122,21 @@ class ParquetSource(Source):
         # Parquet sizes are of encoded pages (dictionaries, RLE), far below Arrow's in memory.
         return max(arrow_width(self.schema.field(column).type), self._widths.get(column, 8.0))
 
-    def splits(self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[dict]:
-        total = sum(rg.bytes for rg in self.row_groups)
-        if not self.row_groups:
+    def splits(
+        self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES, ranges: dict[str, tuple[int, int]] | None = None
+    ) -> list[dict]:
+        groups = [rg for rg in self.row_groups if rg.may_match(ranges)] if ranges else self.row_groups
+        total = sum(rg.bytes for rg in groups)
+        if not groups:
             return [{"kind": "parquet", "pieces": [], "schema_path": self.paths[0]}]
         wanted = math.ceil(total / split_bytes)
         if total >= split_bytes:  # big enough to be worth spreading over every worker
             wanted = max(wanted, 2 * workers)
-        wanted = max(1, min(wanted, len(self.row_groups)))
+        wanted = max(1, min(wanted, len(groups)))
         per_split = total / wanted
         splits: list[list[_RowGroup]] = [[]]
         acc = 0
-        for rg in self.row_groups:
+        for rg in groups:
             if splits[-1] and acc + rg.bytes / 2 > per_split * len(splits) and len(splits) < wanted:
                 splits.append([])
             splits[-1].append(rg)
@@ -152,7 +175,9 @@ class CsvSource(Source):
     def rows(self) -> int:
         return max(1, self._bytes // max(1, 8 * len(self.schema)))
 
-    def splits(self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[dict]:
+    def splits(
+        self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES, ranges: dict[str, tuple[int, int]] | None = None
+    ) -> list[dict]:
         schema = schema_to_hex(self.schema)
         return [{"kind": "csv", "path": p, "schema": schema, **self.options} for p in self.paths]
 
@@ -184,7 +209,9 @@ class MemorySource(Source):
         total = sum(p.bytes for p in self.partitions)
         return max(1.0, total / max(1, self.rows) / max(1, len(self.schema)))
 
-    def splits(self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[dict]:
+    def splits(
+        self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES, ranges: dict[str, tuple[int, int]] | None = None
+    ) -> list[dict]:
         schema = schema_to_hex(self.schema)
         if not self.partitions:
             return [{"kind": "memory", "worker": None, "key": None, "schema": schema}]

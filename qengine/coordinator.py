@@ -113,6 +113,7 @@ class _StageRun:
     finalized: set[int] = field(default_factory=set)
     pushed: set[int] = field(default_factory=set)
     bounds: pa.Array | None = None
+    ranges: dict[str, list[int] | None] = field(default_factory=dict)
     prediction: list[Reducer] | None = None
     maps_done_at: float | None = None
     shuffle: ShuffleStats | None = None
@@ -417,6 +418,7 @@ class _QueryRun:
         for source in inputs:
             if source.shuffle is not None and source.maps_done_at is not None:
                 source.shuffle.push_tail_seconds = now - source.maps_done_at
+        self._prune_scan(run)
         ahead = self.placements.get(run.stage.id)
         if ahead is not None:
             self._apply_groups(run, ahead.groups)
@@ -437,6 +439,24 @@ class _QueryRun:
             fut = self.pool.submit(self._call, run.placement[index], "run_task", spec)
             self.futures[fut] = ("task", run, index)
 
+    def _prune_scan(self, run: _StageRun) -> None:
+        """Re-split the scan without data outside its broadcast build sides' key ranges."""
+        if not run.stage.runtime_filters or run.stage.scan is None:
+            return
+        ranges: dict[str, tuple[int, int]] = {}
+        for column, shuffle_id, build_column in run.stage.runtime_filters:
+            span = self.runs[shuffle_id].ranges.get(build_column, "unknown")
+            if span == "unknown":
+                continue
+            lo, hi = span if span is not None else (1, 0)  # an empty build side matches nothing
+            old = ranges.get(column)
+            ranges[column] = (lo, hi) if old is None else (max(old[0], lo), min(old[1], hi))
+        if not ranges:
+            return
+        run.splits = run.stage.scan.source.splits(self.workers, self.options.split_bytes, ranges)
+        self.total_tasks += len(run.splits) - run.tasks
+        run.tasks = run.stats.tasks = len(run.splits)
+
     def _record(self, run: _StageRun, index: int, result: dict) -> None:
         run.pending -= 1
         run.outputs[index] = result
@@ -447,6 +467,12 @@ class _QueryRun:
         stats.bytes += result["bytes"]
         stats.rows_in += result["rows_in"]
         stats.task_seconds += result["seconds"]
+        for column, span in (result.get("ranges") or {}).items():
+            known = run.ranges.get(column, "unset")
+            if known == "unset" or known is None:
+                run.ranges[column] = span
+            elif span is not None:
+                run.ranges[column] = [min(known[0], span[0]), max(known[1], span[1])]
         for read in run.stage.partitioned_reads:
             source = self.runs[read.shuffle_id]
             if source.shuffle is not None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from qengine.errors import DataError, OperationalError
 from qengine.exchange import partitioner
@@ -175,7 +176,10 @@ class TaskRunner:
             return self._store_parts(key, [result], task, mode)
         elif kind in ("broadcast", "result", "materialize"):
             self.store.put(key, task if kind != "broadcast" else 0, result, task)
-            return {"partition_bytes": [result.nbytes], "partition_rows": [result.num_rows]}
+            reply: dict[str, Any] = {"partition_bytes": [result.nbytes], "partition_rows": [result.num_rows]}
+            if kind == "broadcast":
+                reply["ranges"] = _integer_ranges(result)
+            return reply
         else:
             raise OperationalError(f"unknown output kind {kind!r}")
         return self._store_parts(key, partitioner.split(result, ids, out["partitions"]), task, mode)
@@ -242,6 +246,17 @@ class FetchLimiter:
             sem = self._hosts.setdefault(host, threading.BoundedSemaphore(self.per_host))
         with self._total, sem:
             yield
+
+
+def _integer_ranges(table: pa.Table) -> dict[str, list[int] | None]:
+    """min/max of every integer column (None when all NULL): joins prune probe scans with them."""
+    out: dict[str, list[int] | None] = {}
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        if pa.types.is_integer(column.type):
+            mm = pc.min_max(column)
+            lo, hi = mm["min"].as_py(), mm["max"].as_py()
+            out[name] = None if lo is None else [lo, hi]
+    return out
 
 
 def _conform(result: pa.Table, target: pa.Schema, columns: list[str]) -> pa.Table:

@@ -48,7 +48,13 @@ class WorkerServer(flight.FlightServerBase):
         if name == "release":
             return {"released": body["prefix"], "spilled": self.store.release(body["prefix"])}
         if name == "ping":
-            return {"worker": self.worker_id, "pid": os.getpid(), "bytes": self.store.nbytes(), "budget": self.store.budget}
+            return {
+                "worker": self.worker_id,
+                "pid": os.getpid(),
+                "bytes": self.store.nbytes(),
+                "budget": self.store.budget,
+                "spill_dir": self.store.spill_dir,
+            }
         if name == "shutdown":
             threading.Thread(target=self.shutdown, daemon=True).start()
             return {"ok": True}
@@ -84,12 +90,13 @@ class WorkerServer(flight.FlightServerBase):
             self.store.put(spec["key"], partition, pa.Table.from_batches(batches), source)
 
 
-def _exit_when_parent_goes() -> None:
-    """Block on stdin; EOF means the coordinator is gone, so leave at once."""
+def _exit_when_parent_goes(store: BlockStore) -> None:
+    """Block on stdin; EOF means the coordinator is gone, so leave at once (spill files too)."""
     try:
         while sys.stdin.buffer.read(4096):
             pass
     finally:
+        store.close()
         os._exit(0)
 
 
@@ -110,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker-%(process)d %(levelname)s %(message)s")
-    threading.Thread(target=_exit_when_parent_goes, daemon=True).start()
+    threading.Thread(target=_exit_when_parent_goes, args=(server.store,), daemon=True).start()
     log.info("worker %d serving on %s", args.id, server.address)
     server.serve()
     server.store.close()

@@ -21,6 +21,9 @@ class Stage:
     output: lp.Exchange | None
     reads: list[lp.ExchangeRead] = field(default_factory=list)
     scan: lp.Scan | None = None
+    # (scan source column, broadcast shuffle id, build-side column): inner/semi joins whose
+    # build side is broadcast, so the scan can skip data outside the build keys' min/max.
+    runtime_filters: list[tuple[str, int, str]] = field(default_factory=list)
 
     @property
     def parents(self) -> list[int]:
@@ -98,8 +101,29 @@ def cut(root: lp.Node, names: list[str]) -> StagePlan:
         if len(scans) > 1 or (scans and partitioned):
             raise InternalError("a stage would read two differently partitioned inputs")
         stage = Stage(len(stages), fragment, output, reads, scans[0] if scans else None)
+        if stage.scan is not None and (output is None or output.kind != "materialize"):
+            stage.runtime_filters = _runtime_filters(fragment, stage.scan)
         stages.append(stage)
         return stage.id
 
     make_stage(root, None)
     return StagePlan(stages, names)
+
+
+def _runtime_filters(fragment: lp.Node, scan: lp.Scan) -> list[tuple[str, int, str]]:
+    """Join keys on which the scan can be pruned by the broadcast build side's key range."""
+    source_of = {internal: source for source, internal in scan.column_map.items()}
+    found = []
+    for node in lp.walk(fragment):
+        if not isinstance(node, lp.Join) or node.kind not in ("inner", "semi"):
+            continue
+        sides = [(node.right, node.left_keys, node.right_keys)]
+        if node.kind == "inner":
+            sides.append((node.left, node.right_keys, node.left_keys))
+        for build, probe_keys, build_keys in sides:
+            if not (isinstance(build, lp.ExchangeRead) and build.kind == "broadcast"):
+                continue
+            for probe, key in zip(probe_keys, build_keys, strict=True):
+                if probe.name in source_of and key.name in build.columns:
+                    found.append((source_of[probe.name], build.shuffle_id, key.name))
+    return found

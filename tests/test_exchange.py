@@ -1,0 +1,96 @@
+"""The exchange end to end: both shuffle modes, spilling under a small budget, pre-fetch locality."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+
+import qengine
+from tests.conftest import assert_same
+
+SHUFFLE_QUERY = "SELECT cust_id, count(DISTINCT item_id) AS items, sum(amount) AS total FROM sales GROUP BY cust_id"
+
+
+@pytest.fixture(scope="module")
+def clusters(data_paths):
+    made = {}
+    try:
+        for name, options in {
+            "pull": {"shuffle": "pull"},
+            "prefetch": {"shuffle": "prefetch"},
+            # the sales shuffle is several MB; 64 KB per worker is far below a quarter of it
+            "tiny": {"shuffle": "prefetch", "shuffle_memory": "64KB"},
+        }.items():
+            con = qengine.connect(workers=2, broadcast_threshold=0, split_size="200KB", coalesce_size=0, **options)
+            made[name] = con
+            for table, path in data_paths.items():
+                con.register_parquet(table, path)
+        yield made
+    finally:
+        for con in made.values():
+            con.close()
+
+
+def _shuffle_stats(con, sql: str):
+    cur = con.execute(sql)
+    cur.fetchall()
+    return cur.stats
+
+
+def test_modes_agree_with_duckdb(clusters, oracle) -> None:
+    for con in clusters.values():
+        assert_same(con, oracle, SHUFFLE_QUERY)
+
+
+def test_tiny_budget_spills_and_stays_correct(clusters, oracle) -> None:
+    stats = _shuffle_stats(clusters["tiny"], SHUFFLE_QUERY)
+    shuffled = sum(sum(s.actual) for s in stats.shuffles)
+    assert shuffled > 4 * 2 * (64 << 10)  # more than 4x the cluster's total budget
+    assert stats.spilled_bytes > 0
+    assert_same(clusters["tiny"], oracle, SHUFFLE_QUERY)
+
+
+def test_spill_files_are_deleted_after_the_query(clusters) -> None:
+    con = clusters["tiny"]
+    stats = _shuffle_stats(con, SHUFFLE_QUERY)
+    assert stats.spilled_bytes > 0
+    pool = con._cluster.pool
+    for address in con._cluster.addresses:
+        reply = pool.get(address).action("ping")
+        assert os.path.isdir(reply["spill_dir"])
+        assert glob.glob(os.path.join(reply["spill_dir"], "*.arrow")) == []
+        assert reply["bytes"] == 0  # nothing of the finished query is held in memory either
+
+
+def test_prefetch_reducers_read_local_memory(clusters) -> None:
+    stats = _shuffle_stats(clusters["prefetch"], SHUFFLE_QUERY)
+    main = max(stats.shuffles, key=lambda s: sum(s.actual))
+    assert main.placement == "minheap"
+    assert main.blocks_total > 0 and main.blocks_local == main.blocks_total
+    assert main.predicted is not None and len(main.predicted) == len(main.actual)
+
+
+def test_pull_reducers_fetch_remote_blocks(clusters) -> None:
+    stats = _shuffle_stats(clusters["pull"], SHUFFLE_QUERY)
+    main = max(stats.shuffles, key=lambda s: sum(s.actual))
+    assert main.placement == "round-robin"
+    assert main.remote_bytes > 0 and main.blocks_local < main.blocks_total
+
+
+def test_join_inputs_share_one_placement(clusters, oracle) -> None:
+    """Both sides of a shuffle join land partition i on the same host (accumulate scheduling)."""
+    sql = "SELECT c.city, count(*) FROM sales s JOIN customers c ON s.cust_id = c.cust_id GROUP BY c.city"
+    stats = _shuffle_stats(clusters["prefetch"], sql)
+    join_inputs = [s for s in stats.shuffles if s.kind == "hash" and s.placement == "minheap"]
+    assert len(join_inputs) >= 2
+    assert all(s.blocks_local == s.blocks_total for s in join_inputs)
+    assert_same(clusters["prefetch"], oracle, sql)
+
+
+def test_explain_analyze_shows_shuffle_metrics(clusters) -> None:
+    lines = [r[0] for r in clusters["prefetch"].execute("EXPLAIN ANALYZE " + SHUFFLE_QUERY).fetchall()]
+    shuffle_lines = [line for line in lines if "[shuffle]" in line]
+    assert shuffle_lines and all("prediction error" in line and "prefetch hits" in line for line in shuffle_lines)
+    assert any("bytes spilled" in line for line in lines)
