@@ -108,9 +108,9 @@ class ParquetSource(Source):
                     top = cc.path_in_schema.split(".")[0]
                     widths[top] = widths.get(top, 0) + cc.total_uncompressed_size
                     st = cc.statistics
-                    if st is not None and st.has_min_max and cc.physical_type in ("INT32", "INT64"):
-                        if isinstance(st.min, int) and isinstance(st.max, int):
-                            group.ranges[top] = (st.min, st.max)
+                    integer = cc.physical_type in ("INT32", "INT64")
+                    if integer and st is not None and st.has_min_max and isinstance(st.min, int) and isinstance(st.max, int):
+                        group.ranges[top] = (st.min, st.max)
         self._rows = sum(rg.rows for rg in self.row_groups)
         self._widths = {k: v / max(1, self._rows) for k, v in widths.items()}
 
