@@ -388,11 +388,17 @@ class Builder:
         current = max(items, key=lambda it: it.node.est_rows)
         remaining = [it for it in items if it is not current]
         while remaining:
-            def connected(it: _Item, cur: _Item = current) -> bool:
-                return any(_equi_sides(c, cur.aliases, it.aliases) for c in pool if not c.used)
+            def edges(it: _Item, cur: _Item = current) -> list[tuple[exp.Expression, exp.Expression]]:
+                return [s for c in pool if not c.used and (s := _equi_sides(c, cur.aliases, it.aliases))]
 
-            linked = [it for it in remaining if connected(it)]
-            pick = min(linked or remaining, key=lambda it: it.node.est_rows)
+            def rank(it: _Item) -> tuple[bool, float]:
+                # Key joins first: joining on the other side's (guessed) primary key cannot
+                # multiply rows, while a many-to-many edge (zip = zip) can explode.
+                keyed = any(self._is_key(other, scopes) for _, other in edges(it))
+                return (not keyed, it.node.est_rows)
+
+            linked = [it for it in remaining if edges(it)]
+            pick = min(linked or remaining, key=rank)
             remaining.remove(pick)
             both = current.aliases | pick.aliases
             conds = [c for c in pool if not c.used and c.aliases and c.aliases <= both]
@@ -400,6 +406,16 @@ class Builder:
                 c.used = True
             current = self._make_join(current, pick, "inner" if conds else "cross", [c.expr for c in conds], scopes)
         return current
+
+    @staticmethod
+    def _is_key(e: exp.Expression, scopes: dict[str, SourceScope]) -> bool:
+        """A guess at uniqueness with no statistics: a table's first column is its key."""
+        if not isinstance(e, exp.Column):
+            return False
+        scope = scopes.get(e.table.lower())
+        if scope is None or scope.scan is None or not len(scope.scan.source.schema):
+            return False
+        return scope.scan.source.schema[0].name.lower() == e.name.lower()
 
     def _outer_join(
         self, left: _Item, right: _Item, kind: str, on: list[exp.Expression], scopes: dict[str, SourceScope]
