@@ -36,17 +36,25 @@ class Block:
     path: str | None = None
     batches: tuple[int, int] | None = None  # (first, count) inside a shared map-output file
 
+    def snapshot(self) -> tuple[pa.Table | None, str | None, tuple[int, int] | None]:
+        """Where the data is right now; take it under the store lock, as a spill may move it."""
+        return self.table, self.path, self.batches
+
     def load(self) -> pa.Table:
-        if self.table is not None:
-            return self.table
-        assert self.path is not None
-        with pa.memory_map(self.path) as source:
-            reader = pa.ipc.open_file(source)
-            first, count = self.batches if self.batches is not None else (0, reader.num_record_batches)
-            batches = [reader.get_batch(i) for i in range(first, first + count)]
-            table = pa.Table.from_batches(batches, schema=reader.schema)
-        # Copy out of the mapping so the file can be deleted while the table is in use.
-        return table.combine_chunks() if table.num_rows else table
+        return load(*self.snapshot())
+
+
+def load(table: pa.Table | None, path: str | None, batches: tuple[int, int] | None) -> pa.Table:
+    """A block's rows, from memory or from its Arrow IPC file."""
+    if table is not None:
+        return table
+    assert path is not None
+    with pa.memory_map(path) as source:
+        reader = pa.ipc.open_file(source)
+        first, count = batches if batches is not None else (0, reader.num_record_batches)
+        loaded = pa.Table.from_batches([reader.get_batch(i) for i in range(first, first + count)], schema=reader.schema)
+    # Copy out of the mapping so the file can be deleted while the table is in use.
+    return loaded.combine_chunks() if loaded.num_rows else loaded
 
 
 @dataclass
@@ -146,6 +154,7 @@ class BlockStore:
                 return None
             stored = self._blocks.get((key, partition), [])
             chosen = [b for b in stored if sources is None or b.source in sources]
+            snapshots = [b.snapshot() for b in chosen]
             if consume:
                 rest = [b for b in stored if b not in chosen]
                 if rest:
@@ -153,7 +162,7 @@ class BlockStore:
                 else:
                     self._blocks.pop((key, partition), None)
                 self.memory -= sum(b.nbytes for b in chosen if b.table is not None)
-        tables = [b.load() for b in chosen]
+        tables = [load(*snap) for snap in snapshots]
         tables = [t for t in tables if t.num_rows] or [schema.empty_table()]
         return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
 
@@ -173,8 +182,8 @@ class BlockStore:
                 else:
                     del self._blocks[(k, p)]
                 self.memory -= sum(b.nbytes for b in mine if b.table is not None)
-                out[p] = mine
-        return {p: pa.concat_tables([b.load() for b in blocks]) for p, blocks in out.items()}
+                out[p] = [b.snapshot() for b in mine]
+        return {p: pa.concat_tables([load(*snap) for snap in snaps]) for p, snaps in out.items()}
 
     # ---- memory budget -----------------------------------------------------------------
 
@@ -184,28 +193,39 @@ class BlockStore:
             rounds = {p: i // max(1, slots) for i, p in enumerate(sorted(partitions))}
             self._shuffles[key] = _Shuffle(seq, expected, rounds)
 
-    def _unit_priority(self, key: str, partition: int) -> tuple[int, int, int]:
-        """Higher sorts first for eviction: (incomplete, submission order, round)."""
+    def _unit(self, key: str, partition: int) -> tuple[str, str, int]:
+        """The eviction unit of a block: its reducer round here, or the partition alone for
+        blocks whose reducer runs elsewhere (map output waiting to be pushed)."""
+        shuffle = self._shuffles.get(key)
+        if shuffle is not None and partition in shuffle.rounds:
+            return (key, "round", shuffle.rounds[partition])
+        return (key, "partition", partition)
+
+    def _unit_priority(self, unit: tuple[str, str, int]) -> tuple[int, int, int]:
+        """Higher sorts first for eviction: (incomplete, submission order, round).
+
+        A round is complete once every map task has delivered to it. A map task with no rows for
+        one reducer sends nothing for it, so deliveries are counted over the whole round.
+        """
+        key, kind, number = unit
         shuffle = self._shuffles.get(key)
         if shuffle is None:
-            return (0, -1, partition)
-        rnd = shuffle.rounds.get(partition, len(shuffle.rounds))
-        members = [p for p, r in shuffle.rounds.items() if r == rnd] or [partition]
-        complete = all(
-            len({b.source for b in self._blocks.get((key, p), ())}) >= shuffle.expected for p in members
-        )
-        return (0 if complete else 1, shuffle.seq, rnd)
+            return (0, -1, number)
+        if kind == "partition":
+            return (1, shuffle.seq, number)  # leaving this host anyway
+        members = [p for p, r in shuffle.rounds.items() if r == number]
+        delivered = {b.source for p in members for b in self._blocks.get((key, p), ())}
+        complete = len(delivered) >= shuffle.expected
+        return (0 if complete else 1, shuffle.seq, number)
 
     def _enforce_budget(self) -> None:
         if self.budget is None or self.memory <= self.budget:
             return
-        units: dict[tuple, list[tuple[str, int]]] = defaultdict(list)
+        units: dict[tuple[str, str, int], list[tuple[str, int]]] = defaultdict(list)
         for (key, p), blocks in self._blocks.items():
             if any(b.table is not None for b in blocks):
-                shuffle = self._shuffles.get(key)
-                rnd = shuffle.rounds.get(p, p) if shuffle else p
-                units[(key, rnd)].append((key, p))
-        order = sorted(units, key=lambda u: self._unit_priority(u[0], units[u][0][1]), reverse=True)
+                units[self._unit(key, p)].append((key, p))
+        order = sorted(units, key=self._unit_priority, reverse=True)
         for unit in order:
             if self.memory <= self.budget:
                 break
@@ -220,7 +240,7 @@ class BlockStore:
             with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, block.table.schema) as writer:
                 writer.write_table(block.table)
             self._files[key].append(path)
-            self._spilled[key.split("/")[0]] += block.nbytes
+            self._spilled[key] += block.nbytes
             self.memory -= block.nbytes
             block.table, block.path, block.batches = None, path, None
 
@@ -236,9 +256,8 @@ class BlockStore:
                 for k in [k for k in registry if k.startswith(prefix)]:
                     del registry[k]
             paths = [p for k in [k for k in self._files if k.startswith(prefix)] for p in self._files.pop(k)]
-            spilled = sum(v for k, v in list(self._spilled.items()) if f"{k}/".startswith(prefix) or k.startswith(prefix))
-            for k in [k for k in self._spilled if f"{k}/".startswith(prefix) or k.startswith(prefix)]:
-                del self._spilled[k]
+            gone = [k for k in self._spilled if k.startswith(prefix)]
+            spilled = sum(self._spilled.pop(k) for k in gone)
         for path in paths:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)

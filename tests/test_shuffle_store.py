@@ -1,0 +1,417 @@
+"""Unit tests of a worker's BlockStore (no cluster): reads, consume-on-read, the pull-mode
+map-output layout, the memory budget with spill, and SCache §4.2 eviction order.
+
+Every table here is a single INT64 column built from a fresh numpy array, so a table of ``n``
+rows is exactly ``8 * n`` bytes (``pa.Table.nbytes``) and budgets can be worked out by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from qengine.exchange.store import BlockStore
+
+ROWS = 100
+BLOCK = 8 * ROWS  # bytes of one ``block()`` table
+
+
+def block(start: int, rows: int = ROWS) -> pa.Table:
+    return pa.table({"x": pa.array(np.arange(start, start + rows, dtype=np.int64))})
+
+
+def values(table: pa.Table | None) -> list[int]:
+    assert table is not None
+    return table.column("x").to_pylist()
+
+
+def arrow_files(store: BlockStore) -> list[str]:
+    return sorted(f for f in os.listdir(store.spill_dir) if f.endswith(".arrow"))
+
+
+def in_memory(store: BlockStore, key: str, partition: int) -> bool:
+    """Every block of the partition is in memory (and there is at least one)."""
+    blocks = store.blocks(key, partition)
+    return bool(blocks) and all(b.table is not None and b.path is None for b in blocks)
+
+
+def spilled(store: BlockStore, key: str, partition: int) -> bool:
+    """Every block of the partition is on disk (and there is at least one)."""
+    blocks = store.blocks(key, partition)
+    return bool(blocks) and all(b.table is None and b.path is not None and os.path.exists(b.path) for b in blocks)
+
+
+def resident_bytes(store: BlockStore, parts: list[tuple[str, int]]) -> int:
+    return sum(b.nbytes for k, p in parts for b in store.blocks(k, p) if b.table is not None)
+
+
+@pytest.fixture
+def make_store(tmp_path):
+    stores: list[BlockStore] = []
+
+    def make(budget: int | None = None) -> BlockStore:
+        d = tmp_path / f"store{len(stores)}"
+        d.mkdir()
+        store = BlockStore(budget=budget, spill_dir=str(d))
+        stores.append(store)
+        return store
+
+    yield make
+    for s in stores:
+        s.close()
+
+
+# ---- reading ---------------------------------------------------------------------------
+
+
+def test_put_get_round_trip(make_store):
+    store = make_store()
+    store.put("q/s", 0, block(0), source=0)
+    store.put("q/s", 0, block(100), source=1)
+    store.put("q/s", 1, block(1000, 7), source=0)
+    assert values(store.get("q/s", 0)) == list(range(200))
+    assert values(store.get("q/s", 1)) == list(range(1000, 1007))
+    assert store.memory == store.nbytes() == 2 * BLOCK + 7 * 8
+    # A plain read does not remove anything.
+    assert values(store.get("q/s", 0)) == list(range(200))
+    assert store.schema("q/s") == block(0).schema
+
+
+def test_get_unknown_key_is_none(make_store):
+    store = make_store()
+    assert store.get("q/s", 0) is None
+    store.put("q/s", 0, block(0))
+    assert store.get("q/other", 0) is None
+    assert store.get("q/other", 0, consume=True) is None
+
+
+def test_get_known_key_empty_partition_is_empty_table(make_store):
+    store = make_store()
+    store.put("q/s", 0, block(0))
+    empty = store.get("q/s", 5)
+    assert empty is not None
+    assert empty.num_rows == 0
+    assert empty.schema == block(0).schema
+    # An empty map output still registers the key and its schema.
+    store.put("q/e", 3, block(0, 0))
+    got = store.get("q/e", 3)
+    assert got is not None and got.num_rows == 0 and got.schema == block(0).schema
+
+
+def test_consume_removes_what_was_read(make_store):
+    store = make_store()
+    store.put("q/s", 0, block(0), source=0)
+    store.put("q/s", 0, block(100), source=1)
+    store.put("q/s", 1, block(200), source=0)
+    assert store.memory == 3 * BLOCK
+    assert values(store.get("q/s", 0, consume=True)) == list(range(200))
+    assert store.memory == BLOCK
+    assert store.blocks("q/s", 0) == []
+    second = store.get("q/s", 0, consume=True)
+    assert second is not None and second.num_rows == 0 and second.schema == block(0).schema
+    assert store.memory == BLOCK
+    # The other partition is untouched.
+    assert values(store.get("q/s", 1)) == list(range(200, 300))
+
+
+def test_sources_filter(make_store):
+    store = make_store()
+    for src in range(3):
+        store.put("q/s", 0, block(100 * src), source=src)
+    assert values(store.get("q/s", 0, sources={0, 2})) == list(range(100)) + list(range(200, 300))
+    assert store.get("q/s", 0, sources={7}).num_rows == 0
+    assert store.memory == 3 * BLOCK
+    # Consume only map task 1's block.
+    assert values(store.get("q/s", 0, consume=True, sources={1})) == list(range(100, 200))
+    assert store.memory == 2 * BLOCK
+    assert sorted(b.source for b in store.blocks("q/s", 0)) == [0, 2]
+    assert values(store.get("q/s", 0)) == list(range(100)) + list(range(200, 300))
+
+
+# ---- pull layout -----------------------------------------------------------------------
+
+
+def _map_output(task: int) -> list[pa.Table]:
+    """Three partitions; partition 0 has two record batches, partition 2 is empty for task 1."""
+    base = 10_000 * task
+    p0 = pa.concat_tables([block(base, 30), block(base + 30, 20)])
+    p1 = block(base + 100, 40)
+    p2 = block(base + 200, 10) if task == 0 else block(0, 0)
+    return [p0, p1, p2]
+
+
+def test_write_parts_one_file_per_map_task(make_store):
+    store = make_store()
+    outputs = {task: _map_output(task) for task in (0, 1)}
+    for task, parts in outputs.items():
+        store.write_parts("q/s", parts, source=task)
+    assert store.memory == 0  # pull-mode output lives on disk
+
+    files = arrow_files(store)
+    assert len(files) == 2
+    for name in files:
+        path = os.path.join(store.spill_dir, name)
+        assert os.path.dirname(path) == store.spill_dir
+        with pa.memory_map(path) as src:
+            whole = pa.ipc.open_file(src).read_all()
+        # Each file holds every partition of one map task.
+        task = 0 if whole.num_rows == 50 + 40 + 10 else 1
+        assert sorted(values(whole)) == sorted(v for p in outputs[task] for v in values(p))
+
+    for p in range(3):
+        for task, parts in outputs.items():
+            assert values(store.get("q/s", p, sources={task})) == values(parts[p])
+        # Several map tasks' files for the same partition concatenate.
+        got = store.get("q/s", p)
+        assert values(got) == values(outputs[0][p]) + values(outputs[1][p])
+        assert got.schema == block(0).schema
+    for b in store.blocks("q/s", 0):
+        assert b.table is None and b.path is not None and b.batches is not None
+    assert store.blocks("q/s", 2)[0].source == 0 and len(store.blocks("q/s", 2)) == 1
+
+    # Consuming file blocks does not touch the memory count.
+    assert values(store.get("q/s", 1, consume=True)) == values(outputs[0][1]) + values(outputs[1][1])
+    assert store.get("q/s", 1).num_rows == 0
+    assert store.memory == 0
+
+    paths = [os.path.join(store.spill_dir, f) for f in files]
+    assert store.release("q/") == 0  # nothing was spilled, the files were map output
+    assert not any(os.path.exists(p) for p in paths)
+    assert arrow_files(store) == []
+    assert store.get("q/s", 0) is None
+
+
+# ---- memory budget -------------------------------------------------------------------
+
+
+def test_budget_spills_without_losing_rows(make_store):
+    budget = 4 * BLOCK + 400
+    store = make_store(budget)
+    parts = [(k, p) for k in ("q/a", "q/b") for p in range(5)]
+    expected: dict[tuple[str, int], list[int]] = {}
+    for i, (k, p) in enumerate(parts):
+        store.put(k, p, block(i * ROWS), source=0)
+        expected[(k, p)] = list(range(i * ROWS, (i + 1) * ROWS))
+        assert store.memory <= budget
+        assert store.memory == resident_bytes(store, parts)
+    assert store.memory <= budget
+    files = arrow_files(store)
+    assert files, "putting more than the budget must spill"
+    spilled_bytes = sum(b.nbytes for k, p in parts for b in store.blocks(k, p) if b.table is None)
+    assert spilled_bytes >= len(parts) * BLOCK - budget
+    for k, p in parts:
+        assert values(store.get(k, p)) == expected[(k, p)]
+
+    # Consuming a spilled partition reads it from disk and leaves memory alone.
+    k, p = next((k, p) for k, p in parts if spilled(store, k, p))
+    before = store.memory
+    assert values(store.get(k, p, consume=True)) == expected[(k, p)]
+    assert store.memory == before
+
+    assert store.release("q/") == spilled_bytes
+    assert store.memory == 0
+    assert arrow_files(store) == []
+    assert store.get("q/a", 0) is None
+
+
+# ---- eviction order (SCache §4.2) -------------------------------------------------------
+
+
+def test_eviction_incomplete_unit_first_within_shuffle(make_store):
+    # Round 0 = {0, 1} is still waiting for map task 1; round 1 = {2, 3} has both map tasks.
+    # Without the incompleteness rule round 1 (larger reducer ids) would go first.
+    store = make_store(budget=5 * BLOCK)
+    store.expect("q/s", seq=0, expected=2, partitions=[0, 1, 2, 3], slots=2)
+    store.put("q/s", 0, block(0), source=0)
+    store.put("q/s", 1, block(100), source=0)
+    for src in (0, 1):
+        store.put("q/s", 2, block(1000 + 100 * src), source=src)
+        store.put("q/s", 3, block(2000 + 100 * src), source=src)
+    # 6 blocks > 5: spilling the incomplete round (2 blocks) is enough.
+    assert spilled(store, "q/s", 0) and spilled(store, "q/s", 1)
+    assert in_memory(store, "q/s", 2) and in_memory(store, "q/s", 3)
+    assert store.memory == 4 * BLOCK
+    assert len(arrow_files(store)) == 2
+
+
+def test_eviction_incomplete_unit_first_across_shuffles(make_store):
+    # The older shuffle is incomplete, the newer one complete: incompleteness wins over seq.
+    store = make_store(budget=3 * BLOCK)
+    store.expect("q/old", seq=0, expected=2, partitions=[0, 1], slots=2)
+    store.expect("q/new", seq=1, expected=1, partitions=[0, 1], slots=2)
+    store.put("q/old", 0, block(0), source=0)
+    store.put("q/old", 1, block(100), source=0)
+    store.put("q/new", 0, block(200), source=0)
+    store.put("q/new", 1, block(300), source=0)  # triggers; the complete unit is the one just put
+    assert spilled(store, "q/old", 0) and spilled(store, "q/old", 1)
+    assert in_memory(store, "q/new", 0) and in_memory(store, "q/new", 1)
+    assert store.memory == 2 * BLOCK
+
+
+def test_eviction_most_recent_shuffle_first(make_store):
+    # Both complete. The newer shuffle's unit is round 0 and the older one's is round 1, so
+    # only the shuffle order can explain evicting the newer one.
+    store = make_store(budget=3 * BLOCK)
+    store.expect("q/a", seq=0, expected=1, partitions=[0, 1, 2, 3], slots=2)
+    store.expect("q/b", seq=1, expected=1, partitions=[0, 1], slots=2)
+    store.put("q/b", 0, block(0), source=0)
+    store.put("q/b", 1, block(100), source=0)
+    store.put("q/a", 2, block(200), source=0)
+    store.put("q/a", 3, block(300), source=0)  # the older shuffle's put triggers the spill
+    assert spilled(store, "q/b", 0) and spilled(store, "q/b", 1)
+    assert in_memory(store, "q/a", 2) and in_memory(store, "q/a", 3)
+    assert store.memory == 2 * BLOCK
+    assert values(store.get("q/b", 1)) == list(range(100, 200))
+
+
+def test_eviction_larger_reducer_round_first(make_store):
+    # This host's reducers are 2, 5, 9, 11 with 2 slots: round 0 = {2, 5}, round 1 = {9, 11}
+    # (rounds are positions among this host's partitions, not partition ids // slots).
+    store = make_store(budget=3 * BLOCK)
+    store.expect("q/s", seq=0, expected=1, partitions=[11, 2, 9, 5], slots=2)
+    store.put("q/s", 9, block(0), source=0)
+    store.put("q/s", 11, block(100), source=0)
+    store.put("q/s", 2, block(200), source=0)
+    store.put("q/s", 5, block(300), source=0)  # round 0 triggers, round 1 goes
+    assert spilled(store, "q/s", 9) and spilled(store, "q/s", 11)
+    assert in_memory(store, "q/s", 2) and in_memory(store, "q/s", 5)
+    assert store.memory == 2 * BLOCK
+
+
+def test_eviction_all_or_nothing(make_store):
+    # Rounds of 3 reducers, 2 map tasks each: 12 blocks of BLOCK/2. The budget is exceeded by
+    # one half-block, yet the whole round 1 (6 blocks, 3 partitions) is spilled together.
+    half = ROWS // 2
+    store = make_store(budget=11 * 8 * half)
+    store.expect("q/s", seq=0, expected=2, partitions=list(range(6)), slots=3)
+    n = 0
+    for partitions in ([0, 1, 2], [3, 4, 5]):
+        for src in (0, 1):
+            for p in partitions:
+                store.put("q/s", p, block(n * half, half), source=src)
+                n += 1
+    for p in (3, 4, 5):
+        assert spilled(store, "q/s", p)
+        assert len(store.blocks("q/s", p)) == 2
+    for p in (0, 1, 2):
+        assert in_memory(store, "q/s", p)
+    assert store.memory == 6 * 8 * half
+    assert len(arrow_files(store)) == 6
+    assert sorted(v for p in range(6) for v in values(store.get("q/s", p))) == list(range(12 * half))
+
+
+def test_eviction_foreign_partition_does_not_drag_a_round(make_store):
+    # This host runs reducers 1 and 3 (one round, complete). A map task here has just written its
+    # block for reducer 0, which lives elsewhere and is about to be pushed. Spilling that single
+    # block is enough; the round {1, 3} must stay in memory.
+    store = make_store(budget=2 * BLOCK)
+    store.expect("q/s", seq=0, expected=1, partitions=[1, 3], slots=2)
+    store.put("q/s", 1, block(0), source=0)
+    store.put("q/s", 3, block(100), source=0)
+    store.put("q/s", 0, block(200), source=5)
+    assert spilled(store, "q/s", 0)
+    assert in_memory(store, "q/s", 1) and in_memory(store, "q/s", 3)
+
+
+@pytest.mark.parametrize(("key", "prefix"), [("table/7/0", "table/7/"), ("q/s1", "q/s1")])
+def test_release_reports_spill_of_narrower_prefix(make_store, key, prefix):
+    store = make_store(budget=BLOCK)
+    store.put(key, 0, block(0))
+    store.put(key, 1, block(100))
+    assert store.memory == BLOCK
+    assert store.release(prefix) == BLOCK
+    assert arrow_files(store) == []
+
+
+# ---- take_blocks ---------------------------------------------------------------------------
+
+
+def test_take_blocks_removes_one_map_task(make_store):
+    store = make_store()
+    mine = [block(0, 10), block(0, 0), block(20, 30)]
+    other = [block(1000, 5), block(1100, 6), block(1200, 7)]
+    store.put_parts("q/s", mine, source=4)
+    store.put_parts("q/s", other, source=9)
+    assert store.memory == (10 + 30 + 5 + 6 + 7) * 8
+    taken = store.take_blocks("q/s", 4)
+    assert sorted(taken) == [0, 2]  # only partitions where task 4 had rows
+    assert values(taken[0]) == values(mine[0])
+    assert values(taken[2]) == values(mine[2])
+    assert store.memory == (5 + 6 + 7) * 8
+    for p in range(3):
+        assert [b.source for b in store.blocks("q/s", p)] == [9]
+        assert values(store.get("q/s", p)) == values(other[p])
+    assert store.take_blocks("q/s", 4) == {}
+
+
+def test_take_blocks_of_spilled_and_file_blocks(make_store):
+    store = make_store(budget=BLOCK)
+    store.put_parts("q/s", [block(0), block(100)], source=0)  # over budget: spilled
+    store.write_parts("q/s", [block(500, 10), block(600, 10)], source=1)
+    assert store.memory <= BLOCK
+    assert any(b.table is None for p in (0, 1) for b in store.blocks("q/s", p) if b.source == 0)
+    taken = store.take_blocks("q/s", 0)
+    assert values(taken[0]) == list(range(100)) and values(taken[1]) == list(range(100, 200))
+    assert store.memory == 0
+    taken = store.take_blocks("q/s", 1)
+    assert values(taken[0]) == list(range(500, 510)) and values(taken[1]) == list(range(600, 610))
+    assert store.blocks("q/s", 0) == [] and store.blocks("q/s", 1) == []
+
+
+# ---- concurrency ---------------------------------------------------------------------------
+
+
+def test_concurrent_put_and_consume_lose_no_rows(make_store):
+    partitions, writers, puts, rows = 4, 4, 150, 20
+    store = make_store(budget=10 * 8 * rows)
+    store.expect("q/s", seq=0, expected=writers, partitions=list(range(partitions)), slots=2)
+    got: list[list[int]] = [[] for _ in range(partitions)]
+    done = threading.Event()
+    warm = threading.Event()  # readers start once a writer has gone past the budget: spills happen
+    errors: list[BaseException] = []
+
+    def writer(w: int) -> None:
+        rnd = random.Random(w)
+        try:
+            for i in range(puts):
+                start = (w * puts + i) * rows
+                store.put("q/s", rnd.randrange(partitions), block(start, rows), source=w)
+                if i == 30:
+                    warm.set()
+        except BaseException as e:  # noqa: BLE001 - surfaced by the assertion below
+            errors.append(e)
+
+    def drain(p: int) -> None:
+        table = store.get("q/s", p, consume=True)  # None until the first put registers the key
+        if table is not None:
+            got[p].extend(values(table))
+
+    def reader(p: int) -> None:
+        try:
+            warm.wait(timeout=60)
+            while not done.is_set():
+                drain(p)
+            drain(p)
+        except BaseException as e:  # noqa: BLE001 - surfaced by the assertion below
+            errors.append(e)
+
+    threads_w = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
+    threads_r = [threading.Thread(target=reader, args=(p,)) for p in range(partitions)]
+    for t in threads_r + threads_w:
+        t.start()
+    for t in threads_w:
+        t.join(timeout=60)
+    done.set()
+    for t in threads_r:
+        t.join(timeout=60)
+    assert not errors, errors
+    everything = sorted(v for part in got for v in part)
+    assert everything == list(range(writers * puts * rows))
+    assert store.memory == 0
+    assert all(store.blocks("q/s", p) == [] for p in range(partitions))
+    assert arrow_files(store), "the budget should have forced spills during the run"
