@@ -63,34 +63,23 @@ def test_empty_statement(default_engine, sql: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "sql",
+    ("sql", "missing"),
     [
-        "SELECT * FROM no_such_table",
-        "SELECT s.sale_id FROM sales s JOIN no_such_table n ON s.cust_id = n.cust_id",
-        "SELECT sale_id FROM sales WHERE cust_id IN (SELECT cust_id FROM no_such_table)",
-        "INSERT INTO no_such_table VALUES (1)",
+        ("SELECT * FROM no_such_table", "no_such_table"),
+        ("SELECT s.sale_id FROM sales s JOIN no_such_table n ON s.cust_id = n.cust_id", "no_such_table"),
+        ("SELECT sale_id FROM sales WHERE cust_id IN (SELECT cust_id FROM no_such_table)", "no_such_table"),
+        ("INSERT INTO no_such_table VALUES (1)", "no_such_table"),
+        ("SELECT no_such_column FROM sales", "no_such_column"),
+        ("SELECT sale_id FROM sales WHERE no_such_column > 3", "no_such_column"),
+        ("SELECT s.sale_id FROM sales s JOIN customers c ON s.cust_id = c.no_such_column", "no_such_column"),
+        ("SELECT store_id, count(sale_id) FROM sales GROUP BY store_id ORDER BY no_such_column", "no_such_column"),
+        ("SELECT sum(no_such_column) FROM sales", "no_such_column"),
     ],
 )
-def test_unknown_table_is_named(default_engine, sql: str) -> None:
+def test_unknown_table_or_column_is_named(default_engine, sql: str, missing: str) -> None:
     e = error_of(default_engine, sql)
     assert isinstance(e, qengine.ProgrammingError)
-    assert "no_such_table" in str(e)
-
-
-@pytest.mark.parametrize(
-    "sql",
-    [
-        "SELECT no_such_column FROM sales",
-        "SELECT sale_id FROM sales WHERE no_such_column > 3",
-        "SELECT s.sale_id FROM sales s JOIN customers c ON s.cust_id = c.no_such_column",
-        "SELECT store_id, count(sale_id) FROM sales GROUP BY store_id ORDER BY no_such_column",
-        "SELECT sum(no_such_column) FROM sales",
-    ],
-)
-def test_unknown_column_is_named(default_engine, sql: str) -> None:
-    e = error_of(default_engine, sql)
-    assert isinstance(e, qengine.ProgrammingError)
-    assert "no_such_column" in str(e)
+    assert missing in str(e)
 
 
 @pytest.mark.parametrize(
