@@ -24,7 +24,7 @@ import pyarrow as pa
 from qengine.catalog import DEFAULT_SPLIT_BYTES
 from qengine.errors import Error, OperationalError
 from qengine.exchange.metrics import ShuffleStats
-from qengine.exchange.placement import Reducer, accumulate
+from qengine.exchange.placement import Reducer, accumulate, round_robin
 from qengine.exchange.prediction import coalesce, grouped, hash_prediction, range_prediction
 from qengine.exchange.sampling import DEFAULT_SAMPLES_PER_PARTITION, weighted_bounds
 from qengine.planner import logical as lp
@@ -68,6 +68,7 @@ class StageStats:
             "bytes": self.bytes,
             "shuffle_bytes": sum(self.partition_bytes) if self.kind not in ("result", "table") else 0,
             "seconds": round(self.seconds, 4),
+            "task_seconds": round(self.task_seconds, 4),
         }
 
 
@@ -668,12 +669,13 @@ class _QueryRun:
         host_of = {p: consumer.placement[g] for g, members in enumerate(groups) for p in members}
         ahead = self.placements.get(consumer.stage.id)
         loads = [0.0] * self.workers
-        naive = [0.0] * self.workers
+        reducers = []
         for g, members in enumerate(groups):
             size = sum(shuffle.actual[p] for p in members if p < len(shuffle.actual))
             loads[consumer.placement[g]] += size
-            naive[g % self.workers] += size
-        shuffle.host_loads, shuffle.naive_host_loads = loads, naive
+            reducers.append(Reducer(g, size))
+        naive = round_robin(reducers, list(range(self.workers))).loads
+        shuffle.host_loads, shuffle.naive_host_loads = loads, [naive[h] for h in range(self.workers)]
         for task, sizes in source.task_bytes.items():
             for p, b in enumerate(sizes):
                 if not b or p not in host_of:

@@ -195,12 +195,6 @@ class Builder:
         node.est_rows = estimates.rows(node)
         return node
 
-    def width(self, columns: list[str]) -> float:
-        return sum(self.widths.get(c, 8.0) for c in columns)
-
-    def est_bytes(self, node: Node) -> float:
-        return node.est_rows * self.width(node.columns)
-
     def _project_passthrough(self, node: Node, exprs: list[exp.Expression]) -> tuple[Node, list[str]]:
         """Make every expression a bare column of the returned node, projecting where needed."""
         names: list[str] = []
