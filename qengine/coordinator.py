@@ -304,6 +304,22 @@ class _QueryRun:
                     hosts.add(ahead.host_of(p) if pushed else source.placement[task])
         return sorted(hosts)
 
+    def _fetch_sizes(self, source: _StageRun, partitions: list[int]) -> dict[str, dict[str, int]]:
+        """Expected bytes per partition per holder, so readers can bound bytes in flight."""
+        ahead = self.placements.get(self.consumer_of.get(source.stage.id, -1))
+        out: dict[str, dict[str, int]] = {}
+        for task, task_sizes in source.task_bytes.items():
+            for p in partitions:
+                b = task_sizes[p] if p < len(task_sizes) else 0
+                if not b:
+                    continue
+                pushed = self.mode == "prefetch" and ahead is not None and task in source.pushed
+                host = ahead.host_of(p) if pushed else source.placement[task]
+                per_host = out.setdefault(str(p), {})
+                address = self.addresses[host]
+                per_host[address] = per_host.get(address, 0) + b
+        return out
+
     def _task_spec(self, run: _StageRun, index: int, sql: str) -> dict:
         inputs: list[dict] = []
         stage = run.stage
@@ -319,6 +335,7 @@ class _QueryRun:
             )
         for read in stage.reads:
             source = self.runs[read.shuffle_id]
+            sizes = None
             if read.kind in ("broadcast",):
                 partitions, hosts = [0], sorted(source.holders)
             elif read.kind == "materialized":
@@ -326,6 +343,7 @@ class _QueryRun:
             else:
                 partitions = run.groups[index] if run.groups is not None else [index]
                 hosts = self._block_hosts(source, partitions)
+                sizes = self._fetch_sizes(source, partitions)
             inputs.append(
                 {
                     "name": read.table,
@@ -335,6 +353,7 @@ class _QueryRun:
                     "sources": [self.addresses[w] for w in hosts],
                     "schema": source.schema,
                     "consume": self.mode == "prefetch" and read.kind in SHUFFLE_KINDS,
+                    "sizes": sizes if read.kind in SHUFFLE_KINDS else None,
                 }
             )
         return {

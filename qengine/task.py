@@ -89,7 +89,15 @@ class TaskRunner:
 
     # ---- inputs ------------------------------------------------------------------------
 
-    def fetch(self, key: str, partition: int, sources: list[str], schema: pa.Schema, consume: bool = False) -> pa.Table:
+    def fetch(
+        self,
+        key: str,
+        partition: int,
+        sources: list[str],
+        schema: pa.Schema,
+        consume: bool = False,
+        sizes: dict[str, int] | None = None,
+    ) -> pa.Table:
         """One partition of a shuffle, gathered from every worker that holds a piece of it.
 
         Remote fetches go through the limiter, so a wide shuffle never has more than a bounded
@@ -100,7 +108,7 @@ class TaskRunner:
             if source == self.address:
                 local = self.store.get(key, partition, consume=consume)
                 return local if local is not None else schema.empty_table()
-            with self.limiter.slot(source):
+            with self.limiter.slot(source, (sizes or {}).get(source, 0)):
                 return self.pool.get(source).get({"key": key, "partition": partition, "consume": consume})
 
         tables = list(self._fetches.map(one, sources)) if len(sources) > 1 else [one(s) for s in sources]
@@ -117,7 +125,10 @@ class TaskRunner:
             return read_split(spec["split"], [tuple(c) for c in spec["columns"]], self._memory_split)
         schema = schema_from_hex(spec["schema"])
         consume = bool(spec.get("consume"))
-        parts = [self.fetch(spec["key"], p, spec["sources"], schema, consume) for p in spec["partitions"]]
+        sizes = spec.get("sizes") or {}
+        parts = [
+            self.fetch(spec["key"], p, spec["sources"], schema, consume, sizes.get(str(p))) for p in spec["partitions"]
+        ]
         return parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="permissive")
 
     # ---- running -----------------------------------------------------------------------
@@ -224,28 +235,39 @@ class TaskRunner:
                 for p, table in parts:
                     self.store.put(key, p, table, task)
                 continue
-            with self.limiter.slot(address):
+            with self.limiter.slot(address, sum(t.nbytes for _, t in parts)):
                 self.pool.get(address).put_blocks(key, task, parts)
             sent += sum(t.nbytes for _, t in parts)
         return {"sent": sent}
 
 
 class FetchLimiter:
-    """Bounds remote transfers in flight: at most ``per_host`` at once to any one host and
-    ``total`` overall, like Spark's maxReqsInFlight / maxBlocksInFlightPerAddress."""
+    """Bounds remote transfers in flight, like Spark's maxReqsInFlight,
+    maxBlocksInFlightPerAddress and maxBytesInFlight: at most ``per_host`` requests to one host,
+    ``total`` overall, and ``max_bytes`` expected bytes (one larger request may go alone)."""
 
-    def __init__(self, per_host: int = 4, total: int = 16) -> None:
+    def __init__(self, per_host: int = 4, total: int = 16, max_bytes: int = 48 << 20) -> None:
         self.per_host = per_host
+        self.max_bytes = max_bytes
         self._total = threading.BoundedSemaphore(total)
         self._hosts: dict[str, threading.BoundedSemaphore] = {}
-        self._lock = threading.Lock()
+        self._bytes = 0
+        self._cond = threading.Condition()
 
     @contextlib.contextmanager
-    def slot(self, host: str) -> Iterator[None]:
-        with self._lock:
+    def slot(self, host: str, nbytes: int = 0) -> Iterator[None]:
+        with self._cond:
             sem = self._hosts.setdefault(host, threading.BoundedSemaphore(self.per_host))
         with self._total, sem:
-            yield
+            with self._cond:
+                self._cond.wait_for(lambda: self._bytes == 0 or self._bytes + nbytes <= self.max_bytes)
+                self._bytes += nbytes
+            try:
+                yield
+            finally:
+                with self._cond:
+                    self._bytes -= nbytes
+                    self._cond.notify_all()
 
 
 def _integer_ranges(table: pa.Table) -> dict[str, list[int] | None]:

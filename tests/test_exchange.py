@@ -94,3 +94,41 @@ def test_explain_analyze_shows_shuffle_metrics(clusters) -> None:
     shuffle_lines = [line for line in lines if "[shuffle]" in line]
     assert shuffle_lines and all("prediction error" in line and "prefetch hits" in line for line in shuffle_lines)
     assert any("bytes spilled" in line for line in lines)
+
+
+def test_fetch_limiter_bounds_requests_and_bytes() -> None:
+    import threading
+    import time
+
+    from qengine.task import FetchLimiter
+
+    limiter = FetchLimiter(per_host=2, total=3, max_bytes=100)
+    lock = threading.Lock()
+    state = {"per_host": {}, "total": 0, "bytes": 0, "peak": {"total": 0, "bytes": 0, "host": 0}}
+
+    def fetch(host: str, nbytes: int) -> None:
+        with limiter.slot(host, nbytes):
+            with lock:
+                state["per_host"][host] = state["per_host"].get(host, 0) + 1
+                state["total"] += 1
+                state["bytes"] += nbytes
+                peak = state["peak"]
+                peak["total"] = max(peak["total"], state["total"])
+                peak["host"] = max(peak["host"], state["per_host"][host])
+                if state["total"] > 1:
+                    peak["bytes"] = max(peak["bytes"], state["bytes"])
+            time.sleep(0.01)
+            with lock:
+                state["per_host"][host] -= 1
+                state["total"] -= 1
+                state["bytes"] -= nbytes
+
+    jobs = [(f"h{i % 3}", 40 if i % 5 else 150) for i in range(30)]  # some requests exceed the budget alone
+    threads = [threading.Thread(target=fetch, args=job) for job in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads)  # never deadlocks, even with oversized requests
+    assert state["peak"]["total"] <= 3 and state["peak"]["host"] <= 2
+    assert state["peak"]["bytes"] <= 100  # whenever two or more are in flight
