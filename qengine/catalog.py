@@ -18,6 +18,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import sqlglot.expressions as exp
 
+from qengine import records
 from qengine.errors import ProgrammingError
 from qengine.types import type_code
 from qengine.wire import schema_to_hex
@@ -182,6 +183,40 @@ class CsvSource(Source):
         return [{"kind": "csv", "path": p, "schema": schema, **self.options} for p in self.paths]
 
 
+class RecordSource(Source):
+    """Flat files of 100-byte sort-benchmark records (gensort's binary layout), read as
+    ``key`` and ``payload`` columns; splits are record-aligned byte ranges."""
+
+    def __init__(self, name: str, paths: list[str]) -> None:
+        if not paths:
+            raise ProgrammingError(f"table {name!r}: no record files found")
+        self.name = name
+        self.paths = paths
+        self.schema = records.SCHEMA
+        self.sizes = [os.path.getsize(p) for p in paths]
+        bad = next((p for p, s in zip(paths, self.sizes, strict=True) if s % records.RECORD), None)
+        if bad:
+            raise ProgrammingError(f"{bad} is not a whole number of {records.RECORD}-byte records")
+
+    @property
+    def rows(self) -> int:
+        return sum(self.sizes) // records.RECORD
+
+    def column_width(self, column: str) -> float:
+        return float(records.KEY if column == "key" else records.RECORD - records.KEY)
+
+    def splits(
+        self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES, ranges: dict[str, tuple[int, int]] | None = None
+    ) -> list[dict]:
+        step = max(records.RECORD, split_bytes - split_bytes % records.RECORD)
+        out = [
+            {"kind": "records", "path": path, "offset": offset, "length": min(step, size - offset)}
+            for path, size in zip(self.paths, self.sizes, strict=True)
+            for offset in range(0, size, step)
+        ]
+        return out or [{"kind": "records", "path": self.paths[0], "offset": 0, "length": 0}]
+
+
 @dataclass
 class Partition:
     """One piece of an in-memory table, held in a worker's table store."""
@@ -280,6 +315,21 @@ class Catalog:
             if not os.access(p, os.R_OK):
                 raise ProgrammingError(f"{p} is not readable")
         return paths
+
+    def check_writable(self, directory: str, overwrite: bool) -> None:
+        """COPY's target: new or empty (unless overwriting), and inside the allowed roots."""
+        if self.allowed_roots is not None:
+            roots = [os.path.abspath(r) for r in self.allowed_roots]
+            if not any(os.path.commonpath([directory, r]) == r for r in roots):
+                raise ProgrammingError(f"{directory} is outside the allowed data roots {roots}")
+        if os.path.isfile(directory):
+            raise ProgrammingError(f"{directory} is a file; COPY writes a directory of part files")
+        if os.path.isdir(directory) and os.listdir(directory):
+            if not overwrite:
+                raise ProgrammingError(f"{directory} is not empty (add OVERWRITE true to replace its part files)")
+            for name in os.listdir(directory):
+                if name.startswith("part-"):
+                    os.unlink(os.path.join(directory, name))
 
     def add_table(self, source: Source, replace: bool = True) -> None:
         key = source.name.lower()

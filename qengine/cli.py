@@ -260,6 +260,12 @@ def build_parser() -> argparse.ArgumentParser:
         tpcds_cli = None
     if tpcds_cli is not None:
         tpcds_cli.add_parser(sub)
+    try:
+        from bench import terasort_cli
+    except ImportError:  # pragma: no cover - the harness ships with the package
+        terasort_cli = None
+    if terasort_cli is not None:
+        terasort_cli.add_parser(sub)
     return parser
 
 

@@ -202,6 +202,12 @@ class Connection:
         self._session.register_parquet(name, path)
 
     @_user_errors
+    def register_records(self, name: str, path: str) -> None:
+        """Make flat files of 100-byte gensort records queryable as (key, payload)."""
+        self._check()
+        self._session.register_records(name, path)
+
+    @_user_errors
     def register_csv(self, name: str, path: str, delimiter: str = ",", header: bool = True) -> None:
         self._check()
         self._session.register_csv(name, path, delimiter, header)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from qengine import records
 from qengine.errors import OperationalError
 from qengine.wire import schema_from_hex
 
@@ -43,6 +45,11 @@ def read_split(split: dict, columns: list[tuple[str, str]], fetch_memory: Callab
                     column_types={f.name: f.type for f in schema}, include_columns=sources
                 ),
             )
+        elif kind == "records":
+            with open(split["path"], "rb") as f:
+                f.seek(split["offset"])
+                data = np.frombuffer(f.read(split["length"]), dtype=np.uint8)
+            table = records.to_table(data.reshape(-1, records.RECORD)).select(sources)
         elif kind == "memory":
             table = fetch_memory(split) if split["key"] else schema_from_hex(split["schema"]).empty_table()
             table = table.select(sources)

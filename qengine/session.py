@@ -18,7 +18,7 @@ import duckdb
 import pyarrow as pa
 import sqlglot.expressions as exp
 
-from qengine.catalog import Catalog, CsvSource, MemorySource, ParquetSource, Partition, View
+from qengine.catalog import Catalog, CsvSource, MemorySource, ParquetSource, Partition, RecordSource, View
 from qengine.coordinator import Coordinator, ExecutionOptions, QueryStats
 from qengine.errors import NotSupportedError, ProgrammingError
 from qengine.planner import PlanOptions, plan_query
@@ -74,6 +74,8 @@ class Session:
             return self._insert(st, progress)
         if isinstance(st, exp.Drop):
             return self._drop(st)
+        if isinstance(st, exp.Copy):
+            return self._copy(st, progress)
         what = st.sql(dialect=self.plan_options.dialect).split()[0].upper() if st.sql() else type(st).__name__
         raise NotSupportedError(f"{what} statements are not supported")
 
@@ -196,6 +198,32 @@ class Session:
                 rows += stats["rows"]
         return Result(None, rows)
 
+    def _copy(self, st: exp.Copy, progress: Callable[[int, int], None] | None) -> Result:
+        """COPY (query) TO 'dir' (FORMAT parquet|csv): every result task writes its own file,
+        part-NNNNN in result order, so no process ever holds the whole result."""
+        if st.args.get("kind"):
+            raise NotSupportedError("COPY ... FROM is not supported: use register_parquet or register_csv")
+        query = st.this.this if isinstance(st.this, exp.Subquery) else st.this
+        if isinstance(query, exp.Table):
+            query = exp.select("*").from_(query)
+        files = st.args.get("files") or []
+        if len(files) != 1 or not isinstance(files[0], exp.Literal):
+            raise ProgrammingError("COPY ... TO takes one output directory as a string literal")
+        params = {p.this.name.upper(): (p.expression.name if p.expression is not None else "true") for p in st.args.get("params") or []}
+        fmt = params.pop("FORMAT", "parquet").lower()
+        overwrite = params.pop("OVERWRITE", params.pop("OVERWRITE_OR_IGNORE", "false")).lower() in ("true", "1")
+        if fmt not in ("parquet", "csv"):
+            raise NotSupportedError(f"COPY format {fmt!r} is not supported (parquet, csv)")
+        if params:
+            raise NotSupportedError(f"COPY option {next(iter(params))} is not supported")
+        directory = os.path.abspath(os.path.expanduser(files[0].name))
+        self.catalog.check_writable(directory, overwrite)
+        plan = self.plan(query)
+        output = {"kind": "files", "key": "files", "dir": directory, "format": fmt, "names": plan.names}
+        placement, stats, query_id = self.coordinator.run(plan, output=output, progress=progress)
+        stats.spilled_bytes = self.coordinator.release(f"{query_id}/")
+        return Result(None, sum(s["rows"] for _, s in placement), stats)
+
     def _drop(self, st: exp.Drop) -> Result:
         kind = (st.args.get("kind") or "").upper()
         if kind not in ("TABLE", "VIEW"):
@@ -215,6 +243,11 @@ class Session:
 
     def register_parquet(self, name: str, path: str) -> None:
         self.catalog.add_table(ParquetSource(name, self.catalog.resolve_paths(path, (".parquet", ".parq"))))
+        self.catalog.add_root(_root_of(path))
+
+    def register_records(self, name: str, path: str) -> None:
+        """Flat files of 100-byte sort-benchmark records (gensort's binary layout)."""
+        self.catalog.add_table(RecordSource(name, self.catalog.resolve_paths(path, (".dat", ".bin", ".gensort"))))
         self.catalog.add_root(_root_of(path))
 
     def register_csv(self, name: str, path: str, delimiter: str = ",", header: bool = True) -> None:

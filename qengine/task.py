@@ -17,6 +17,8 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 
 from qengine.errors import DataError, OperationalError
 from qengine.exchange import partitioner
@@ -185,6 +187,8 @@ class TaskRunner:
             return {"partition_bytes": [result.nbytes], "partition_rows": [result.num_rows]}
         elif kind == "single":
             return self._store_parts(key, [result], task, mode)
+        elif kind == "files":
+            return _write_file(result.rename_columns(out["names"]), out["dir"], task, out["format"])
         elif kind in ("broadcast", "result", "materialize"):
             self.store.put(key, task if kind != "broadcast" else 0, result, task)
             reply: dict[str, Any] = {"partition_bytes": [result.nbytes], "partition_rows": [result.num_rows]}
@@ -268,6 +272,20 @@ class FetchLimiter:
                 with self._cond:
                     self._bytes -= nbytes
                     self._cond.notify_all()
+
+
+def _write_file(table: pa.Table, directory: str, task: int, fmt: str) -> dict[str, Any]:
+    """One result task's share of COPY ... TO: part-NNNNN, numbered in result order."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"part-{task:05d}.{fmt}")
+    try:
+        if fmt == "csv":
+            pacsv.write_csv(table, path)
+        else:
+            pq.write_table(table, path)
+    except OSError as e:
+        raise OperationalError(f"cannot write {path}: {e}") from e
+    return {"partition_bytes": [table.nbytes], "partition_rows": [table.num_rows], "path": path}
 
 
 def _integer_ranges(table: pa.Table) -> dict[str, list[int] | None]:

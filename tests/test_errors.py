@@ -87,7 +87,7 @@ def test_unknown_table_or_column_is_named(default_engine, sql: str, missing: str
     [
         ("PRAGMA x", "PRAGMA"),
         ("SET threads=1", "SET"),
-        ("COPY sales TO 'x'", "COPY"),
+        ("ATTACH 'other.db'", "ATTACH"),
         ("ATTACH 'other.db' AS other", "ATTACH"),
         ("UPDATE sales SET qty = 1", "UPDATE"),
         ("DELETE FROM sales", "DELETE"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+import qengine
 from tests.conftest import assert_same
 
 QUERIES = {
@@ -151,6 +152,25 @@ QUERIES = {
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_matches_duckdb(engine, oracle, name: str) -> None:
     assert_same(engine, oracle, QUERIES[name])
+
+
+def test_copy_writes_ordered_part_files(data_paths, oracle, tmp_path) -> None:
+    """COPY (query) TO dir: each result task writes a part file; names give the order."""
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "copy"
+    sql = "SELECT sale_id, amount FROM sales WHERE qty > 50 ORDER BY amount DESC, sale_id"
+    with qengine.connect(workers=2, split_size="200KB", coalesce_size=0) as con:
+        con.register_parquet("sales", data_paths["sales"])
+        cur = con.execute(f"COPY ({sql}) TO '{out}' (FORMAT parquet)")
+        expected = oracle.execute(sql).fetchall()
+        assert cur.rowcount == len(expected)
+        parts = sorted(out.iterdir())
+        assert len(parts) > 1
+        got = [row for p in parts for row in zip(*pq.read_table(p).to_pydict().values(), strict=True)]
+        assert [r[0] for r in got] == [r[0] for r in expected]
+        with pytest.raises(qengine.ProgrammingError, match="not empty"):
+            con.execute(f"COPY ({sql}) TO '{out}' (FORMAT parquet)")
 
 
 def test_parameters_match_duckdb(engine, oracle) -> None:

@@ -58,7 +58,8 @@ def _tree(node: lp.Node, depth: int, out: list[str]) -> None:
         _tree(child, depth + 1, out)
 
 
-def _shuffle_line(s: dict) -> str:
+def shuffle_summary(s: dict) -> str:
+    """One line of a shuffle's metrics (as ``ShuffleStats.as_dict`` gives them)."""
     def pct(x: float | None) -> str:
         return "n/a" if x is None else f"{100 * x:.1f}%"
 
@@ -103,7 +104,7 @@ def explain_lines(plan: StagePlan, workers: int, split_bytes: int, stats: QueryS
             )
             shuffle = next((x.as_dict() for x in stats.shuffles if x.stage == stage.id), None)
             if shuffle is not None:
-                lines.append("  [shuffle] " + _shuffle_line(shuffle))
+                lines.append("  [shuffle] " + shuffle_summary(shuffle))
         _tree(stage.root, 1, lines)
     if stats is not None:
         lines.append(

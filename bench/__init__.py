@@ -1,0 +1,1 @@
+"""Benchmarks and the TeraSort harness (``qengine terasort``)."""
