@@ -1,0 +1,199 @@
+"""TeraSort benchmark: qengine (pull and prefetch) against DuckDB, and Spark where installed.
+
+    python bench/terasort.py [--records 10000000] [--workers 2] [--skew] [--shuffle-memory 256MB]
+
+One run generates (or reuses) the records under the cache directory, sorts them with
+``qengine terasort run`` in both shuffle modes (alternating), with DuckDB's single-process
+``ORDER BY key`` from Parquet to Parquet, and with Spark ``local[2]`` if pyspark is installed.
+Every output is validated like valsort. Peak resident memory is sampled for every process of
+each run. It prints a table with the ratios and writes a JSON report and a PNG plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+
+from bench.gensort import generate
+from bench.sortjob import sort
+from bench.valsort import validate
+from qengine.cli import cache_dir
+
+DUCKDB_SORT = """
+import duckdb, sys
+con = duckdb.connect()
+con.execute(f"COPY (SELECT key, payload FROM read_parquet('{sys.argv[1]}/*.parquet') ORDER BY key) TO '{sys.argv[2]}/part-00000.parquet' (FORMAT parquet)")
+"""
+
+SPARK_SORT = """
+import sys
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.master("local[2]").appName("terasort").getOrCreate()
+spark.read.parquet(sys.argv[1]).orderBy("key").write.mode("overwrite").parquet(sys.argv[2])
+spark.stop()
+"""
+
+
+class PeakMemory:
+    """Samples the resident memory of this process and all its children; keeps each one's peak."""
+
+    def __init__(self, extra: Callable[[], list[int]] = list) -> None:
+        self.peaks: dict[int, int] = {}
+        self._extra = extra
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        me = psutil.Process()
+        while not self._stop.is_set():
+            procs = [me, *me.children(recursive=True)]
+            for p in procs:
+                try:
+                    rss = p.memory_info().rss
+                except psutil.Error:
+                    continue
+                self.peaks[p.pid] = max(self.peaks.get(p.pid, 0), rss)
+            self._stop.wait(0.05)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def peak(self, exclude: int | None = None) -> int:
+        return max((v for pid, v in self.peaks.items() if pid != exclude), default=0)
+
+
+def timed_subprocess(code: str, *args: str) -> tuple[float, int]:
+    with PeakMemory() as mem:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code, *args], check=True)
+        elapsed = time.perf_counter() - t0
+    return elapsed, mem.peak(exclude=os.getpid())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=10_000_000)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--skew", action="store_true")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--shuffle-memory", default=None)
+    parser.add_argument("--samples", type=int, default=3, help="s for the range bounds (s×p samples per map task)")
+    parser.add_argument("--out", default=None, help="JSON report (default: <cache>/bench-terasort.json); PNG beside it")
+    args = parser.parse_args(argv)
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 180)
+    root = os.path.join(cache_dir(), f"terasort-{args.records}{'-skew' if args.skew else ''}")
+    data = os.path.join(root, "in")
+    if not os.path.isdir(data):
+        console.print(f"generating {args.records:,} records into {data}")
+        generate(args.records, data, seed=1, skew=args.skew)
+    data_bytes = args.records * 100
+    runs: list[dict[str, Any]] = []
+
+    def record(engine: str, seconds: float, peak: int, out: str, extra: dict | None = None) -> None:
+        verdict = validate(data, out)
+        runs.append({"engine": engine, "seconds": seconds, "peak_rss": peak, "valid": verdict.ok,
+                     "problems": verdict.problems, **(extra or {})})
+        console.print(f"{engine}: {seconds:.2f}s, peak RSS {peak / 2**20:,.0f} MiB, valid={verdict.ok}")
+
+    for _ in range(args.repeat):
+        for mode in ("pull", "prefetch"):
+            out = os.path.join(root, f"out-{mode}")
+            shutil.rmtree(out, ignore_errors=True)
+            options = {"workers": args.workers, "shuffle": mode, "shuffle_memory": args.shuffle_memory,
+                       "samples_per_partition": args.samples}
+            with PeakMemory() as mem:
+                t0 = time.perf_counter()
+                _, stats = sort(data, out, options)
+                elapsed = time.perf_counter() - t0
+            shuffle = next(s for s in stats.shuffles if s.kind == "range")
+            record(f"qengine {mode}", elapsed, mem.peak(), out, {
+                "map_seconds": stats.stages[shuffle.stage].seconds,
+                "reduce_seconds": stats.stages[-1].seconds,
+                "reducer_read_wait": shuffle.read_wait_seconds,
+                "load_max_over_mean": shuffle.imbalance(shuffle.actual),
+                "spilled": stats.spilled_bytes,
+                "shuffle": shuffle.as_dict(),
+            })
+    out = os.path.join(root, "out-duckdb")
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    seconds, peak = timed_subprocess(DUCKDB_SORT, data, out)
+    record("duckdb", seconds, peak, out)
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        console.print("pyspark is not installed: Spark local[2] skipped")
+    else:
+        out = os.path.join(root, "out-spark")
+        shutil.rmtree(out, ignore_errors=True)
+        seconds, peak = timed_subprocess(SPARK_SORT, data, out)
+        record("spark local[2]", seconds, peak, out)
+
+    def best(engine: str) -> dict | None:
+        mine = [r for r in runs if r["engine"] == engine]
+        return min(mine, key=lambda r: r["seconds"]) if mine else None
+
+    duck = best("duckdb")
+    table = Table(title=f"TeraSort {args.records:,} records ({data_bytes / 2**30:.2f} GiB), {args.workers} workers")
+    for col in ("engine", "seconds", "÷ duckdb", "map", "reduce", "reducer read wait", "load max/mean",
+                "peak RSS MiB", "peak ÷ (data/workers)", "spilled", "valid"):
+        table.add_column(col)
+    per_worker = data_bytes / args.workers
+    for engine in ("qengine pull", "qengine prefetch", "duckdb", "spark local[2]"):
+        r = best(engine)
+        if r is None:
+            continue
+        table.add_row(
+            engine, f"{r['seconds']:.2f}", f"{r['seconds'] / duck['seconds']:.2f}",
+            f"{r.get('map_seconds', 0):.2f}" if "map_seconds" in r else "-",
+            f"{r.get('reduce_seconds', 0):.2f}" if "reduce_seconds" in r else "-",
+            f"{r['reducer_read_wait']:.3f}" if "reducer_read_wait" in r else "-",
+            f"{r['load_max_over_mean']:.3f}" if r.get("load_max_over_mean") else "-",
+            f"{r['peak_rss'] / 2**20:,.0f}", f"{r['peak_rss'] / per_worker:.2f}",
+            f"{r.get('spilled', 0):,}", str(r["valid"]),
+        )
+    console.print(table)
+    pull, pre = best("qengine pull"), best("qengine prefetch")
+    ratios = {
+        "prefetch_over_pull": pre["seconds"] / pull["seconds"],
+        "prefetch_over_duckdb": pre["seconds"] / duck["seconds"],
+        "pull_over_duckdb": pull["seconds"] / duck["seconds"],
+    }
+    spark = best("spark local[2]")
+    if spark is not None:
+        ratios["spark_over_prefetch"] = spark["seconds"] / pre["seconds"]
+    console.print("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
+    report = args.out or os.path.join(cache_dir(), "bench-terasort.json")
+    os.makedirs(os.path.dirname(os.path.abspath(report)), exist_ok=True)
+    with open(report, "w") as f:
+        json.dump({"args": vars(args), "ratios": ratios, "runs": runs}, f, indent=2, default=str)
+    from tpcds.report import plot_queries
+
+    engines = [r["engine"] for r in runs]
+    plot_queries(engines, {"seconds": [r["seconds"] for r in runs]}, os.path.splitext(report)[0] + ".png",
+                 f"TeraSort {args.records:,} records")
+    console.print(f"report: {report}")
+    return 0 if all(r["valid"] for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
