@@ -363,6 +363,3 @@ class Catalog:
                 raise ProgrammingError(f"{kind.lower()} {name!r} does not exist")
             dropped = registry.pop(key)
         return dropped if isinstance(dropped, Source) else None
-
-    def sql_schema(self) -> dict[str, dict[str, str]]:
-        return {name: src.sql_schema() for name, src in self.tables.items()}

@@ -98,7 +98,7 @@ def write_result(table: pa.Table, fmt: str, output: str | None) -> None:
             rows = [dict(zip(columns, r, strict=True)) for r in zip(*[c.to_pylist() for c in table.columns], strict=True)]
             out.write(json.dumps(rows, default=str, indent=None) + "\n")
         else:
-            _print_table(table, out)
+            print_table(table, out)
 
 
 @contextlib.contextmanager
@@ -110,7 +110,7 @@ def _open_output(output: str | None) -> Iterator[Any]:
         yield sys.stdout
 
 
-def _print_table(table: pa.Table, out: Any) -> None:
+def print_table(table: pa.Table, out: Any) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text

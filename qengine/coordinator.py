@@ -126,12 +126,13 @@ class _Placement:
 
     groups: list[list[int]]
     hosts: list[int]
+    _by_partition: dict[int, int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._by_partition = {p: self.hosts[g] for g, members in enumerate(self.groups) for p in members}
 
     def host_of(self, partition: int) -> int:
-        for g, members in enumerate(self.groups):
-            if partition in members:
-                return self.hosts[g]
-        raise KeyError(partition)
+        return self._by_partition[partition]
 
 
 @dataclass
@@ -291,33 +292,19 @@ class _QueryRun:
             return {**split, "address": self.addresses[int(split["worker"])]}
         return split
 
-    def _block_hosts(self, source: _StageRun, partitions: list[int]) -> list[int]:
-        """Workers holding blocks of these partitions: where produced, or where pushed to."""
-        if self.mode != "prefetch" or not source.task_bytes:
-            return sorted(source.holders)
+    def _locations(self, source: _StageRun, partitions: list[int]) -> dict[int, dict[int, int]]:
+        """Bytes of these partitions per holding worker: where each map task produced its block,
+        or, once pushed (prefetch), the reducer's host."""
         ahead = self.placements.get(self.consumer_of.get(source.stage.id, -1))
-        hosts = set()
-        for task, sizes in source.task_bytes.items():
-            for p in partitions:
-                if p < len(sizes) and sizes[p]:
-                    pushed = ahead is not None and task in source.pushed
-                    hosts.add(ahead.host_of(p) if pushed else source.placement[task])
-        return sorted(hosts)
-
-    def _fetch_sizes(self, source: _StageRun, partitions: list[int]) -> dict[str, dict[str, int]]:
-        """Expected bytes per partition per holder, so readers can bound bytes in flight."""
-        ahead = self.placements.get(self.consumer_of.get(source.stage.id, -1))
-        out: dict[str, dict[str, int]] = {}
+        out: dict[int, dict[int, int]] = {}
         for task, task_sizes in source.task_bytes.items():
+            pushed = self.mode == "prefetch" and ahead is not None and task in source.pushed
             for p in partitions:
                 b = task_sizes[p] if p < len(task_sizes) else 0
-                if not b:
-                    continue
-                pushed = self.mode == "prefetch" and ahead is not None and task in source.pushed
-                host = ahead.host_of(p) if pushed else source.placement[task]
-                per_host = out.setdefault(str(p), {})
-                address = self.addresses[host]
-                per_host[address] = per_host.get(address, 0) + b
+                if b:
+                    host = ahead.host_of(p) if pushed else source.placement[task]
+                    per_host = out.setdefault(p, {})
+                    per_host[host] = per_host.get(host, 0) + b
         return out
 
     def _task_spec(self, run: _StageRun, index: int, sql: str) -> dict:
@@ -342,8 +329,13 @@ class _QueryRun:
                 partitions, hosts = [index], [source.placement[index]]
             else:
                 partitions = run.groups[index] if run.groups is not None else [index]
-                hosts = self._block_hosts(source, partitions)
-                sizes = self._fetch_sizes(source, partitions)
+                located = self._locations(source, partitions)
+                # Pull reads every map-output holder; prefetch only where the blocks now are.
+                if self.mode == "prefetch" and source.task_bytes:
+                    hosts = sorted({h for per_host in located.values() for h in per_host})
+                else:
+                    hosts = sorted(source.holders)
+                sizes = {str(p): {self.addresses[h]: b for h, b in per_host.items()} for p, per_host in located.items()}
             inputs.append(
                 {
                     "name": read.table,

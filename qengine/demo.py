@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from qengine.cli import cache_dir, register_directory
+    from qengine.cli import cache_dir, print_table, register_directory
     from tpcds.extension import queries as tpcds_queries
     from tpcds.gen import generate
 
@@ -92,9 +92,7 @@ def run(args: argparse.Namespace) -> int:
                             f"{t1 - t0:.2f}", f"{t2 - t1:.2f}", "matches" if verdict.ok else f"WRONG: {verdict.message}")
             if first:
                 console.rule(title)
-                from qengine.cli import _print_table
-
-                _print_table(got, console.file)
+                print_table(got, console.file)
                 console.rule("EXPLAIN ANALYZE")
                 for (line,) in con.execute("EXPLAIN ANALYZE " + sql).fetchall():
                     console.print(line, markup=False, highlight=False)

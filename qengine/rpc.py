@@ -41,10 +41,7 @@ class TokenAuthMiddlewareFactory(flight.ServerMiddlewareFactory):
 
 def server_error(exc: BaseException) -> flight.FlightServerError:
     """Wrap an exception raised while serving, keeping its class name and message."""
-    name = type(exc).__name__
-    if isinstance(exc, Error):
-        name = type(exc).__name__
-    payload = json.dumps({"type": name, "message": str(exc)})
+    payload = json.dumps({"type": type(exc).__name__, "message": str(exc)})
     return flight.FlightServerError(_MARKER + payload)
 
 

@@ -25,23 +25,9 @@ from qengine.exchange import partitioner
 from qengine.exchange.sampling import sample_keys
 from qengine.exchange.store import BlockStore
 from qengine.rpc import ClientPool
+from qengine.sandbox import safe_connection
 from qengine.scan import read_split
 from qengine.wire import schema_from_hex, schema_to_hex, table_from_hex, table_to_hex
-
-
-def safe_connection(threads: int = 1) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection that cannot reach files, the network or extensions."""
-    return duckdb.connect(
-        config={
-            "threads": threads,
-            "enable_external_access": False,
-            "autoload_known_extensions": False,
-            "autoinstall_known_extensions": False,
-            "allow_community_extensions": False,
-            "allow_unsigned_extensions": False,
-            "lock_configuration": True,
-        }
-    )
 
 
 class ConnectionPool:
@@ -161,9 +147,7 @@ class TaskRunner:
         if mode == "pull":
             self.store.write_parts(key, parts, source)
         else:
-            self.store.put_parts(key, parts, source)
-        if not any(p.num_rows for p in parts):
-            self.store.put(key, 0, parts[0], source)
+            self.store.put_parts(key, parts, source)  # both record the schema, even with no rows
         return {"partition_bytes": [p.nbytes for p in parts], "partition_rows": [p.num_rows for p in parts]}
 
     def _write(self, con: duckdb.DuckDBPyConnection, spec: dict, result: pa.Table) -> dict[str, Any]:

@@ -99,7 +99,7 @@ def run(
     if not os.path.isdir(data):
         raise ProgrammingError(f"no TPC-DS data at {data}: run `qengine tpcds gen --out {data}` first")
     texts = all_queries()
-    report = RunReport(config={"data": os.path.abspath(data), **{k: v for k, v in connect_options.items()}})
+    report = RunReport(config={"data": os.path.abspath(data), **connect_options})
     ref = reference(data)
     from qengine.cli import register_directory
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from qengine.exchange import partitioner
 from qengine.exchange.placement import Reducer, predictions
-from qengine.task import safe_connection
+from qengine.sandbox import safe_connection
 
 
 def hash_prediction(finished: list[tuple[int, list[int]]], total_tasks: int, partitions: int) -> list[Reducer]:

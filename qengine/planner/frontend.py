@@ -142,9 +142,7 @@ def expand_sources(statement: exp.Expression, catalog: Catalog, dialect: str, de
         raise ProgrammingError("views nest more than 32 deep (a view that refers to itself?)")
     for table in list(statement.find_all(exp.Table)):
         func = table.this
-        if isinstance(func, exp.ReadParquet | exp.ReadCSV | exp.Anonymous) or (
-            isinstance(func, exp.Func) and not isinstance(func, exp.Identifier)
-        ):
+        if isinstance(func, exp.Func):
             fname = (func.name if isinstance(func, exp.Anonymous) else func.sql_name()).lower()
             kind = _TABLE_FUNCTIONS.get(fname)
             if kind is None:

@@ -25,12 +25,11 @@ class Dist:
     keys: tuple[str, ...] = ()
     partitions: int = 0
 
-    def hashed_within(self, columns: list[str], partitions: int | None = None) -> bool:
+    def hashed_within(self, columns: list[str]) -> bool:
         """True when rows that agree on ``columns`` are already in the same partition."""
         if self.kind == "single":
             return True
-        ok = self.kind == "hash" and bool(self.keys) and set(self.keys) <= set(columns)
-        return ok and (partitions is None or self.partitions == partitions)
+        return self.kind == "hash" and bool(self.keys) and set(self.keys) <= set(columns)
 
 
 SINGLE = Dist("single", (), 1)
