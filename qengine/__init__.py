@@ -22,6 +22,7 @@ from qengine.errors import (
     ProgrammingError,
     Warning,  # noqa: A004 - PEP 249 name
 )
+from qengine.options import SessionSettings, parse_size
 from qengine.types import (
     BINARY,
     DATETIME,
@@ -49,23 +50,6 @@ __all__ = [
 ]
 
 
-def parse_size(value: int | str | None, what: str) -> int | None:
-    """Bytes from 1048576, "256MB", "4GiB"…; names ``what`` in the error."""
-    if value is None or isinstance(value, int):
-        if isinstance(value, int) and value < 0:
-            raise ProgrammingError(f"{what} must not be negative")
-        return value
-    text = str(value).strip().upper().replace(" ", "")
-    units = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
-             "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TB": 1 << 40, "TIB": 1 << 40}
-    number = text.rstrip("KMGTIB")
-    unit = text[len(number):]
-    try:
-        return int(float(number) * units[unit])
-    except (ValueError, KeyError):
-        raise ProgrammingError(f"{what}: cannot read {value!r} as a size (e.g. 268435456, '256MB', '4GB')") from None
-
-
 def connect(
     target: str | None = None,
     *,
@@ -81,6 +65,8 @@ def connect(
     samples_per_partition: int = 3,
     coalesce_size: int | str = 32 << 20,
     allowed_roots: list[str] | None = None,
+    token: str | None = None,
+    tls_root_certs: bytes | None = None,
 ) -> Any:
     """Open a connection. With no ``target`` it starts a local cluster of ``workers`` processes.
 
@@ -95,50 +81,41 @@ def connect(
     ``coalesce_size`` is the bytes below which adjacent reduce partitions merge into one task
     (0 keeps one task per partition). ``allowed_roots`` confines which
     directories tables may be read from.
-    """
-    from sqlglot.dialects.dialect import Dialect
 
+    ``target`` "qengine://HOST:PORT" connects to a standalone coordinator instead (``qengine
+    coordinator``) with its cluster ``token``; ``tls_root_certs`` (PEM bytes) switches the
+    connection to TLS and verifies the coordinator's certificate with them.
+    """
     from qengine.catalog import Catalog
     from qengine.cluster import LocalCluster
-    from qengine.coordinator import ExecutionOptions
     from qengine.dbapi import Connection
-    from qengine.planner import PlanOptions
     from qengine.session import Session
 
-    if target not in (None, "local", ":local:"):
-        raise NotSupportedError(f"cannot connect to {target!r}: only local clusters are supported")
-    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
-        raise ProgrammingError(f"workers must be a positive integer, not {workers!r}")
-    if partitions is not None and (not isinstance(partitions, int) or partitions < 1):
-        raise ProgrammingError(f"partitions must be a positive integer, not {partitions!r}")
-    if not isinstance(slots, int) or slots < 1:
-        raise ProgrammingError(f"slots must be a positive integer, not {slots!r}")
-    try:
-        Dialect.get_or_raise(dialect)
-    except ValueError as e:
-        raise ProgrammingError(f"unknown SQL dialect {dialect!r}") from e
-    if shuffle not in ("prefetch", "pull"):
-        raise ProgrammingError(f"shuffle must be 'prefetch' or 'pull', not {shuffle!r}")
-    if not 0 < prefetch_fraction <= 1:
-        raise ProgrammingError(f"prefetch_fraction must be in (0, 1], not {prefetch_fraction!r}")
-    if not isinstance(samples_per_partition, int) or samples_per_partition < 1:
-        raise ProgrammingError(f"samples_per_partition must be a positive integer, not {samples_per_partition!r}")
-    memory = parse_size(shuffle_memory, "shuffle_memory")
-    threshold = parse_size(broadcast_threshold, "broadcast_threshold")
-    split_bytes = parse_size(split_size, "split_size")
-    if not split_bytes:
-        raise ProgrammingError("split_size must be positive")
-    plan_options = PlanOptions(dialect=dialect, partitions=partitions or 2 * workers, broadcast_threshold=threshold)
-    cluster = LocalCluster(workers, shuffle_memory=memory)
-    execution = ExecutionOptions(
+    settings = SessionSettings(
+        dialect=dialect,
+        broadcast_threshold=broadcast_threshold,
+        partitions=partitions,
         slots=slots,
-        split_bytes=split_bytes,
+        split_size=split_size,
         shuffle=shuffle,
         prefetch_fraction=prefetch_fraction,
         samples_per_partition=samples_per_partition,
-        coalesce_bytes=parse_size(coalesce_size, "coalesce_size") or 0,
-    )
-    session = Session(cluster, plan_options, execution, Catalog(allowed_roots))
+        coalesce_size=coalesce_size,
+    ).validated()
+    if target is not None and target.startswith("qengine://"):
+        from qengine.remote import RemoteSession
+
+        if allowed_roots is not None or shuffle_memory is not None:
+            raise ProgrammingError("allowed_roots and shuffle_memory are set on the cluster's workers, not per connection")
+        session = RemoteSession(target, token, settings, tls_root_certs)
+        return Connection(None, session, owns_cluster=False)
+    if target not in (None, "local", ":local:"):
+        raise NotSupportedError(f"cannot connect to {target!r}: give qengine://HOST:PORT, or nothing for a local cluster")
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise ProgrammingError(f"workers must be a positive integer, not {workers!r}")
+    memory = parse_size(shuffle_memory, "shuffle_memory")
+    cluster = LocalCluster(workers, shuffle_memory=memory)
+    session = Session(cluster, settings.plan_options(workers), settings.execution_options(), Catalog(allowed_roots))
     return Connection(cluster, session, owns_cluster=True)
 
 

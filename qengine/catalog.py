@@ -131,7 +131,7 @@ class ParquetSource(Source):
         if not groups:
             return [{"kind": "parquet", "pieces": [], "schema_path": self.paths[0]}]
         wanted = math.ceil(total / split_bytes)
-        if total >= split_bytes:  # big enough to be worth spreading over every worker
+        if total >= split_bytes / 8:  # big enough to be worth spreading over every worker
             wanted = max(wanted, 2 * workers)
         wanted = max(1, min(wanted, len(groups)))
         per_split = total / wanted
@@ -221,7 +221,7 @@ class RecordSource(Source):
 class Partition:
     """One piece of an in-memory table, held in a worker's table store."""
 
-    worker: int
+    address: str
     key: str
     rows: int
     bytes: int
@@ -249,8 +249,8 @@ class MemorySource(Source):
     ) -> list[dict]:
         schema = schema_to_hex(self.schema)
         if not self.partitions:
-            return [{"kind": "memory", "worker": None, "key": None, "schema": schema}]
-        return [{"kind": "memory", "worker": p.worker, "key": p.key, "schema": schema} for p in self.partitions]
+            return [{"kind": "memory", "address": None, "key": None, "schema": schema}]
+        return [{"kind": "memory", "address": p.address, "key": p.key, "schema": schema} for p in self.partitions]
 
 
 @dataclass

@@ -28,7 +28,7 @@ def register_directory(con: Any, directory: str) -> list[str]:
     if not os.path.isdir(directory):
         raise qengine.ProgrammingError(f"data directory {directory} does not exist")
     names = []
-    con.session.catalog.add_root(directory)
+    con.session.allow_root(directory)
     for entry in sorted(os.listdir(directory)):
         path = os.path.join(directory, entry)
         stem, ext = os.path.splitext(entry)
@@ -210,12 +210,12 @@ def _dot_command(con: Any, command: str, args: argparse.Namespace) -> bool:
             print("usage: .schema NAME", file=sys.stderr)
             return False
         try:
-            source = con.session.catalog.table(parts[1])
+            schema = con.session.table_schema(parts[1])
         except Error as e:
             print(f"Error: {e}", file=sys.stderr)
             return False
-        cols = ",\n  ".join(f"{f.name} {qengine.types.type_code(f.type)}" for f in source.schema)
-        print(f"CREATE TABLE {source.name} (\n  {cols}\n);")
+        cols = ",\n  ".join(f"{f.name} {qengine.types.type_code(f.type)}" for f in schema)
+        print(f"CREATE TABLE {parts[1]} (\n  {cols}\n);")
     elif name == ".help":
         print(".tables             list tables\n.schema NAME        show a table's columns\n.quit               leave")
     else:
@@ -223,9 +223,21 @@ def _dot_command(con: Any, command: str, args: argparse.Namespace) -> bool:
     return False
 
 
+def _connect(args: argparse.Namespace) -> Any:
+    """A local cluster, or with --cluster the standalone coordinator at HOST:PORT."""
+    options = connection_options(args)
+    if not args.cluster:
+        return qengine.connect(**options)
+    from qengine.cluster_cli import read_token, tls_material
+
+    del options["workers"], options["shuffle_memory"]
+    _, root = tls_material(args)
+    return qengine.connect(f"qengine://{args.cluster}", token=read_token(args.token_file), tls_root_certs=root, **options)
+
+
 def cmd_sql(args: argparse.Namespace) -> int:
     sql = args.command or args.sql
-    with qengine.connect(**connection_options(args)) as con:
+    with _connect(args) as con:
         for directory in args.data or []:
             register_directory(con, directory)
         if sql is None:
@@ -249,7 +261,14 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument("-o", "--output", help="write the result to FILE")
     sql.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_cluster_arguments(sql)
-    sql.set_defaults(func=cmd_sql)
+    sql.add_argument("--cluster", metavar="HOST:PORT", help="run on the standalone coordinator at HOST:PORT instead of a local cluster")
+    sql.add_argument("--token-file", help="with --cluster: file holding the cluster token")
+    sql.add_argument("--tls-ca", help="with --cluster: PEM root certificates to verify the coordinator with (turns TLS on)")
+    sql.set_defaults(func=cmd_sql, tls_cert=None, tls_key=None)
+
+    from qengine import cluster_cli
+
+    cluster_cli.add_parsers(sub)
 
     from qengine import demo
 

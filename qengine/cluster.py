@@ -95,12 +95,16 @@ class LocalCluster:
     def addresses(self) -> list[str]:
         return [w.address for w in self.workers]
 
-    def check_alive(self) -> None:
-        dead = [w for w in self.workers if not w.alive()]
+    def check_alive(self, addresses: list[str] | None = None) -> None:
+        """Raise if one of the workers (of ``addresses``, default all) has exited."""
+        dead = [w for w in self.workers if not w.alive() and (addresses is None or w.address in addresses)]
         if dead:
             self.failed = True
             names = ", ".join(f"worker {w.id} (exit code {w.process.returncode})" for w in dead)
             raise OperationalError(f"{names} died; logs are in {self.log_dir}")
+
+    def check_readable(self, paths: list[str]) -> None:
+        """Local workers share this process's host and user, which has just resolved the paths."""
 
     def close(self) -> None:
         with self._lock:

@@ -16,7 +16,7 @@ import time
 import zlib
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -27,6 +27,7 @@ from qengine.exchange.metrics import ShuffleStats
 from qengine.exchange.placement import Reducer, accumulate, round_robin
 from qengine.exchange.prediction import coalesce, grouped, hash_prediction, range_prediction
 from qengine.exchange.sampling import DEFAULT_SAMPLES_PER_PARTITION, weighted_bounds
+from qengine.planner import estimates
 from qengine.planner import logical as lp
 from qengine.planner.render import SCAN_TABLE, render
 from qengine.planner.stages import Stage, StagePlan
@@ -42,7 +43,9 @@ class Cluster(Protocol):
     @property
     def addresses(self) -> list[str]: ...
 
-    def check_alive(self) -> None: ...
+    def check_alive(self, addresses: list[str] | None = None) -> None: ...
+
+    def check_readable(self, paths: list[str]) -> None: ...
 
 
 @dataclass
@@ -87,8 +90,22 @@ class QueryStats:
     def shuffle_bytes(self) -> int:
         return sum(s.as_dict()["shuffle_bytes"] for s in self.stages)
 
+    def to_json(self) -> dict[str, Any]:
+        """Plain data, for a standalone coordinator to send its client."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> QueryStats:
+        return cls(
+            [StageStats(**s) for s in data["stages"]],
+            data["seconds"],
+            [ShuffleStats(**s) for s in data["shuffles"]],
+            data["spilled_bytes"],
+        )
+
 
 SHUFFLE_KINDS = ("hash", "range", "roundrobin", "single")
+LIVENESS_POLL_SECONDS = 1.0
 
 
 @dataclass
@@ -157,21 +174,19 @@ class Coordinator:
         plan: StagePlan,
         output: dict | None = None,
         progress: Callable[[int, int], None] | None = None,
-    ) -> tuple[list[tuple[int, dict]], QueryStats, str]:
-        """Run every stage; returns (worker, stats) per result task, the stats and the query id.
+    ) -> tuple[list[tuple[str, dict]], QueryStats, str]:
+        """Run every stage; returns (worker address, stats) per result task, the stats and the query id.
 
         ``output`` overrides the result stage's output spec (CTAS writes a table instead).
         The caller collects the result blocks, then calls :meth:`release`.
         """
         return _QueryRun(self, plan, output, progress).execute()
 
-    def fetch_result(self, query_id: str, placement: list[tuple[int, dict]]) -> pa.Table:
+    def fetch_result(self, query_id: str, placement: list[tuple[str, dict]]) -> pa.Table:
         """Collect the result partitions in order; the order of a range-sorted result is kept."""
-        addresses = self.cluster.addresses
-
         def one(index: int) -> pa.Table:
-            worker, _ = placement[index]
-            return self.cluster.pool.get(addresses[worker]).get({"key": f"{query_id}/result", "partition": index})
+            address, _ = placement[index]
+            return self.cluster.pool.get(address).get({"key": f"{query_id}/result", "partition": index})
 
         with ThreadPoolExecutor(max_workers=min(8, max(1, len(placement)))) as pool:
             tables = list(pool.map(one, range(len(placement))))
@@ -230,8 +245,10 @@ class _QueryRun:
 
     def _place(self, run: _StageRun, index: int) -> int:
         split = run.splits[index] if run.splits is not None else None
-        if split is not None and split.get("kind") == "memory" and split.get("worker") is not None:
-            return int(split["worker"])
+        if split is not None and split.get("kind") == "memory" and split.get("address") is not None:
+            if split["address"] not in self.addresses:
+                raise OperationalError(f"a session table's rows were held by worker {split['address']}, which has left the cluster")
+            return self.addresses.index(split["address"])
         shared = [r for r in run.stage.reads if r.kind == "materialized"]
         if shared:  # read the shared producer's partition where it lives
             return self.runs[shared[0].shuffle_id].placement[index]
@@ -286,12 +303,6 @@ class _QueryRun:
     def _key(self, stage_id: int) -> str:
         return f"{self.query_id}/{stage_id}"
 
-    def _with_address(self, split: dict) -> dict:
-        """Session-table splits name a worker index; the reading worker needs its address."""
-        if split.get("kind") == "memory" and split.get("worker") is not None:
-            return {**split, "address": self.addresses[int(split["worker"])]}
-        return split
-
     def _locations(self, source: _StageRun, partitions: list[int]) -> dict[int, dict[int, int]]:
         """Bytes of these partitions per holding worker: where each map task produced its block,
         or, once pushed (prefetch), the reducer's host."""
@@ -316,7 +327,7 @@ class _QueryRun:
                 {
                     "name": SCAN_TABLE,
                     "kind": "scan",
-                    "split": self._with_address(run.splits[index]),
+                    "split": run.splits[index],
                     "columns": list(stage.scan.column_map.items()),
                 }
             )
@@ -368,10 +379,10 @@ class _QueryRun:
             try:
                 return self.cluster.pool.get(self.addresses[worker]).action(name, body)
             except OperationalError:
-                self.cluster.check_alive()
+                self.cluster.check_alive(self.addresses)
                 raise
 
-    def execute(self) -> tuple[list[tuple[int, dict]], QueryStats, str]:
+    def execute(self) -> tuple[list[tuple[str, dict]], QueryStats, str]:
         started = time.perf_counter()
         self.pool = ThreadPoolExecutor(max_workers=max(4, self.workers * (self.options.slots + 2)))
         self.futures: dict[Future, tuple[str, _StageRun, Any]] = {}
@@ -382,7 +393,9 @@ class _QueryRun:
                         self._submit(run)
                 if not self.futures:
                     raise OperationalError("query stalled: no runnable stage (planner bug)")
-                finished, _ = wait(list(self.futures), return_when=FIRST_COMPLETED)
+                finished, _ = wait(list(self.futures), timeout=LIVENESS_POLL_SECONDS, return_when=FIRST_COMPLETED)
+                if not finished:  # a worker that hangs never answers: fail once it is declared dead
+                    self.cluster.check_alive(self.addresses)
                 for fut in finished:
                     kind, run, extra = self.futures.pop(fut)
                     if kind == "task":
@@ -404,7 +417,7 @@ class _QueryRun:
         result = self.runs[-1]
         shuffles = [r.shuffle for r in self.runs if r.shuffle is not None]
         stats = QueryStats([r.stats for r in self.runs], time.perf_counter() - started, shuffles)
-        return [(w, o) for w, o in zip(result.placement, result.outputs, strict=True)], stats, self.query_id
+        return [(self.addresses[w], o) for w, o in zip(result.placement, result.outputs, strict=True)], stats, self.query_id
 
     def _release_after(self, futures: list[Future]) -> None:
         wait(futures)
@@ -445,11 +458,24 @@ class _QueryRun:
         run.outputs = [{} for _ in range(run.tasks)]
         for source in inputs:
             self._measure(source, run)
+        self._size_inputs(run)
         sql = render(run.stage.root)
         for index in range(run.tasks):
             spec = self._task_spec(run, index, sql)
             fut = self.pool.submit(self._call, run.placement[index], "run_task", spec)
             self.futures[fut] = ("task", run, index)
+
+    def _size_inputs(self, run: _StageRun) -> None:
+        """Give the fragment's inputs their actual rows per task, and re-estimate the operators
+        above them, so the renderer puts the smaller side of each join on DuckDB's build side."""
+        tasks = max(1, run.tasks)
+        for node in lp.walk(run.stage.root):
+            if isinstance(node, lp.ExchangeRead):
+                rows = self.runs[node.shuffle_id].stats.rows
+                node.est_rows = float(rows if node.kind == "broadcast" else rows / tasks)
+            elif isinstance(node, lp.Scan) and run.splits:
+                node.est_rows = node.source.rows / len(run.splits)
+        estimates.refresh(run.stage.root)
 
     def _prune_scan(self, run: _StageRun) -> None:
         """Re-split the scan without data outside its broadcast build sides' key ranges."""

@@ -233,8 +233,7 @@ class Connection:
     def tables(self) -> list[str]:
         """Names of the registered tables and views."""
         self._check()
-        catalog = self._session.catalog
-        return sorted([s.name for k, s in catalog.tables.items() if not k.startswith("__")] + [v.name for v in catalog.views.values()])
+        return self._session.table_names()
 
     def close(self) -> None:
         if self._closed:
@@ -242,6 +241,8 @@ class Connection:
         self._closed = True
         if self._owns_cluster:
             self._cluster.close()
+        else:
+            self._session.close()
 
     def __enter__(self) -> Connection:
         return self

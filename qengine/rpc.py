@@ -60,15 +60,16 @@ def client_error(exc: flight.FlightError, where: str) -> Error:
     if isinstance(exc, flight.FlightUnauthenticatedError):
         return OperationalError(f"{where} refused the call: wrong cluster token")
     if isinstance(exc, flight.FlightUnavailableError | flight.FlightTimedOutError):
-        return OperationalError(f"{where} is unreachable (did the worker die?): {text.splitlines()[0]}")
+        return OperationalError(f"{where} is unreachable (is it running?): {text.splitlines()[0]}")
     return OperationalError(f"{where}: {text.splitlines()[0] if text else type(exc).__name__}")
 
 
 class Client:
     """A Flight client for one server, with the token attached to every call."""
 
-    def __init__(self, address: str, token: str, tls_root: bytes | None = None) -> None:
+    def __init__(self, address: str, token: str, tls_root: bytes | None = None, role: str = "worker") -> None:
         self.address = address
+        self.where = f"{role} {address}"
         scheme = "grpc+tls" if tls_root else "grpc+tcp"
         kwargs = {"tls_root_certs": tls_root} if tls_root else {}
         self._client = flight.FlightClient(f"{scheme}://{address}", **kwargs)
@@ -83,7 +84,7 @@ class Client:
         try:
             results = list(self._client.do_action(flight.Action(name, payload), self.options(timeout)))
         except flight.FlightError as e:
-            raise client_error(e, f"worker {self.address}") from e
+            raise client_error(e, self.where) from e
         return json.loads(results[0].body.to_pybytes()) if results else None
 
     def get(self, ticket: dict, timeout: float | None = None) -> pa.Table:
@@ -91,7 +92,7 @@ class Client:
             reader = self._client.do_get(flight.Ticket(json.dumps(ticket).encode()), self.options(timeout))
             return reader.read_all()
         except flight.FlightError as e:
-            raise client_error(e, f"worker {self.address}") from e
+            raise client_error(e, self.where) from e
 
     def put(self, command: dict, table: pa.Table) -> None:
         descriptor = flight.FlightDescriptor.for_command(json.dumps(command).encode())
@@ -100,7 +101,7 @@ class Client:
             writer.write_table(table)
             writer.close()
         except flight.FlightError as e:
-            raise client_error(e, f"worker {self.address}") from e
+            raise client_error(e, self.where) from e
 
     def put_blocks(self, key: str, source: int, parts: list[tuple[int, pa.Table]]) -> None:
         """Push several partitions' blocks in one stream; each batch carries its partition."""
@@ -115,7 +116,7 @@ class Client:
                     writer.write_with_metadata(batch, meta)
             writer.close()
         except flight.FlightError as e:
-            raise client_error(e, f"worker {self.address}") from e
+            raise client_error(e, self.where) from e
 
     def close(self) -> None:
         self._client.close()

@@ -20,6 +20,7 @@ def safe_connection(threads: int = 1) -> duckdb.DuckDBPyConnection:
             "autoinstall_known_extensions": False,
             "allow_community_extensions": False,
             "allow_unsigned_extensions": False,
+            "disabled_optimizers": "join_order,build_side_probe_side",
             "lock_configuration": True,
         }
     )

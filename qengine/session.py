@@ -163,8 +163,8 @@ class Session:
         first = schema_from_hex(placement[0][1]["schema"])
         schema = pa.schema([f.with_name(n) for f, n in zip(first, plan.names, strict=True)])
         source = MemorySource(name, schema, uid)
-        for index, (worker, stats_) in enumerate(placement):
-            source.partitions.append(Partition(worker, f"{key}/{index}", stats_["rows"], stats_["bytes"]))
+        for index, (address, stats_) in enumerate(placement):
+            source.partitions.append(Partition(address, f"{key}/{index}", stats_["rows"], stats_["bytes"]))
         return source, stats
 
     def _insert(self, st: exp.Insert, progress: Callable[[int, int], None] | None) -> Result:
@@ -193,8 +193,8 @@ class Session:
         self.coordinator.release(f"{query_id}/")
         rows = 0
         with self._lock:
-            for index, (worker, stats) in enumerate(placement):
-                source.partitions.append(Partition(worker, f"{key}/{index}", stats["rows"], stats["bytes"]))
+            for index, (address, stats) in enumerate(placement):
+                source.partitions.append(Partition(address, f"{key}/{index}", stats["rows"], stats["bytes"]))
                 rows += stats["rows"]
         return Result(None, rows)
 
@@ -241,19 +241,44 @@ class Session:
 
     # ---- registration ------------------------------------------------------------------
 
+    def _resolve(self, path: str, suffixes: tuple[str, ...]) -> list[str]:
+        """The files behind ``path``, which every worker must be able to read (on a multi-host
+        cluster that takes a shared file system)."""
+        paths = self.catalog.resolve_paths(path, suffixes)
+        self.cluster.check_readable(paths)
+        return paths
+
     def register_parquet(self, name: str, path: str) -> None:
-        self.catalog.add_table(ParquetSource(name, self.catalog.resolve_paths(path, (".parquet", ".parq"))))
+        self.catalog.add_table(ParquetSource(name, self._resolve(path, (".parquet", ".parq"))))
         self.catalog.add_root(_root_of(path))
 
     def register_records(self, name: str, path: str) -> None:
         """Flat files of 100-byte sort-benchmark records (gensort's binary layout)."""
-        self.catalog.add_table(RecordSource(name, self.catalog.resolve_paths(path, (".dat", ".bin", ".gensort"))))
+        self.catalog.add_table(RecordSource(name, self._resolve(path, (".dat", ".bin", ".gensort"))))
         self.catalog.add_root(_root_of(path))
 
     def register_csv(self, name: str, path: str, delimiter: str = ",", header: bool = True) -> None:
-        paths = self.catalog.resolve_paths(path, (".csv", ".tsv", ".txt"))
-        self.catalog.add_table(CsvSource(name, paths, delimiter, header))
+        self.catalog.add_table(CsvSource(name, self._resolve(path, (".csv", ".tsv", ".txt")), delimiter, header))
         self.catalog.add_root(_root_of(path))
+
+    def allow_root(self, directory: str) -> None:
+        """Let SQL's read_parquet()/read_csv() read under ``directory``."""
+        self.catalog.add_root(directory)
+
+    def table_schema(self, name: str) -> pa.Schema:
+        return self.catalog.table(name).schema
+
+    def close(self) -> None:
+        """Free the session tables' rows held on the workers."""
+        for source in list(self.catalog.tables.values()):
+            if isinstance(source, MemorySource):
+                self.coordinator.release(f"table/{source.uid}/")
+        self.catalog.tables.clear()
+
+    def table_names(self) -> list[str]:
+        """Names of the registered tables and views."""
+        catalog = self.catalog
+        return sorted([s.name for k, s in catalog.tables.items() if not k.startswith("__")] + [v.name for v in catalog.views.values()])
 
     def register_arrow(self, name: str, table: pa.Table) -> None:
         """Spread an in-memory table over the workers as a session table."""
@@ -267,7 +292,7 @@ class Session:
                 break
             key = f"table/{uid}/0/{i}"
             self.cluster.pool.get(address).put({"key": key}, piece)
-            source.partitions.append(Partition(i, key, piece.num_rows, piece.nbytes))
+            source.partitions.append(Partition(address, key, piece.num_rows, piece.nbytes))
         self.catalog.add_table(source)
 
 

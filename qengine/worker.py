@@ -14,29 +14,47 @@ import logging
 import os
 import sys
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from qengine.errors import Error
 from qengine.exchange.store import BlockStore
-from qengine.rpc import ClientPool, TokenAuthMiddlewareFactory, server_error
+from qengine.rpc import Client, ClientPool, TokenAuthMiddlewareFactory, server_error
 from qengine.task import TaskRunner
 
 log = logging.getLogger("qengine.worker")
 
 
 class WorkerServer(flight.FlightServerBase):
-    def __init__(self, host: str, port: int, token: str, worker_id: int, shuffle_memory: int | None = None) -> None:
-        super().__init__(f"grpc+tcp://{host}:{port}", middleware={"auth": TokenAuthMiddlewareFactory(token)})
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        token: str,
+        worker_id: int,
+        shuffle_memory: int | None = None,
+        tls: tuple[bytes, bytes] | None = None,
+        tls_root: bytes | None = None,
+    ) -> None:
+        super().__init__(
+            f"{'grpc+tls' if tls else 'grpc+tcp'}://{host}:{port}",
+            middleware={"auth": TokenAuthMiddlewareFactory(token)},
+            tls_certificates=[flight.CertKeyPair(*tls)] if tls else None,
+        )
         self.worker_id = worker_id
         self.address = f"{host}:{self.port}"
         self.store = BlockStore(budget=shuffle_memory)
-        self.pool = ClientPool(token)
+        self.pool = ClientPool(token, tls_root)
         self.runner = TaskRunner(self.store, self.address, self.pool)
+        self.tasks_run = 0
 
     def _handle(self, name: str, body: dict) -> Any:
         if name == "run_task":
+            self.tasks_run += 1
             return self.runner.run(body)
         if name == "finalize_range":
             return self.runner.finalize_range(body)
@@ -51,10 +69,13 @@ class WorkerServer(flight.FlightServerBase):
             return {
                 "worker": self.worker_id,
                 "pid": os.getpid(),
+                "tasks_run": self.tasks_run,
                 "bytes": self.store.nbytes(),
                 "budget": self.store.budget,
                 "spill_dir": self.store.spill_dir,
             }
+        if name == "check_paths":
+            return {"unreadable": [p for p in body["paths"] if not os.access(p, os.R_OK)]}
         if name == "shutdown":
             threading.Thread(target=self.shutdown, daemon=True).start()
             return {"ok": True}
@@ -100,6 +121,67 @@ def _exit_when_parent_goes(store: BlockStore) -> None:
         os._exit(0)
 
 
+def serve_joined(
+    join: str,
+    host: str,
+    port: int,
+    token: str,
+    log_file: str,
+    memory_budget: int | None = None,
+    tls: tuple[bytes, bytes] | None = None,
+    tls_root: bytes | None = None,
+    on_start: Callable[[Callable[[], None]], None] | None = None,
+) -> None:
+    """Serve as a worker of the standalone coordinator at ``join`` (``qengine worker``).
+
+    Registers, then heartbeats; leaves when the coordinator says shutdown, or when it has not
+    answered for a whole heartbeat timeout (a worker never outlives its coordinator).
+    """
+    server = WorkerServer(host, port, token, -1, memory_budget, tls, tls_root)
+    coordinator = Client(join, token, tls_root, role="coordinator")
+    try:
+        reply = coordinator.action("register", {"address": server.address, "memory_budget": memory_budget}, timeout=10)
+    except Exception:
+        server.shutdown()
+        raise
+    server.worker_id = reply["id"]
+    timeout = float(reply["heartbeat_timeout"])
+    print(f"qengine worker {server.worker_id} serving on {server.address}, joined {join}; log: {log_file}", flush=True)
+    _log_to(log_file)
+    log.info("worker %d serving on %s for coordinator %s", server.worker_id, server.address, join)
+
+    def beat() -> None:
+        last_ok = time.monotonic()
+        while True:
+            time.sleep(max(0.2, timeout / 4))
+            try:
+                alive = coordinator.action("heartbeat", {"id": server.worker_id}, timeout=timeout)["alive"]
+                if not alive:  # declared dead (e.g. after a pause): join again under a new id
+                    body = {"address": server.address, "memory_budget": memory_budget}
+                    server.worker_id = coordinator.action("register", body, timeout=timeout)["id"]
+                    log.warning("re-registered as worker %d", server.worker_id)
+                last_ok = time.monotonic()
+            except Error as e:  # keep trying until the timeout has passed
+                if time.monotonic() - last_ok > timeout:
+                    log.error("coordinator %s unreachable for %.1fs (%s): exiting", join, timeout, e)
+                    server.store.close()
+                    os._exit(0)
+
+    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+    if on_start is not None:
+        on_start(server.shutdown)  # e.g. stop cleanly on SIGTERM
+    server.serve()
+    server.store.close()
+
+
+def _log_to(path: str) -> None:
+    """From here on, everything (including stray prints) goes to the log file, not the terminal."""
+    log_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s worker-%(process)d %(levelname)s %(message)s")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="qengine-worker")
     parser.add_argument("--id", type=int, default=0)
@@ -113,10 +195,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit("qengine worker: QENGINE_TOKEN is not set")
     server = WorkerServer(args.host, args.port, token, args.id, args.shuffle_memory)
     print(f"READY {server.port}", flush=True)
-    log_fd = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.dup2(log_fd, 1)
-    os.dup2(log_fd, 2)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s worker-%(process)d %(levelname)s %(message)s")
+    _log_to(args.log)
     threading.Thread(target=_exit_when_parent_goes, args=(server.store,), daemon=True).start()
     log.info("worker %d serving on %s", args.id, server.address)
     server.serve()

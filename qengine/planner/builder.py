@@ -376,40 +376,62 @@ class Builder:
         return self._filter(item, ready, scopes)
 
     def _join_group(self, items: list[_Item], pool: list[_Conjunct], scopes: dict[str, SourceScope]) -> _Item:
-        """Order a group of inner-joined relations greedily: start from the largest, then add
-        the smallest relation connected by an equi-join, so filtered dimensions join first."""
+        """Order a group of inner-joined relations greedily by result size (GOO): repeatedly join
+        the connected pair with the smallest estimated result, key joins before many-to-many
+        ones. Filtered dimensions so shrink each fact table before fact tables meet, and the
+        tree may be bushy, which keeps a big fact table from being shuffled unfiltered."""
         items = [self._apply_ready(it, pool, scopes) for it in items]
-        current = max(items, key=lambda it: it.node.est_rows)
-        remaining = [it for it in items if it is not current]
-        while remaining:
-            def edges(it: _Item, cur: _Item = current) -> list[tuple[exp.Expression, exp.Expression]]:
-                return [s for c in pool if not c.used and (s := _equi_sides(c, cur.aliases, it.aliases))]
-
-            def rank(it: _Item) -> tuple[bool, float]:
-                # Key joins first: joining on the other side's (guessed) primary key cannot
-                # multiply rows, while a many-to-many edge (zip = zip) can explode.
-                keyed = any(self._is_key(other, scopes) for _, other in edges(it))
-                return (not keyed, it.node.est_rows)
-
-            linked = [it for it in remaining if edges(it)]
-            pick = min(linked or remaining, key=rank)
-            remaining.remove(pick)
-            both = current.aliases | pick.aliases
+        while len(items) > 1:
+            best: tuple[tuple[bool, float], _Item, _Item, float | None] | None = None
+            for i, a in enumerate(items):
+                for b in items[i + 1 :]:
+                    edges = [s for c in pool if not c.used and (s := _equi_sides(c, a.aliases, b.aliases))]
+                    if edges:
+                        est, keyed = self._join_estimate(a, b, edges, scopes)
+                        if best is None or (not keyed, est) < best[0]:
+                            best = ((not keyed, est), a, b, est if keyed else None)
+            if best is None:  # nothing left is connected by an equi-join: cross the two smallest
+                a, b = sorted(items, key=lambda it: it.node.est_rows)[:2]
+                keyed_est = None
+            else:
+                _, a, b, keyed_est = best
+            if a.node.est_rows < b.node.est_rows:  # the larger input probes
+                a, b = b, a
+            both = a.aliases | b.aliases
             conds = [c for c in pool if not c.used and c.aliases and c.aliases <= both]
             for c in conds:
                 c.used = True
-            current = self._make_join(current, pick, "inner" if conds else "cross", [c.expr for c in conds], scopes)
-        return current
+            joined = self._make_join(a, b, "inner" if conds else "cross", [c.expr for c in conds], scopes)
+            if keyed_est is not None:
+                joined.node.est_rows = max(1.0, min(joined.node.est_rows, keyed_est))
+            items = [it for it in items if it is not a and it is not b] + [joined]
+        return items[0]
+
+    def _join_estimate(
+        self, a: _Item, b: _Item, edges: list[tuple[exp.Expression, exp.Expression]], scopes: dict[str, SourceScope]
+    ) -> tuple[float, bool]:
+        """Rows out of ``a ⋈ b`` and whether the join is on one side's key. A key join keeps each
+        row of the other side at most once, so it passes on the key side's filter selectivity;
+        a many-to-many join is given its larger input."""
+        found: list[float] = []
+        for ea, eb in edges:
+            ka, kb = self._key_rows(ea, scopes), self._key_rows(eb, scopes)
+            if ka is not None and (kb is None or ka <= kb):
+                found.append(b.node.est_rows * min(1.0, a.node.est_rows / ka))
+            elif kb is not None:
+                found.append(a.node.est_rows * min(1.0, b.node.est_rows / kb))
+        if not found:
+            return max(a.node.est_rows, b.node.est_rows), False
+        return max(1.0, min(found)), True
 
     @staticmethod
-    def _is_key(e: exp.Expression, scopes: dict[str, SourceScope]) -> bool:
-        """A guess at uniqueness with no statistics: a table's first column is its key."""
-        if not isinstance(e, exp.Column):
-            return False
-        scope = scopes.get(e.table.lower())
-        if scope is None or scope.scan is None or not len(scope.scan.source.schema):
-            return False
-        return scope.scan.source.schema[0].name.lower() == e.name.lower()
+    def _key_rows(e: exp.Expression, scopes: dict[str, SourceScope]) -> float | None:
+        """The table's row count when ``e`` looks like its key (see ``estimates.key_rows``);
+        when both sides of an edge look like keys, the smaller table is the key side (a
+        dimension's key against a fact table's foreign key)."""
+        scope = scopes.get(e.table.lower()) if isinstance(e, exp.Column) else None
+        internal = scope.lookup(e.name) if scope is not None else None
+        return estimates.key_rows(scope.node, internal) if scope is not None and internal else None
 
     def _outer_join(
         self, left: _Item, right: _Item, kind: str, on: list[exp.Expression], scopes: dict[str, SourceScope]

@@ -74,3 +74,36 @@ def rows(node: lp.Node) -> float:
     if isinstance(node, lp.Unary):
         return node.child.est_rows
     return 1000.0
+
+
+def key_rows(node: lp.Node, column: str) -> float | None:
+    """Row count of the table whose key ``column`` is, following renames through projections
+    and filters down to a scan; None when the column is not a key. With no statistics a table's
+    first column is taken as its key."""
+    while True:
+        if isinstance(node, lp.Scan):
+            first = node.source.schema[0].name if len(node.source.schema) else None
+            return float(max(1, node.source.rows)) if first and node.column_map.get(first) == column else None
+        if isinstance(node, lp.Project):
+            expr = dict(node.exprs).get(column)
+            if expr is None and not node.passthrough:
+                return None
+            if expr is not None:
+                if not isinstance(expr, exp.Column) or expr.table:
+                    return None
+                column = expr.name
+        elif not isinstance(node, lp.Filter | lp.Limit):
+            return None
+        node = node.child
+
+
+def refresh(node: lp.Node) -> float:
+    """Recompute estimates bottom-up from the leaves' ``est_rows`` (which the coordinator sets
+    to actual input sizes just before a stage runs); returns the root's."""
+    for child in node.children:
+        refresh(child)
+    for sub in node.subqueries.values():
+        refresh(sub)
+    if node.children:
+        node.est_rows = rows(node)
+    return node.est_rows

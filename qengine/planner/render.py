@@ -15,6 +15,8 @@ from qengine.planner import logical as lp
 from qengine.planner.logical import col
 
 SCAN_TABLE = "s"
+# Join kinds that can swap inputs: A LEFT JOIN B is B RIGHT JOIN A.
+_FLIPPED = {"inner": "INNER", "left": "RIGHT", "right": "LEFT", "full": "FULL"}
 
 
 def render(node: lp.Node) -> str:
@@ -64,6 +66,11 @@ def _render(node: lp.Node) -> exp.Query:
                 on = exp.true()
             else:
                 return exp.select("*").from_(left, copy=False).join(right, join_type="CROSS", copy=False)
+        if node.kind in _FLIPPED and node.left.est_rows < node.right.est_rows:
+            # DuckDB builds its hash table on the right input, and fragments run with its join
+            # reordering off (it sees no sizes of Arrow inputs), so the smaller side goes right.
+            cols = [col(c) for c in node.columns]
+            return exp.select(*cols).from_(right, copy=False).join(left, on=on, join_type=_FLIPPED[node.kind], copy=False)
         join_type = {"inner": "INNER", "left": "LEFT", "right": "RIGHT", "full": "FULL", "semi": "SEMI", "anti": "ANTI"}[node.kind]
         return exp.select("*").from_(left, copy=False).join(right, on=on, join_type=join_type, copy=False)
     if isinstance(node, lp.Aggregate):

@@ -1,0 +1,120 @@
+"""``qengine coordinator`` and ``qengine worker``: a cluster over many hosts, and its flags."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import threading
+from typing import Any
+
+from qengine.errors import ProgrammingError
+from qengine.membership import DEFAULT_HEARTBEAT_TIMEOUT
+from qengine.options import parse_size
+
+
+def read_token(path: str | None) -> str:
+    """The cluster token from ``--token-file`` (a file, so it never shows in ``ps``)."""
+    if not path:
+        raise ProgrammingError("give the cluster token with --token-file FILE")
+    try:
+        with open(path) as f:
+            token = f.read().strip()
+    except OSError as e:
+        raise ProgrammingError(f"cannot read the token file {path}: {e.strerror}") from e
+    if not token:
+        raise ProgrammingError(f"the token file {path} is empty")
+    return token
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise ProgrammingError(f"cannot read {text!r} as HOST:PORT (e.g. 127.0.0.1:7777)")
+    if host in ("0.0.0.0", "::", "[::]"):
+        raise ProgrammingError(f"listen on a concrete address, not {host}: it is also the address others use to reach this process")
+    return host, int(port)
+
+
+def tls_material(args: argparse.Namespace) -> tuple[tuple[bytes, bytes] | None, bytes | None]:
+    """(certificate, key) to serve with and the root certificates to verify peers with."""
+    if not args.tls_cert and not args.tls_key and not args.tls_ca:
+        return None, None
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ProgrammingError("--tls-cert and --tls-key go together")
+
+    def read(path: str) -> bytes:
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as e:
+            raise ProgrammingError(f"cannot read {path}: {e.strerror}") from e
+
+    pair = (read(args.tls_cert), read(args.tls_key)) if args.tls_cert else None
+    root = read(args.tls_ca or args.tls_cert)
+    return pair, root
+
+
+def add_security_arguments(parser: argparse.ArgumentParser, token_required: bool = True) -> None:
+    parser.add_argument("--token-file", required=token_required, help="file holding the cluster token")
+    parser.add_argument("--tls-cert", help="PEM certificate to serve TLS with")
+    parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    parser.add_argument("--tls-ca", help="PEM root certificates to verify peers with (default: --tls-cert)")
+
+
+def _stop_on_sigterm(stop: Any) -> None:
+    """SIGTERM and SIGINT stop the server cleanly (from a thread: a handler must not block)."""
+    def handler(signum: int, frame: Any) -> None:
+        threading.Thread(target=stop, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def cmd_coordinator(args: argparse.Namespace) -> int:
+    from qengine.service import CoordinatorServer
+
+    token = read_token(args.token_file)
+    host, port = parse_listen(args.listen)
+    pair, root = tls_material(args)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s coordinator %(levelname)s %(message)s")
+    server = CoordinatorServer(host, port, token, args.heartbeat_timeout, pair, root)
+    print(f"qengine coordinator listening on {server.address}", flush=True)
+    _stop_on_sigterm(server.shutdown)
+    try:
+        server.serve()
+    finally:
+        server.release()
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from qengine.cli import cache_dir
+    from qengine.worker import serve_joined
+
+    token = read_token(args.token_file)
+    host, port = parse_listen(args.listen)
+    pair, root = tls_material(args)
+    budget = parse_size(args.memory_budget, "--memory-budget")
+    log_file = args.log or os.path.join(cache_dir(), "logs", f"worker-{os.getpid()}.log")
+    os.makedirs(os.path.dirname(os.path.abspath(log_file)), exist_ok=True)
+    serve_joined(args.join, host, port, token, log_file, budget, pair, root, on_start=_stop_on_sigterm)
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    co = sub.add_parser("coordinator", help="run a standalone coordinator that workers join")
+    co.add_argument("--listen", default="127.0.0.1:7777", help="HOST:PORT to serve on (default 127.0.0.1:7777)")
+    co.add_argument("--heartbeat-timeout", type=float, default=DEFAULT_HEARTBEAT_TIMEOUT,
+                    help=f"seconds without a heartbeat before a worker is marked dead (default {DEFAULT_HEARTBEAT_TIMEOUT:g})")
+    add_security_arguments(co)
+    co.set_defaults(func=cmd_coordinator)
+
+    wk = sub.add_parser("worker", help="run a worker and join a coordinator")
+    wk.add_argument("--join", required=True, help="HOST:PORT of the coordinator")
+    wk.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT to serve on (default 127.0.0.1, any port)")
+    wk.add_argument("--memory-budget", default=None, help="shuffle memory budget, e.g. 4GB; beyond it blocks spill to disk")
+    wk.add_argument("--log", default=None, help="log file (default: the cache directory's logs/)")
+    add_security_arguments(wk)
+    wk.set_defaults(func=cmd_worker)

@@ -1,0 +1,124 @@
+"""The worker registry of a standalone coordinator: who has joined, who is alive.
+
+Workers started with ``qengine worker --join`` register here and then send a heartbeat every
+second or so. A worker silent for longer than the timeout is marked dead: it gets no more tasks,
+and a query that has tasks on it fails at once with an error naming it (there is no recovery
+yet). New workers may join at any time; each query takes the live workers of its start.
+
+The registry offers the same face as :class:`qengine.cluster.LocalCluster` (``addresses``,
+``pool``, ``check_alive``, ``close``), so the scheduler does not care which one it runs on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from qengine.errors import OperationalError
+from qengine.rpc import ClientPool
+
+log = logging.getLogger("qengine.coordinator")
+
+DEFAULT_HEARTBEAT_TIMEOUT = 5.0
+
+
+@dataclass
+class Member:
+    id: int
+    address: str
+    memory_budget: int | None
+    joined: float = field(default_factory=time.monotonic)
+    last_seen: float = field(default_factory=time.monotonic)
+    alive: bool = True
+
+
+class WorkerRegistry:
+    def __init__(self, token: str, heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT, tls_root: bytes | None = None) -> None:
+        if heartbeat_timeout <= 0:
+            raise OperationalError("the heartbeat timeout must be positive")
+        self.token = token
+        self.heartbeat_timeout = heartbeat_timeout
+        self.pool = ClientPool(token, tls_root)
+        self._members: dict[int, Member] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._monitor = threading.Thread(target=self._watch, name="heartbeat-monitor", daemon=True)
+        self._monitor.start()
+
+    # ---- joining and heartbeats -----------------------------------------------------------
+
+    def register(self, address: str, memory_budget: int | None = None) -> int:
+        """Admit a worker after checking that it answers with the cluster token; returns its id."""
+        self.pool.get(address).action("ping", timeout=5)  # the worker must be reachable from here
+        with self._lock:
+            for member in self._members.values():
+                if member.address == address and member.alive:
+                    member.last_seen = time.monotonic()
+                    return member.id
+            worker_id = len(self._members)
+            self._members[worker_id] = Member(worker_id, address, memory_budget)
+        log.info("worker %d joined from %s", worker_id, address)
+        return worker_id
+
+    def heartbeat(self, worker_id: int) -> bool:
+        """Record a heartbeat; False tells a worker it was declared dead and must re-register."""
+        with self._lock:
+            member = self._members.get(worker_id)
+            if member is None or not member.alive:
+                return False
+            member.last_seen = time.monotonic()
+            return True
+
+    def _watch(self) -> None:
+        while not self._stop.wait(min(0.5, self.heartbeat_timeout / 4)):
+            now = time.monotonic()
+            with self._lock:
+                late = [m for m in self._members.values() if m.alive and now - m.last_seen > self.heartbeat_timeout]
+                for member in late:
+                    member.alive = False
+            for member in late:
+                log.warning("worker %d at %s missed its heartbeats for %.1fs: marked dead", member.id, member.address, self.heartbeat_timeout)
+
+    # ---- the cluster face ---------------------------------------------------------------------
+
+    @property
+    def addresses(self) -> list[str]:
+        with self._lock:
+            return [m.address for m in self._members.values() if m.alive]
+
+    def members(self) -> list[Member]:
+        with self._lock:
+            return list(self._members.values())
+
+    def check_alive(self, addresses: list[str] | None = None) -> None:
+        """Raise if a worker among ``addresses`` (default: all that ever joined) is dead."""
+        with self._lock:
+            dead = [m for m in self._members.values() if not m.alive and (addresses is None or m.address in addresses)]
+        if dead:
+            names = ", ".join(f"worker {m.id} at {m.address}" for m in dead)
+            raise OperationalError(f"{names} stopped sending heartbeats and was marked dead")
+        if addresses is not None and not addresses:
+            raise OperationalError("no live workers have joined this coordinator")
+
+    def check_readable(self, paths: list[str]) -> None:
+        """Every live worker must be able to read every path (a shared file system)."""
+        for address in self.addresses:
+            reply = self.pool.get(address).action("check_paths", {"paths": paths}, timeout=30)
+            if reply["unreadable"]:
+                raise OperationalError(
+                    f"worker {address} cannot read {reply['unreadable'][0]}: data paths must be readable by every "
+                    "worker, at the same path (a shared file system)"
+                )
+
+    def close(self) -> None:
+        """Stop the live workers (they were started to serve this coordinator) and the monitor."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        for address in self.addresses:
+            with contextlib.suppress(Exception):  # best effort: a worker that is gone is gone
+                self.pool.get(address).action("shutdown", timeout=2)
+        self.pool.close()

@@ -1,0 +1,84 @@
+"""The client side of a standalone coordinator: a session that lives in the coordinator.
+
+``qengine.connect("qengine://HOST:PORT", token=...)`` returns the usual DB-API connection
+over a :class:`RemoteSession`. Statements run in the coordinator, which plans and schedules
+them on its workers; each result comes back as one Arrow Flight stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from qengine.coordinator import QueryStats
+from qengine.errors import NotSupportedError, ProgrammingError
+from qengine.options import SessionSettings
+from qengine.rpc import Client
+from qengine.session import Result
+from qengine.wire import schema_from_hex, table_to_hex
+
+
+def parse_target(target: str) -> str:
+    """'qengine://HOST:PORT' → 'HOST:PORT', with an error that shows the expected form."""
+    address = target.removeprefix("qengine://").rstrip("/")
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ProgrammingError(f"cannot read {target!r} as a cluster address: use qengine://HOST:PORT")
+    return address
+
+
+class RemoteSession:
+    def __init__(self, target: str, token: str | None, settings: SessionSettings, tls_root: bytes | None = None) -> None:
+        if not token:
+            raise ProgrammingError("connecting to a cluster needs its token: qengine.connect(url, token=...)")
+        self.address = parse_target(target)
+        self._client = Client(self.address, token, tls_root, role="coordinator")
+        reply = self._client.action("open_session", {"settings": dataclasses.asdict(settings)}, timeout=30)
+        self._id = reply["session"]
+
+    def _call(self, name: str, body: dict | None = None) -> Any:
+        return self._client.action(name, {"session": self._id, **(body or {})})
+
+    def execute(self, sql: str, params: Sequence[Any] | None = None, progress: Callable[[int, int], None] | None = None) -> Result:
+        if not isinstance(sql, str):
+            raise ProgrammingError(f"SQL must be a string, not {type(sql).__name__}")
+        body: dict[str, Any] = {"sql": sql}
+        if params:
+            try:
+                body["params"] = table_to_hex(pa.table({f"p{i}": [v] for i, v in enumerate(params)}))
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+                raise ProgrammingError(f"cannot send these parameters: {e}") from e
+        reply = self._call("execute", body)
+        table = self._client.get({"result": reply["result"]}) if reply["result"] is not None else None
+        stats = QueryStats.from_json(reply["stats"]) if reply["stats"] is not None else None
+        return Result(table, reply["rowcount"], stats)
+
+    def register_parquet(self, name: str, path: str) -> None:
+        self._call("register_table", {"kind": "parquet", "name": name, "path": path})
+
+    def register_records(self, name: str, path: str) -> None:
+        self._call("register_table", {"kind": "records", "name": name, "path": path})
+
+    def register_csv(self, name: str, path: str, delimiter: str = ",", header: bool = True) -> None:
+        self._call("register_table", {"kind": "csv", "name": name, "path": path, "delimiter": delimiter, "header": header})
+
+    def register_arrow(self, name: str, table: pa.Table) -> None:
+        raise NotSupportedError("registering in-memory tables over a cluster connection is not supported: write Parquet to a shared path and register_parquet it")
+
+    def allow_root(self, directory: str) -> None:
+        self._call("allow_root", {"directory": directory})
+
+    def table_names(self) -> list[str]:
+        return self._call("tables")
+
+    def table_schema(self, name: str) -> pa.Schema:
+        return schema_from_hex(self._call("table_schema", {"name": name})["schema"])
+
+    def close(self) -> None:
+        try:
+            self._call("close_session")
+        finally:
+            self._client.close()

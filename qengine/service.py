@@ -1,0 +1,163 @@
+"""``qengine coordinator``: the coordinator as a long-lived service for workers on many hosts.
+
+It is an Arrow Flight server. Workers call ``register`` and then ``heartbeat``; clients
+(``qengine.connect("qengine://HOST:PORT")``) open a session, run statements with ``execute``
+and fetch each result with ``do_get``. A session is the same :class:`qengine.session.Session`
+a local connection has — catalog, planner settings, scheduler — over the registry's live
+workers. Every call must carry the cluster token; TLS is optional.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import threading
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from qengine.catalog import Catalog
+from qengine.errors import OperationalError, ProgrammingError
+from qengine.membership import WorkerRegistry
+from qengine.options import SessionSettings
+from qengine.rpc import TokenAuthMiddlewareFactory, server_error
+from qengine.session import Session
+from qengine.wire import schema_to_hex, table_from_hex
+
+log = logging.getLogger("qengine.coordinator")
+
+
+class CoordinatorServer(flight.FlightServerBase):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        token: str,
+        heartbeat_timeout: float,
+        tls: tuple[bytes, bytes] | None = None,
+        tls_root: bytes | None = None,
+    ) -> None:
+        scheme = "grpc+tls" if tls else "grpc+tcp"
+        super().__init__(
+            f"{scheme}://{host}:{port}",
+            middleware={"auth": TokenAuthMiddlewareFactory(token)},
+            tls_certificates=[flight.CertKeyPair(*tls)] if tls else None,
+        )
+        self.address = f"{host}:{self.port}"
+        self.registry = WorkerRegistry(token, heartbeat_timeout, tls_root)
+        self._sessions: dict[str, Session] = {}
+        self._results: dict[str, pa.Table] = {}
+        self._lock = threading.Lock()
+
+    # ---- actions ------------------------------------------------------------------------------
+
+    def _session(self, body: dict) -> Session:
+        with self._lock:
+            session = self._sessions.get(str(body.get("session")))
+        if session is None:
+            raise ProgrammingError("unknown or closed session")
+        return session
+
+    def _handle(self, name: str, body: dict) -> Any:
+        if name == "register":
+            worker_id = self.registry.register(body["address"], body.get("memory_budget"))
+            return {"id": worker_id, "heartbeat_timeout": self.registry.heartbeat_timeout}
+        if name == "heartbeat":
+            return {"alive": self.registry.heartbeat(int(body["id"]))}
+        if name == "workers":
+            return [
+                {"id": m.id, "address": m.address, "alive": m.alive, "memory_budget": m.memory_budget}
+                for m in self.registry.members()
+            ]
+        if name == "open_session":
+            settings = SessionSettings(**body.get("settings", {})).validated()
+            workers = len(self.registry.addresses)
+            session = Session(self.registry, settings.plan_options(workers), settings.execution_options(), Catalog())
+            sid = secrets.token_hex(8)
+            with self._lock:
+                self._sessions[sid] = session
+            return {"session": sid, "workers": workers}
+        if name == "close_session":
+            with self._lock:
+                session = self._sessions.pop(str(body.get("session")), None)
+            if session is not None:
+                session.close()
+            return {"ok": True}
+        if name == "execute":
+            return self._execute(self._session(body), body)
+        if name == "register_table":
+            session = self._session(body)
+            kind, table, path = body["kind"], body["name"], body["path"]
+            if kind == "parquet":
+                session.register_parquet(table, path)
+            elif kind == "csv":
+                session.register_csv(table, path, body.get("delimiter", ","), body.get("header", True))
+            elif kind == "records":
+                session.register_records(table, path)
+            else:
+                raise ProgrammingError(f"unknown table kind {kind!r}")
+            return {"ok": True}
+        if name == "allow_root":
+            self._session(body).allow_root(body["directory"])
+            return {"ok": True}
+        if name == "tables":
+            return self._session(body).table_names()
+        if name == "table_schema":
+            return {"schema": schema_to_hex(self._session(body).table_schema(body["name"]))}
+        if name == "shutdown":
+            threading.Thread(target=self.stop, daemon=True).start()
+            return {"ok": True}
+        raise ProgrammingError(f"unknown action {name!r}")
+
+    def _execute(self, session: Session, body: dict) -> dict:
+        params = table_from_hex(body["params"]).to_pylist()[0].values() if body.get("params") else None
+        result = session.execute(body["sql"], list(params) if params is not None else None)
+        reply: dict[str, Any] = {
+            "rowcount": result.rowcount,
+            "stats": result.stats.to_json() if result.stats is not None else None,
+            "result": None,
+        }
+        if result.table is not None:
+            rid = secrets.token_hex(8)
+            with self._lock:
+                self._results[rid] = result.table
+            reply["result"] = rid
+        return reply
+
+    def do_action(self, context: flight.ServerCallContext, action: flight.Action):
+        try:
+            body = json.loads(action.body.to_pybytes() or b"{}")
+            result = self._handle(action.type, body)
+        except Exception as e:  # the caller gets the error; the service lives on
+            if not isinstance(e, ProgrammingError):
+                log.exception("action %s failed", action.type)
+            raise server_error(e) from e
+        return [flight.Result(json.dumps(result).encode())]
+
+    def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.RecordBatchStream:
+        rid = json.loads(ticket.ticket).get("result")
+        with self._lock:
+            table = self._results.pop(str(rid), None)
+        if table is None:
+            raise server_error(OperationalError(f"no result {rid!r}: it was fetched already or never existed"))
+        return flight.RecordBatchStream(table)
+
+    def release(self) -> None:
+        """Close every session and stop the workers that joined (a clean coordinator shutdown
+        leaves no worker behind). Safe to call twice."""
+        with self._lock:
+            sessions = list(self._sessions.values())
+            self._sessions.clear()
+            self._results.clear()
+        for session in sessions:
+            try:
+                session.close()
+            except Exception:  # a worker may be gone already; the rest still stop
+                log.exception("closing a session failed")
+        self.registry.close()
+
+    def stop(self) -> None:
+        self.release()
+        self.shutdown()

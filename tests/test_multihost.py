@@ -1,0 +1,227 @@
+"""A standalone coordinator and workers started through the CLI, on loopback.
+
+Every process a test starts is stopped in a ``finally``, whatever the test's outcome.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import qengine
+from qengine.rpc import Client
+
+from tests.conftest import assert_same
+
+HEARTBEAT_TIMEOUT = 2.0
+HANG_BOUND = 30.0  # seconds; only guards against hangs
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    """A coordinator and its workers as separate ``qengine`` processes."""
+
+    def __init__(self, tmp: str, tls: tuple[str, str] | None = None) -> None:
+        self.tmp = tmp
+        self.tls = tls
+        self.token = "test-token-" + os.urandom(8).hex()
+        self.token_file = os.path.join(tmp, "token")
+        with open(self.token_file, "w") as f:
+            f.write(self.token + "\n")
+        self.address = f"127.0.0.1:{free_port()}"
+        self.procs: list[subprocess.Popen] = []
+        self.workers: list[subprocess.Popen] = []
+        self.coordinator = self._start(["coordinator", "--listen", self.address, "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT)], "coordinator")
+        line = self.coordinator.stdout.readline()
+        assert "listening on" in line, line
+
+    def _tls_args(self) -> list[str]:
+        return ["--tls-cert", self.tls[0], "--tls-key", self.tls[1]] if self.tls else []
+
+    def _start(self, args: list[str], name: str) -> subprocess.Popen:
+        err = open(os.path.join(self.tmp, f"{name}.err"), "w")  # noqa: SIM115 - lives as long as the process
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "qengine.cli", *args, "--token-file", self.token_file, *self._tls_args()],
+            stdout=subprocess.PIPE, stderr=err, text=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def add_worker(self) -> str:
+        n = len(self.workers)
+        log = os.path.join(self.tmp, f"worker-{n}.log")
+        proc = self._start(["worker", "--join", self.address, "--log", log], f"worker-{n}")
+        line = proc.stdout.readline()
+        assert "serving on" in line, line + open(os.path.join(self.tmp, f"worker-{n}.err")).read()
+        self.workers.append(proc)
+        return line.split("serving on ")[1].split(",")[0]
+
+    def client(self, address: str | None = None, token: str | None = None) -> Client:
+        root = open(self.tls[0], "rb").read() if self.tls else None
+        return Client(address or self.address, token or self.token, root, role="coordinator")
+
+    def members(self) -> list[dict]:
+        return self.client().action("workers", timeout=10)
+
+    def connect(self, **options: object):
+        root = open(self.tls[0], "rb").read() if self.tls else None
+        return qengine.connect(f"qengine://{self.address}", token=self.token, tls_root_certs=root, **options)
+
+    def coordinator_log(self) -> str:
+        return open(os.path.join(self.tmp, "coordinator.err")).read()
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.coordinator.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for p in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGCONT)  # a test may have paused it
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            if p.stdout:
+                p.stdout.close()
+
+
+@contextlib.contextmanager
+def cluster(tmp_path, workers: int, tls: tuple[str, str] | None = None) -> Iterator[Cluster]:
+    os.makedirs(tmp_path, exist_ok=True)
+    c = Cluster(str(tmp_path), tls)
+    try:
+        for _ in range(workers):
+            c.add_worker()
+        yield c
+    finally:
+        c.stop()
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+JOIN_SQL = """
+    SELECT c.city, i.category, count(*) AS n, sum(s.qty) AS q
+    FROM sales s JOIN customers c ON s.cust_id = c.cust_id JOIN items i ON s.item_id = i.item_id
+    GROUP BY 1, 2 ORDER BY 1, 2
+"""
+
+
+def register(con, data_paths: dict[str, str]) -> None:
+    for name, path in data_paths.items():
+        con.register_parquet(name, path)
+
+
+def test_three_workers_run_a_join_and_a_new_worker_is_used(tmp_path, data_paths, oracle):
+    with cluster(tmp_path, 3) as c:
+        assert [m["alive"] for m in c.members()] == [True, True, True]
+        with c.connect(broadcast_threshold=0, split_size="200KB") as con:
+            register(con, data_paths)
+            assert_same(con, oracle, JOIN_SQL)
+            address = c.add_worker()
+            wait_for(lambda: len([m for m in c.members() if m["alive"]]) == 4, HANG_BOUND, "the fourth worker")
+            assert_same(con, oracle, JOIN_SQL)
+            assert c.client(address).action("ping")["tasks_run"] > 0, "the worker that joined mid-session got no task"
+            assert set(con.tables()) == {"sales", "customers", "items"}
+
+
+def test_cli_sql_against_the_cluster(tmp_path, data_paths):
+    with cluster(tmp_path, 2) as c:
+        out = subprocess.run(
+            [sys.executable, "-m", "qengine.cli", "sql", "--cluster", c.address, "--token-file", c.token_file,
+             "-d", os.path.dirname(data_paths["sales"]), "--format", "csv", "-c", "SELECT count(*) AS n FROM sales"],
+            capture_output=True, text=True, timeout=HANG_BOUND,
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == ['"n"', "40000"]
+
+
+def test_wrong_token_is_refused_and_logged(tmp_path):
+    with cluster(tmp_path, 1) as c:
+        with pytest.raises(qengine.OperationalError, match="token"):
+            qengine.connect(f"qengine://{c.address}", token="not-the-token")
+        with pytest.raises(qengine.ProgrammingError, match="token"):
+            qengine.connect(f"qengine://{c.address}")
+        worker = c.members()[0]["address"]
+        with pytest.raises(qengine.OperationalError, match="token"):
+            Client(worker, "not-the-token").action("ping", timeout=5)
+        assert "refused" in c.coordinator_log()
+
+
+def test_killed_worker_is_marked_dead_and_its_query_fails_cleanly(tmp_path, data_paths):
+    with cluster(tmp_path, 2) as c, c.connect(broadcast_threshold=0, split_size="200KB") as con:
+        register(con, data_paths)
+        con.execute(JOIN_SQL).fetchall()
+        victim = c.workers[1]
+        victim.send_signal(signal.SIGSTOP)  # hangs: its calls never answer
+        started = time.monotonic()
+        with pytest.raises(qengine.OperationalError, match="marked dead"):
+            con.execute(JOIN_SQL).fetchall()
+        assert time.monotonic() - started < HEARTBEAT_TIMEOUT + 5
+        assert [m["alive"] for m in c.members()] == [True, False]
+        victim.kill()
+        # The session goes on with the live worker.
+        assert con.execute("SELECT count(*) FROM sales").fetchall() == [(40000,)]
+
+
+def test_sigkilled_worker_is_detected_within_the_timeout(tmp_path):
+    with cluster(tmp_path, 2) as c:
+        c.workers[0].kill()
+        started = time.monotonic()
+        wait_for(lambda: not c.members()[0]["alive"], HEARTBEAT_TIMEOUT + 3, "the dead worker to be marked")
+        assert time.monotonic() - started <= HEARTBEAT_TIMEOUT + 3
+
+
+def test_coordinator_shutdown_stops_workers_and_workers_leave_a_dead_coordinator(tmp_path):
+    with cluster(tmp_path, 2) as c:
+        c.coordinator.send_signal(signal.SIGTERM)
+        for w in c.workers:
+            w.wait(timeout=HANG_BOUND)
+        assert c.coordinator.wait(timeout=HANG_BOUND) == 0
+    with cluster(tmp_path / "b", 1) as c:
+        c.coordinator.kill()  # no goodbye: the worker notices the missing heartbeat replies
+        assert c.workers[0].wait(timeout=HEARTBEAT_TIMEOUT + HANG_BOUND) == 0
+
+
+def test_unreadable_path_is_named(tmp_path):
+    with cluster(tmp_path, 1) as c:
+        worker = c.members()[0]["address"]
+        missing = str(tmp_path / "nowhere.parquet")
+        assert Client(worker, c.token).action("check_paths", {"paths": [missing]})["unreadable"] == [missing]
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
+def test_tls_with_a_self_signed_certificate(tmp_path, data_paths, oracle):
+    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", cert],
+        check=True, capture_output=True, timeout=HANG_BOUND,
+    )
+    with cluster(tmp_path, 2, tls=(cert, key)) as c:
+        with c.connect(broadcast_threshold=0, split_size="200KB") as con:
+            register(con, data_paths)
+            assert_same(con, oracle, JOIN_SQL)
+        with pytest.raises(qengine.OperationalError):
+            qengine.connect(f"qengine://{c.address}", token=c.token)  # plaintext to a TLS server
