@@ -209,7 +209,7 @@ class Session:
         files = st.args.get("files") or []
         if len(files) != 1 or not isinstance(files[0], exp.Literal):
             raise ProgrammingError("COPY ... TO takes one output directory as a string literal")
-        params = {p.this.name.upper(): (p.expression.name if p.expression is not None else "true") for p in st.args.get("params") or []}
+        params = {p.this.name.upper(): _copy_option(p.expression) for p in st.args.get("params") or []}
         fmt = params.pop("FORMAT", "parquet").lower()
         overwrite = params.pop("OVERWRITE", params.pop("OVERWRITE_OR_IGNORE", "false")).lower() in ("true", "1")
         if fmt not in ("parquet", "csv"):
@@ -319,3 +319,12 @@ def _schema_of(schema: exp.Schema) -> pa.Schema:
             con.close()
     except duckdb.Error as e:
         raise ProgrammingError(f"bad column type in CREATE TABLE: {e}") from e
+
+
+def _copy_option(value: exp.Expression | None) -> str:
+    """A COPY option's value as text; a bare option (OVERWRITE) means true."""
+    if value is None:
+        return "true"
+    if isinstance(value, exp.Boolean):
+        return "true" if value.this else "false"
+    return value.name

@@ -169,8 +169,12 @@ def test_copy_writes_ordered_part_files(data_paths, oracle, tmp_path) -> None:
         assert len(parts) > 1
         got = [row for p in parts for row in zip(*pq.read_table(p).to_pydict().values(), strict=True)]
         assert [r[0] for r in got] == [r[0] for r in expected]
-        with pytest.raises(qengine.ProgrammingError, match="not empty"):
-            con.execute(f"COPY ({sql}) TO '{out}' (FORMAT parquet)")
+        for refusing in ("", ", OVERWRITE false"):
+            with pytest.raises(qengine.ProgrammingError, match="not empty"):
+                con.execute(f"COPY ({sql}) TO '{out}' (FORMAT parquet{refusing})")
+        for replacing in (", OVERWRITE true", ", OVERWRITE"):
+            assert con.execute(f"COPY ({sql} LIMIT 10) TO '{out}' (FORMAT parquet{replacing})").rowcount == 10
+            assert sum(pq.read_table(p).num_rows for p in out.iterdir()) == 10
 
 
 def test_parameters_match_duckdb(engine, oracle) -> None:
