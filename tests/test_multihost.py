@@ -14,12 +14,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 import qengine
 from qengine.rpc import Client
-
 from tests.conftest import assert_same
 
 HEARTBEAT_TIMEOUT = 2.0
@@ -66,23 +66,24 @@ class Cluster:
         log = os.path.join(self.tmp, f"worker-{n}.log")
         proc = self._start(["worker", "--join", self.address, "--log", log], f"worker-{n}")
         line = proc.stdout.readline()
-        assert "serving on" in line, line + open(os.path.join(self.tmp, f"worker-{n}.err")).read()
+        assert "serving on" in line, line + Path(self.tmp, f"worker-{n}.err").read_text()
         self.workers.append(proc)
         return line.split("serving on ")[1].split(",")[0]
 
+    def root_certs(self) -> bytes | None:
+        return Path(self.tls[0]).read_bytes() if self.tls else None
+
     def client(self, address: str | None = None, token: str | None = None) -> Client:
-        root = open(self.tls[0], "rb").read() if self.tls else None
-        return Client(address or self.address, token or self.token, root, role="coordinator")
+        return Client(address or self.address, token or self.token, self.root_certs(), role="coordinator")
 
     def members(self) -> list[dict]:
         return self.client().action("workers", timeout=10)
 
     def connect(self, **options: object):
-        root = open(self.tls[0], "rb").read() if self.tls else None
-        return qengine.connect(f"qengine://{self.address}", token=self.token, tls_root_certs=root, **options)
+        return qengine.connect(f"qengine://{self.address}", token=self.token, tls_root_certs=self.root_certs(), **options)
 
     def coordinator_log(self) -> str:
-        return open(os.path.join(self.tmp, "coordinator.err")).read()
+        return Path(self.tmp, "coordinator.err").read_text()
 
     def stop(self) -> None:
         with contextlib.suppress(ProcessLookupError):
