@@ -20,13 +20,13 @@ does not grow with the record count. Parquet output has two fixed-size binary co
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable
 
 import numpy as np
 import pyarrow.parquet as pq
 
 from qengine import records
+from qengine.cli import prepare_output_dir
 from qengine.errors import ProgrammingError
 
 HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
@@ -68,11 +68,7 @@ def generate(
     """Write ``count`` records into files of ``per_file`` records; returns their paths."""
     if count < 1:
         raise ProgrammingError("the record count must be positive")
-    if os.path.isdir(out) and os.listdir(out):
-        if not force:
-            raise ProgrammingError(f"{out} exists and is not empty; pass --force to overwrite it")
-        shutil.rmtree(out)
-    os.makedirs(out, exist_ok=True)
+    prepare_output_dir(out, force)
     paths = []
     for index, start in enumerate(range(0, count, per_file)):
         n = min(per_file, count - start)

@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import secrets
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,8 +32,10 @@ from collections.abc import Iterator
 import qengine
 from bench.shuffle import JOBS as SHUFFLE_JOBS
 from bench.shuffle import generate as generate_shuffle_data
-from bench.shuffle import measure
-from qengine.cli import cache_dir
+from bench.shuffle import measure, median_of, ratio
+from bench.sortjob import copy_sql
+from qengine.cli import cache_dir, register_directory
+from tpcds.report import write_json
 
 SUBNET = "10.213.{}"  # a /24 per run; .254 is the bridge (this process), .100 the coordinator
 COORDINATOR_PORT = 7777
@@ -182,53 +182,56 @@ def _signals_raise() -> Iterator[None]:
 # ---- jobs ----------------------------------------------------------------------------------------
 
 
-def _terasort(args: argparse.Namespace, workdir: str) -> tuple[list[str], dict[str, str], dict[str, str]]:
+# Each builder returns the job's SQL by name (run in that order) and the data root directory,
+# whose subdirectories register_directory makes the tables.
+
+
+def _terasort(args: argparse.Namespace, workdir: str) -> tuple[dict[str, str], str]:
     from bench import gensort
 
-    data = os.path.join(cache_dir(), f"netcluster-terasort-{args.records}")
+    files = 4 * args.hosts  # in the name: the layout depends on --hosts, as for the shuffle job
+    root = os.path.join(cache_dir(), f"netcluster-terasort-{args.records}-{files}")
+    data = os.path.join(root, "records")
     if not os.path.isdir(data) or not os.listdir(data):
-        gensort.generate(args.records, data, per_file=max(1, args.records // (4 * args.hosts)))
-    out = os.path.join(workdir, "sorted").replace("'", "''")
-    sql = f"COPY (SELECT key, payload FROM records ORDER BY key) TO '{out}' (FORMAT parquet, OVERWRITE true)"
-    return ["terasort"], {"terasort": sql}, {"records": data}
+        gensort.generate(args.records, data, per_file=max(1, args.records // files))
+    return {"terasort": copy_sql(os.path.join(workdir, "sorted"), force=True)}, root
 
 
-def _shuffle(args: argparse.Namespace, workdir: str) -> tuple[list[str], dict[str, str], dict[str, str]]:
+def _shuffle(args: argparse.Namespace, workdir: str) -> tuple[dict[str, str], str]:
     root = os.path.join(cache_dir(), f"netcluster-shuffle-{args.rows}-{4 * args.hosts}")
     if not os.path.isdir(root):
         generate_shuffle_data(root, args.rows, 4 * args.hosts)
-    tables = {name: os.path.join(root, name) for name in os.listdir(root)}
-    return list(SHUFFLE_JOBS), dict(SHUFFLE_JOBS), tables
+    return dict(SHUFFLE_JOBS), root
 
 
-def _tpcds(args: argparse.Namespace, workdir: str) -> tuple[list[str], dict[str, str], dict[str, str]]:
+def _tpcds(args: argparse.Namespace, workdir: str) -> tuple[dict[str, str], str]:
     from tpcds.extension import queries
     from tpcds.run import parse_selection
 
     if not args.data or not os.path.isdir(args.data):
         raise qengine.ProgrammingError("--job tpcds needs --data DIR (from `qengine tpcds gen`)")
     texts = queries()
-    chosen = parse_selection(args.queries)
-    tables = {t: os.path.join(args.data, t) for t in os.listdir(args.data) if os.path.isdir(os.path.join(args.data, t))}
-    return [f"q{n}" for n in chosen], {f"q{n}": texts[n] for n in chosen}, tables
+    return {f"q{n}": texts[n] for n in parse_selection(args.queries)}, args.data
 
 
 JOB_BUILDERS = {"terasort": _terasort, "shuffle": _shuffle, "tpcds": _tpcds}
 
 
 def run_jobs(cluster: NetCluster, args: argparse.Namespace, workdir: str) -> list[dict]:
-    names, sqls, tables = JOB_BUILDERS[args.job](args, workdir)
+    """Every job of ``args.job`` in pull and prefetch mode alternately, ``args.repeat`` times."""
+    sqls, root = JOB_BUILDERS[args.job](args, workdir)
+    # TeraSort keeps one task per range partition (its layout); the others use the default coalescing.
+    options = {"coalesce_size": 0} if args.job == "terasort" else {}
     connections = {}
     try:
         for mode in ("pull", "prefetch"):
-            con = connections[mode] = cluster.connect(shuffle=mode, coalesce_size=0 if args.job == "terasort" else "32MB")
-            for table, path in tables.items():
-                con.register_parquet(table, path)
+            connections[mode] = cluster.connect(shuffle=mode, **options)
+            register_directory(connections[mode], root)
         results = []
         for _ in range(args.repeat):
-            for name in names:
+            for name, sql in sqls.items():
                 for mode in ("pull", "prefetch"):
-                    results.append({"mode": mode, **measure(connections[mode], name, sqls[name])})
+                    results.append({"mode": mode, **measure(connections[mode], name, sql)})
                     print(f"  {name:10s} {mode:8s} {results[-1]['seconds']:7.2f}s", flush=True)
         return results
     finally:
@@ -250,12 +253,12 @@ def report(results: list[dict], args: argparse.Namespace) -> dict:
         med = {}
         for mode in ("pull", "prefetch"):
             runs = [r for r in results if r["job"] == job and r["mode"] == mode]
-            med[mode] = {k: statistics.median([r[k] or 0 for r in runs]) for k in keys}
+            med[mode] = {k: median_of(runs, k, missing=0) for k in keys}  # a missing stage counts as 0 s
             cells = [f"{med[mode][k] / 1e6:.1f}" if k == "remote_bytes" else f"{med[mode][k]:.3f}" for k in keys]
             table.add_row(job, mode, *cells)
-        ratio = {k: (med["prefetch"][k] / med["pull"][k] if med["pull"][k] else None) for k in keys}
-        summary[job] = {"medians": med, "prefetch_over_pull": ratio}
-        table.add_row(job, "prefetch/pull", *[f"{ratio[k]:.3f}" if ratio[k] is not None else "-" for k in keys])
+        ratios = {k: ratio(med["prefetch"][k], med["pull"][k]) for k in keys}
+        summary[job] = {"medians": med, "prefetch_over_pull": ratios}
+        table.add_row(job, "prefetch/pull", *[f"{ratios[k]:.3f}" if ratios[k] is not None else "-" for k in keys])
     Console().print(table)
     return summary
 
@@ -283,9 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             results = run_jobs(cluster, args, workdir)
         summary = report(results, args)
         out = args.out or os.path.join(cache_dir(), f"netcluster-{args.job}.json")
-        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        with open(out, "w") as f:
-            json.dump({"args": vars(args), "summary": summary, "runs": results}, f, indent=2, default=str)
+        write_json({"args": vars(args), "summary": summary, "runs": results}, out)
         print(f"report: {out}")
     except qengine.Error as e:
         print(f"Error: {e}", file=sys.stderr)

@@ -17,7 +17,6 @@ round-robin), bytes spilled, and the prefetch/pull ratios. Timings are from this
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -28,7 +27,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import qengine
-from qengine.cli import cache_dir
+from qengine.cli import cache_dir, register_directory
+from tpcds.report import write_json
 
 JOBS = {
     "groupby": "SELECT k, length(list(payload)) AS n FROM kv GROUP BY k",
@@ -61,6 +61,19 @@ def generate(root: str, rows: int, files: int, seed: int = 7) -> dict[str, str]:
     write("lefts", pa.table({"k": rng.integers(0, n, n), "g": rng.integers(0, 100, n), "pad": payload[:n]}))
     write("rights", pa.table({"k": rng.integers(0, n, n), "v": rng.random(n), "pad": payload[n : 2 * n]}))
     return paths
+
+
+def median_of(runs: list[dict], key: str, missing: float | None = None) -> float | None:
+    """Median of ``key`` over ``runs``: None values count as ``missing``, or are dropped when that
+    is None too (None when nothing is left). Shared with bench/netcluster.py so both summarize alike."""
+    values = [r[key] if r[key] is not None else missing for r in runs]
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def ratio(prefetch: float | None, pull: float | None) -> float | None:
+    """prefetch/pull, or None when either is missing or pull is 0 (nothing to compare with)."""
+    return prefetch / pull if pull and prefetch is not None else None
 
 
 def measure(con, job: str, sql: str) -> dict:
@@ -126,8 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                 split_size="1MB", coalesce_size=0, shuffle_memory=args.shuffle_memory,
                 samples_per_partition=args.samples, prefetch_fraction=args.prefetch_fraction,
             )
-            for table in os.listdir(root):
-                clusters[mode].register_parquet(table, os.path.join(root, table))
+            register_directory(clusters[mode], root)
         for job in jobs:
             for _ in range(args.repeat):
                 for mode in ("pull", "prefetch"):
@@ -135,10 +147,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for con in clusters.values():
             con.close()
-
-    def med(runs: list[dict], key: str) -> float | None:
-        values = [r[key] for r in runs if r[key] is not None]
-        return statistics.median(values) if values else None
 
     def fmt(x: float | None, unit: str = "s") -> str:
         if x is None:
@@ -156,14 +164,15 @@ def main(argv: list[str] | None = None) -> int:
             last = runs[-1]
             err = last["prediction_max_error"]
             table.add_row(
-                job, mode, fmt(med(runs, "seconds")), fmt(med(runs, "map_seconds")), fmt(med(runs, "reduce_seconds")),
-                fmt(med(runs, "read_wait")), fmt(med(runs, "push_tail")), fmt(med(runs, "remote_bytes"), "B"),
+                job, mode, fmt(median_of(runs, "seconds")), fmt(median_of(runs, "map_seconds")),
+                fmt(median_of(runs, "reduce_seconds")), fmt(median_of(runs, "read_wait")),
+                fmt(median_of(runs, "push_tail")), fmt(median_of(runs, "remote_bytes"), "B"),
                 "-" if err is None else f"{100 * err:.1f}%", fmt(last["load"], ""), fmt(last["round_robin_load"], ""),
                 fmt(last["spilled"], "B"), last["hits"],
             )
         p, q = results[job]["pull"], results[job]["prefetch"]
         ratios = {
-            key: (med(q, key) / med(p, key)) if med(p, key) else None
+            key: ratio(median_of(q, key), median_of(p, key))
             for key in ("seconds", "map_seconds", "reduce_seconds", "read_wait")
         }
         summary[job] = ratios
@@ -171,9 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                       "", "", "", "", "", "", "", end_section=True)
     console.print(table)
     out = args.out or os.path.join(cache_dir(), "bench-shuffle.json")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump({"args": vars(args), "ratios": summary, "runs": results}, f, indent=2, default=str)
+    write_json({"args": vars(args), "ratios": summary, "runs": results}, out)
     console.print(f"report: {out}")
     return 0
 

@@ -15,6 +15,13 @@ import qengine
 from qengine.coordinator import QueryStats
 
 
+def copy_sql(output_dir: str, force: bool) -> str:
+    """The TeraSort statement, one place for ``sort`` and bench/netcluster.py to build it from."""
+    target = os.path.abspath(output_dir).replace("'", "''")
+    overwrite = " , OVERWRITE true" if force else ""
+    return f"COPY (SELECT key, payload FROM records ORDER BY key) TO '{target}' (FORMAT parquet{overwrite})"
+
+
 def sort(
     input_dir: str,
     output_dir: str,
@@ -32,10 +39,5 @@ def sort(
             con.register_parquet("records", input_dir)
         else:
             con.register_records("records", input_dir)
-        target = os.path.abspath(output_dir).replace("'", "''")
-        overwrite = " , OVERWRITE true" if force else ""
-        cur = con.cursor().execute(
-            f"COPY (SELECT key, payload FROM records ORDER BY key) TO '{target}' (FORMAT parquet{overwrite})",
-            progress=progress,
-        )
+        cur = con.cursor().execute(copy_sql(output_dir, force), progress=progress)
         return cur.rowcount, cur.stats

@@ -12,22 +12,21 @@ each run. It prints a table with the ratios and writes a JSON report and a PNG p
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import psutil
 
 from bench.gensort import generate
 from bench.sortjob import sort
-from bench.valsort import validate
+from bench.valsort import summarize, validate
 from qengine.cli import cache_dir
+from tpcds.report import plot_queries, write_json
 
 DUCKDB_SORT = """
 import duckdb, sys
@@ -47,9 +46,8 @@ spark.stop()
 class PeakMemory:
     """Samples the resident memory of this process and all its children; keeps each one's peak."""
 
-    def __init__(self, extra: Callable[[], list[int]] = list) -> None:
+    def __init__(self) -> None:
         self.peaks: dict[int, int] = {}
-        self._extra = extra
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -107,9 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         generate(args.records, data, seed=1, skew=args.skew)
     data_bytes = args.records * 100
     runs: list[dict[str, Any]] = []
+    inputs = summarize(data)  # read and checksummed once, not once per engine
 
     def record(engine: str, seconds: float, peak: int, out: str, extra: dict | None = None) -> None:
-        verdict = validate(data, out)
+        verdict = validate(data, out, inputs)
         runs.append({"engine": engine, "seconds": seconds, "peak_rss": peak, "valid": verdict.ok,
                      "problems": verdict.problems, **(extra or {})})
         console.print(f"{engine}: {seconds:.2f}s, peak RSS {peak / 2**20:,.0f} MiB, valid={verdict.ok}")
@@ -183,11 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         ratios["spark_over_prefetch"] = spark["seconds"] / pre["seconds"]
     console.print("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
     report = args.out or os.path.join(cache_dir(), "bench-terasort.json")
-    os.makedirs(os.path.dirname(os.path.abspath(report)), exist_ok=True)
-    with open(report, "w") as f:
-        json.dump({"args": vars(args), "ratios": ratios, "runs": runs}, f, indent=2, default=str)
-    from tpcds.report import plot_queries
-
+    write_json({"args": vars(args), "ratios": ratios, "runs": runs}, report)
     engines = [r["engine"] for r in runs]
     plot_queries(engines, {"seconds": [r["seconds"] for r in runs]}, os.path.splitext(report)[0] + ".png",
                  f"TeraSort {args.records:,} records")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from qengine.cli import add_cluster_arguments, connection_options
+from qengine.cli import add_cluster_arguments, connection_options, progress_bar
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -49,17 +49,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     import time
 
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from bench.sortjob import sort
     from qengine.planner.explain import shuffle_summary
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     started = time.perf_counter()
-    with Progress("sorting", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
-        task = bar.add_task("tasks", total=None)
-        count, stats = sort(args.input, args.out, connection_options(args), args.force,
-                            progress=lambda done, total: bar.update(task, completed=done, total=total))
+    with progress_bar(True, "sorting") as progress:
+        count, stats = sort(args.input, args.out, connection_options(args), args.force, progress=progress)
     console.print(f"sorted {count:,} records into {args.out} in {time.perf_counter() - started:.2f}s")
     for s in stats.stages:
         d = s.as_dict()

@@ -85,8 +85,10 @@ def summarize(directory: str) -> Summary:
     return summary
 
 
-def validate(input_dir: str, output_dir: str) -> Verdict:
-    verdict = Verdict(summarize(input_dir), Summary())
+def validate(input_dir: str, output_dir: str, input_summary: Summary | None = None) -> Verdict:
+    """Check ``output_dir`` against ``input_dir``; pass ``input_summary`` (from ``summarize``) to
+    skip re-reading an unchanged input when validating several sorts of it."""
+    verdict = Verdict(input_summary if input_summary is not None else summarize(input_dir), Summary())
     out = verdict.output
     previous: tuple[int, int] | None = None  # key of the last record seen
     for path in files_of(output_dir):

@@ -54,16 +54,16 @@ def connect(
     target: str | None = None,
     *,
     workers: int = 2,
-    dialect: str = "duckdb",
-    broadcast_threshold: int | str = 10 << 20,
-    partitions: int | None = None,
-    slots: int = 2,
-    split_size: int | str = 64 << 20,
-    shuffle: str = "prefetch",
+    dialect: str = SessionSettings.dialect,
+    broadcast_threshold: int | str = SessionSettings.broadcast_threshold,
+    partitions: int | None = SessionSettings.partitions,
+    slots: int = SessionSettings.slots,
+    split_size: int | str = SessionSettings.split_size,
+    shuffle: str = SessionSettings.shuffle,
     shuffle_memory: int | str | None = None,
-    prefetch_fraction: float = 0.5,
-    samples_per_partition: int = 3,
-    coalesce_size: int | str = 32 << 20,
+    prefetch_fraction: float = SessionSettings.prefetch_fraction,
+    samples_per_partition: int = SessionSettings.samples_per_partition,
+    coalesce_size: int | str = SessionSettings.coalesce_size,
     allowed_roots: list[str] | None = None,
     token: str | None = None,
     tls_root_certs: bytes | None = None,
@@ -108,7 +108,7 @@ def connect(
         if allowed_roots is not None or shuffle_memory is not None:
             raise ProgrammingError("allowed_roots and shuffle_memory are set on the cluster's workers, not per connection")
         session = RemoteSession(target, token, settings, tls_root_certs)
-        return Connection(None, session, owns_cluster=False)
+        return Connection(session)
     if target not in (None, "local", ":local:"):
         raise NotSupportedError(f"cannot connect to {target!r}: give qengine://HOST:PORT, or nothing for a local cluster")
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
@@ -116,7 +116,7 @@ def connect(
     memory = parse_size(shuffle_memory, "shuffle_memory")
     cluster = LocalCluster(workers, shuffle_memory=memory)
     session = Session(cluster, settings.plan_options(workers), settings.execution_options(), Catalog(allowed_roots))
-    return Connection(cluster, session, owns_cluster=True)
+    return Connection(session, cluster)
 
 
 def __getattr__(name: str) -> Any:

@@ -269,9 +269,11 @@ class Catalog:
     views: dict[str, View] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add_root(self, path: str) -> None:
-        """Let SQL table functions (read_parquet, read_csv) read below ``path``."""
-        root = os.path.abspath(path if os.path.isdir(path) else os.path.dirname(path) or ".")
+    def add_root(self, spec: str) -> None:
+        """Let SQL table functions (read_parquet, read_csv) read below the directory a file,
+        directory or glob lives in (the part before any wildcard)."""
+        head = os.path.expanduser(spec).split("*")[0].split("?")[0].split("[")[0]
+        root = os.path.abspath(head if os.path.isdir(head) else os.path.dirname(head) or ".")
         with self._lock:
             if root not in self.registered_roots:
                 self.registered_roots.append(root)
@@ -306,11 +308,9 @@ class Catalog:
                 raise ProgrammingError(f"{bad[0]} is not a {'/'.join(suffixes)} file")
         roots = self.allowed_roots if self.allowed_roots is not None else (self.registered_roots if from_sql else None)
         if roots is not None:
-            roots = [os.path.abspath(r) for r in roots]
+            hint = "" if roots else " (register data with register_parquet/-d, or pass allowed_roots to connect())"
             for p in paths:
-                if not any(os.path.commonpath([p, r]) == r for r in roots):
-                    hint = "" if roots else " (register data with register_parquet/-d, or pass allowed_roots to connect())"
-                    raise ProgrammingError(f"{p} is outside the allowed data roots {roots}{hint}")
+                _require_under(p, roots, hint)
         for p in paths:
             if not os.access(p, os.R_OK):
                 raise ProgrammingError(f"{p} is not readable")
@@ -319,9 +319,7 @@ class Catalog:
     def check_writable(self, directory: str, overwrite: bool) -> None:
         """COPY's target: new or empty (unless overwriting), and inside the allowed roots."""
         if self.allowed_roots is not None:
-            roots = [os.path.abspath(r) for r in self.allowed_roots]
-            if not any(os.path.commonpath([directory, r]) == r for r in roots):
-                raise ProgrammingError(f"{directory} is outside the allowed data roots {roots}")
+            _require_under(directory, self.allowed_roots)
         if os.path.isfile(directory):
             raise ProgrammingError(f"{directory} is a file; COPY writes a directory of part files")
         if os.path.isdir(directory) and os.listdir(directory):
@@ -363,3 +361,10 @@ class Catalog:
                 raise ProgrammingError(f"{kind.lower()} {name!r} does not exist")
             dropped = registry.pop(key)
         return dropped if isinstance(dropped, Source) else None
+
+
+def _require_under(path: str, roots: list[str], hint: str = "") -> None:
+    """Refuse ``path`` unless it lies below one of ``roots``."""
+    roots = [os.path.abspath(r) for r in roots]
+    if not any(os.path.commonpath([path, r]) == r for r in roots):
+        raise ProgrammingError(f"{path} is outside the allowed data roots {roots}{hint}")

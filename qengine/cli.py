@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,6 +22,18 @@ HISTORY = os.path.expanduser("~/.qengine_history")
 def cache_dir() -> str:
     """Where generated data, reports and plots go (never into git): $QENGINE_CACHE or ./.qengine-cache."""
     return os.environ.get("QENGINE_CACHE") or os.path.abspath(".qengine-cache")
+
+
+def prepare_output_dir(out: str, force: bool) -> None:
+    """Create ``out`` for a generator, refusing to clobber a non-empty one unless ``force`` (then wiped).
+
+    Shared by ``tpcds gen`` and ``terasort gen`` so both refuse and overwrite the same way.
+    """
+    if os.path.isdir(out) and os.listdir(out):
+        if not force:
+            raise qengine.ProgrammingError(f"{out} exists and is not empty; pass --force to overwrite it")
+        shutil.rmtree(out)
+    os.makedirs(out, exist_ok=True)
 
 
 def register_directory(con: Any, directory: str) -> list[str]:
@@ -128,8 +141,11 @@ def print_table(table: pa.Table, out: Any) -> None:
 
 
 @contextlib.contextmanager
-def progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
-    """A transient task progress bar on stderr, for interactive terminals."""
+def progress_bar(enabled: bool, description: str = "tasks") -> Iterator[Callable[[int, int], None] | None]:
+    """A transient task progress bar on stderr, for interactive terminals.
+
+    ``description`` labels the bar, so other commands (``terasort run``) can share it.
+    """
     if not enabled:
         yield None
         return
@@ -137,7 +153,7 @@ def progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
 
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   transient=True, console=None) as bar:
-        task = bar.add_task("tasks", total=None)
+        task = bar.add_task(description, total=None)
 
         def update(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
@@ -228,10 +244,10 @@ def _connect(args: argparse.Namespace) -> Any:
     options = connection_options(args)
     if not args.cluster:
         return qengine.connect(**options)
-    from qengine.cluster_cli import read_token, tls_material
+    from qengine.cluster_cli import read_pem, read_token
 
     del options["workers"], options["shuffle_memory"]
-    _, root = tls_material(args)
+    root = read_pem(args.tls_ca) if args.tls_ca else None
     return qengine.connect(f"qengine://{args.cluster}", token=read_token(args.token_file), tls_root_certs=root, **options)
 
 
@@ -264,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument("--cluster", metavar="HOST:PORT", help="run on the standalone coordinator at HOST:PORT instead of a local cluster")
     sql.add_argument("--token-file", help="with --cluster: file holding the cluster token")
     sql.add_argument("--tls-ca", help="with --cluster: PEM root certificates to verify the coordinator with (turns TLS on)")
-    sql.set_defaults(func=cmd_sql, tls_cert=None, tls_key=None)
+    sql.set_defaults(func=cmd_sql)
 
     from qengine import cluster_cli
 

@@ -95,9 +95,9 @@ class LocalCluster:
     def addresses(self) -> list[str]:
         return [w.address for w in self.workers]
 
-    def check_alive(self, addresses: list[str] | None = None) -> None:
-        """Raise if one of the workers (of ``addresses``, default all) has exited."""
-        dead = [w for w in self.workers if not w.alive() and (addresses is None or w.address in addresses)]
+    def check_alive(self, addresses: list[str]) -> None:
+        """Raise if one of the workers at ``addresses`` (a query's workers) has exited."""
+        dead = [w for w in self.workers if not w.alive() and w.address in addresses]
         if dead:
             self.failed = True
             names = ", ".join(f"worker {w.id} (exit code {w.process.returncode})" for w in dead)

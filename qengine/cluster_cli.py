@@ -37,27 +37,29 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def read_pem(path: str) -> bytes:
+    """A PEM file's bytes, with a user error (not a traceback) when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise ProgrammingError(f"cannot read {path}: {e.strerror}") from e
+
+
 def tls_material(args: argparse.Namespace) -> tuple[tuple[bytes, bytes] | None, bytes | None]:
     """(certificate, key) to serve with and the root certificates to verify peers with."""
     if not args.tls_cert and not args.tls_key and not args.tls_ca:
         return None, None
     if bool(args.tls_cert) != bool(args.tls_key):
         raise ProgrammingError("--tls-cert and --tls-key go together")
-
-    def read(path: str) -> bytes:
-        try:
-            with open(path, "rb") as f:
-                return f.read()
-        except OSError as e:
-            raise ProgrammingError(f"cannot read {path}: {e.strerror}") from e
-
-    pair = (read(args.tls_cert), read(args.tls_key)) if args.tls_cert else None
-    root = read(args.tls_ca or args.tls_cert)
+    pair = (read_pem(args.tls_cert), read_pem(args.tls_key)) if args.tls_cert else None
+    root = read_pem(args.tls_ca or args.tls_cert)
     return pair, root
 
 
-def add_security_arguments(parser: argparse.ArgumentParser, token_required: bool = True) -> None:
-    parser.add_argument("--token-file", required=token_required, help="file holding the cluster token")
+def add_security_arguments(parser: argparse.ArgumentParser) -> None:
+    """The token and TLS flags, shared so ``coordinator`` and ``worker`` accept the same ones."""
+    parser.add_argument("--token-file", required=True, help="file holding the cluster token")
     parser.add_argument("--tls-cert", help="PEM certificate to serve TLS with")
     parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
     parser.add_argument("--tls-ca", help="PEM root certificates to verify peers with (default: --tls-cert)")

@@ -16,17 +16,17 @@ import time
 import zlib
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import InitVar, asdict, dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
 
-from qengine.catalog import DEFAULT_SPLIT_BYTES
 from qengine.errors import Error, OperationalError
 from qengine.exchange.metrics import ShuffleStats
 from qengine.exchange.placement import Reducer, accumulate, round_robin
 from qengine.exchange.prediction import coalesce, grouped, hash_prediction, range_prediction
-from qengine.exchange.sampling import DEFAULT_SAMPLES_PER_PARTITION, weighted_bounds
+from qengine.exchange.sampling import weighted_bounds
+from qengine.exchange.store import concat
 from qengine.planner import estimates
 from qengine.planner import logical as lp
 from qengine.planner.render import SCAN_TABLE, render
@@ -43,7 +43,7 @@ class Cluster(Protocol):
     @property
     def addresses(self) -> list[str]: ...
 
-    def check_alive(self, addresses: list[str] | None = None) -> None: ...
+    def check_alive(self, addresses: list[str]) -> None: ...
 
     def check_readable(self, paths: list[str]) -> None: ...
 
@@ -69,7 +69,7 @@ class StageStats:
             "tasks": self.tasks,
             "rows": self.rows,
             "bytes": self.bytes,
-            "shuffle_bytes": sum(self.partition_bytes) if self.kind not in ("result", "table") else 0,
+            "shuffle_bytes": sum(self.partition_bytes) if self.kind not in FINAL_KINDS else 0,
             "seconds": round(self.seconds, 4),
             "task_seconds": round(self.task_seconds, 4),
         }
@@ -105,6 +105,8 @@ class QueryStats:
 
 
 SHUFFLE_KINDS = ("hash", "range", "roundrobin", "single")
+# Outputs that leave the query (rows to the client, a session table, files): nothing is shuffled.
+FINAL_KINDS = ("result", "table", "files")
 LIVENESS_POLL_SECONDS = 1.0
 
 
@@ -131,6 +133,7 @@ class _StageRun:
     finalized: set[int] = field(default_factory=set)
     pushed: set[int] = field(default_factory=set)
     bounds: pa.Array | None = None
+    finalize_body: dict[str, Any] = field(default_factory=dict)  # what every finalize request shares
     ranges: dict[str, list[int] | None] = field(default_factory=dict)
     prediction: list[Reducer] | None = None
     maps_done_at: float | None = None
@@ -143,10 +146,14 @@ class _Placement:
 
     groups: list[list[int]]
     hosts: list[int]
+    addresses: InitVar[list[str]]
     _by_partition: dict[int, int] = field(init=False, repr=False)
+    # partition → its reducer's host address, as finalize and push requests carry it
+    destinations: dict[str, str] = field(init=False, repr=False)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, addresses: list[str]) -> None:
         self._by_partition = {p: self.hosts[g] for g, members in enumerate(self.groups) for p in members}
+        self.destinations = {str(p): addresses[h] for p, h in self._by_partition.items()}
 
     def host_of(self, partition: int) -> int:
         return self._by_partition[partition]
@@ -154,20 +161,22 @@ class _Placement:
 
 @dataclass
 class ExecutionOptions:
-    slots: int = 2
-    coalesce_bytes: int = 32 << 20
-    split_bytes: int = DEFAULT_SPLIT_BYTES
-    samples_per_partition: int = DEFAULT_SAMPLES_PER_PARTITION
-    shuffle: str = "prefetch"
-    prefetch_fraction: float = 0.5
+    """The scheduler's share of a session's settings (see ``qengine.options.SessionSettings``)."""
+
+    slots: int
+    coalesce_bytes: int
+    split_bytes: int
+    samples_per_partition: int
+    shuffle: str
+    prefetch_fraction: float
 
 
 class Coordinator:
     """Schedules the stages and tasks of queries on a cluster."""
 
-    def __init__(self, cluster: Cluster, options: ExecutionOptions | None = None) -> None:
+    def __init__(self, cluster: Cluster, options: ExecutionOptions) -> None:
         self.cluster = cluster
-        self.options = options or ExecutionOptions()
+        self.options = options
 
     def run(
         self,
@@ -190,8 +199,7 @@ class Coordinator:
 
         with ThreadPoolExecutor(max_workers=min(8, max(1, len(placement)))) as pool:
             tables = list(pool.map(one, range(len(placement))))
-        nonempty = [t for t in tables if t.num_rows] or tables[:1]
-        return nonempty[0] if len(nonempty) == 1 else pa.concat_tables(nonempty, promote_options="permissive")
+        return concat(tables, tables[0].schema)
 
     def release(self, prefix: str) -> int:
         """Free everything under ``prefix`` on every worker; returns the bytes they had spilled."""
@@ -220,15 +228,15 @@ class _QueryRun:
         self.progress = progress
         self.query_id = f"q{next(_query_ids)}-{time.monotonic_ns() % 10**9}"
         self.addresses = list(self.cluster.addresses)
+        if not self.addresses:
+            raise OperationalError("no live workers: none has joined the coordinator, or all were marked dead")
         self.workers = len(self.addresses)
         self.slots = [threading.Semaphore(coordinator.options.slots) for _ in self.addresses]
         self.failed = threading.Event()
         self.runs: list[_StageRun] = []
         self.consumer_of: dict[int, int] = {}
         self.placements: dict[int, _Placement] = {}
-        for stage in plan.stages:
-            splits = stage.scan.source.splits(self.workers, self.options.split_bytes) if stage.scan is not None else None
-            tasks = plan.task_count(stage, len(splits) if splits is not None else None, lambda sid: self.runs[sid].tasks)
+        for stage, (splits, tasks) in zip(plan.stages, plan.scan_tasks(self.workers, self.options.split_bytes), strict=True):
             kind = stage.output.kind if stage.output is not None else (output or {}).get("kind", "result")
             run = _StageRun(stage, tasks, splits, StageStats(stage.id, kind, tasks))
             if stage.output is not None and stage.output.kind in SHUFFLE_KINDS:
@@ -274,10 +282,15 @@ class _QueryRun:
         return coalesce(sizes, self.options.coalesce_bytes)
 
     def _apply_groups(self, run: _StageRun, groups: list[list[int]]) -> None:
-        if len(groups) < run.tasks:
-            self.total_tasks -= run.tasks - len(groups)
         run.groups = groups
-        run.tasks = run.stats.tasks = len(groups)
+        self._set_tasks(run, len(groups))
+
+    def _set_tasks(self, run: _StageRun, tasks: int) -> None:
+        """Change a stage's task count (coalesced reducers, a pruned scan) everywhere it is kept."""
+        self.total_tasks += tasks - run.tasks
+        run.tasks = run.stats.tasks = tasks
+        if run.shuffle is not None:
+            run.shuffle.map_tasks = tasks
 
     def _output_spec(self, run: _StageRun, index: int) -> dict:
         ex = run.stage.output
@@ -309,7 +322,7 @@ class _QueryRun:
         ahead = self.placements.get(self.consumer_of.get(source.stage.id, -1))
         out: dict[int, dict[int, int]] = {}
         for task, task_sizes in source.task_bytes.items():
-            pushed = self.mode == "prefetch" and ahead is not None and task in source.pushed
+            pushed = ahead is not None and task in source.pushed  # placed ahead only in prefetch
             for p in partitions:
                 b = task_sizes[p] if p < len(task_sizes) else 0
                 if b:
@@ -356,7 +369,7 @@ class _QueryRun:
                     "sources": [self.addresses[w] for w in hosts],
                     "schema": source.schema,
                     "consume": self.mode == "prefetch" and read.kind in SHUFFLE_KINDS,
-                    "sizes": sizes if read.kind in SHUFFLE_KINDS else None,
+                    "sizes": sizes,
                 }
             )
         return {
@@ -401,7 +414,7 @@ class _QueryRun:
                     if kind == "task":
                         self._record(run, extra, fut.result())
                     else:
-                        self._aux_done(run, kind, extra, fut.result())
+                        self._aux_done(run, kind, fut.result())
                     self._maybe_finish(run)
         except _CancelledError:
             raise OperationalError("query cancelled") from None
@@ -423,7 +436,7 @@ class _QueryRun:
         wait(futures)
         self.coord.release(f"{self.query_id}/")
 
-    def _aux(self, run: _StageRun, kind: str, worker: int, body: dict, extra: Any = None) -> None:
+    def _aux(self, run: _StageRun, kind: str, worker: int, body: dict) -> None:
         """Side work of a shuffle (finalize, push, expect), tracked like tasks.
 
         A stage with side work outstanding is not done, even if all its tasks are: its readers
@@ -433,7 +446,7 @@ class _QueryRun:
         run.aux_pending += 1
         run.done = False
         fut = self.pool.submit(self._call, worker, kind, body, False)
-        self.futures[fut] = (kind, run, extra)
+        self.futures[fut] = (kind, run, None)
 
     def _submit(self, run: _StageRun) -> None:
         run.submitted = True
@@ -492,8 +505,7 @@ class _QueryRun:
         if not ranges:
             return
         run.splits = run.stage.scan.source.splits(self.workers, self.options.split_bytes, ranges)
-        self.total_tasks += len(run.splits) - run.tasks
-        run.tasks = run.stats.tasks = len(run.splits)
+        self._set_tasks(run, len(run.splits))
 
     def _record(self, run: _StageRun, index: int, result: dict) -> None:
         run.pending -= 1
@@ -541,13 +553,11 @@ class _QueryRun:
         for p, b in enumerate(sizes):
             stats.partition_bytes[p] += b
 
-    def _actual(self, run: _StageRun) -> list[int]:
+    @staticmethod
+    def _actual(run: _StageRun) -> list[int]:
+        """Bytes per partition of a shuffle so far (kept up to date by ``_add_sizes``)."""
         parts = run.stage.output.partitions if run.stage.output is not None else 1
-        sizes = [0] * parts
-        for task_sizes in run.task_bytes.values():
-            for p, b in enumerate(task_sizes[:parts]):
-                sizes[p] += b
-        return sizes
+        return (run.stats.partition_bytes + [0] * parts)[:parts]
 
     # ---- the shuffle: prediction, placement, pre-fetch -----------------------------------
 
@@ -576,7 +586,7 @@ class _QueryRun:
             if ex.kind == "range":
                 self._finalize(run, [t for t in run.finished if t not in run.finalized])
             else:
-                self._push(run, [t for t in run.finished if t not in run.pushed])
+                self._push(run, run.finished)
         elif run.prediction is not None:
             if ex.kind == "range":
                 self._finalize(run, [index])
@@ -590,6 +600,15 @@ class _QueryRun:
         if 0 < len(bounds) < ex.partitions - 1:  # too few distinct samples: pad, reducers stay valid
             bounds = pa.concat_arrays([bounds] + [bounds[-1:]] * (ex.partitions - 1 - len(bounds)))
         run.bounds = bounds
+        first = ex.order[0]
+        run.finalize_body = {
+            "key": self._key(run.stage.id),
+            "bounds": table_to_hex(pa.table({"b": bounds})),
+            "sort_key": first.this.name,
+            "desc": bool(first.args.get("desc")),
+            "nulls_first": bool(first.args.get("nulls_first")),
+            "mode": self.mode,
+        }
 
     def _range_prediction(self, run: _StageRun, ex: lp.Exchange) -> list[Reducer]:
         first = ex.order[0]
@@ -599,15 +618,12 @@ class _QueryRun:
         return prediction + [Reducer(p, 0.0) for p in range(len(prediction), ex.partitions)]
 
     def _destinations(self, run: _StageRun) -> dict[str, str] | None:
+        """Where this shuffle's partitions go, once its reducers are placed (prefetch only)."""
         ahead = self.placements.get(self.consumer_of.get(run.stage.id, -1))
-        if ahead is None or self.mode != "prefetch":
-            return None
-        return {str(p): self.addresses[ahead.hosts[g]] for g, members in enumerate(ahead.groups) for p in members}
+        return ahead.destinations if ahead is not None else None
 
     def _finalize(self, run: _StageRun, tasks: list[int]) -> None:
         """Partition staged range output with the bounds (and push it, once placed)."""
-        ex = run.stage.output
-        first = ex.order[0]
         destinations = self._destinations(run)
         by_worker: dict[int, list[int]] = {}
         for t in tasks:
@@ -616,19 +632,11 @@ class _QueryRun:
             if destinations is not None:
                 run.pushed.add(t)
         for worker, mine in by_worker.items():
-            body = {
-                "key": self._key(run.stage.id),
-                "bounds": table_to_hex(pa.table({"b": run.bounds})),
-                "sort_key": first.this.name,
-                "desc": bool(first.args.get("desc")),
-                "nulls_first": bool(first.args.get("nulls_first")),
-                "tasks": mine,
-                "mode": self.mode,
-                "destinations": destinations,
-            }
-            self._aux(run, "finalize_range", worker, body)
+            self._aux(run, "finalize_range", worker, dict(run.finalize_body, tasks=mine, destinations=destinations))
 
     def _push(self, run: _StageRun, tasks: list[int]) -> None:
+        """Push these map tasks' blocks to their reducers' hosts, each once, when both the
+        placement and the task's block sizes are known."""
         destinations = self._destinations(run)
         if destinations is None:
             return
@@ -637,7 +645,7 @@ class _QueryRun:
                 continue
             run.pushed.add(t)
             body = {"key": self._key(run.stage.id), "task": t, "destinations": destinations}
-            self._aux(run, "push", run.placement[t], body, t)
+            self._aux(run, "push", run.placement[t], body)
 
     def _try_place(self, consumer_id: int | None) -> None:
         """Place a consumer's reducers once every shuffle it reads has a prediction (MinHeap for
@@ -662,30 +670,27 @@ class _QueryRun:
                 for g in range(len(groups))
             }
         assert placed is not None
-        self.placements[consumer_id] = _Placement(groups, [placed.hosts[g] for g in range(len(groups))])
+        self.placements[consumer_id] = _Placement(groups, [placed.hosts[g] for g in range(len(groups))], self.addresses)
         for source in inputs:
             source.shuffle.placement = "minheap"
+        mine = {host: [p for g, members in enumerate(groups) if placed.hosts[g] == host for p in members] for host in hosts}
         for source in inputs:
             key = self._key(source.stage.id)
             seq = next(self._seq)
             for host in hosts:
-                mine = [p for g, members in enumerate(groups) if placed.hosts[g] == host for p in members]
-                body = {"key": key, "seq": seq, "expected": source.tasks, "partitions": mine, "slots": self.options.slots}
+                body = {"key": key, "seq": seq, "expected": source.tasks, "partitions": mine[host], "slots": self.options.slots}
                 self._aux(source, "expect", host, body)
-        for source in inputs:  # tasks that finished before the placement existed
-            if source.stage.output.kind == "range":
-                self._push(source, sorted(source.finalized))
-            else:
-                self._push(source, [t for t in source.finished if t not in source.pushed])
+        for source in inputs:  # tasks that finished (and, for range, were finalized) before placement
+            self._push(source, source.finished)
 
-    def _aux_done(self, run: _StageRun, kind: str, extra: Any, result: dict) -> None:
+    def _aux_done(self, run: _StageRun, kind: str, result: dict) -> None:
         run.aux_pending -= 1
         if kind == "finalize_range":
             for task, sizes in result["tasks"].items():
                 run.task_bytes[int(task)] = sizes
                 self._add_sizes(run.stats, sizes)
             # Finalized before the reducers were placed: push now that both are known.
-            self._push(run, [int(t) for t in result["tasks"] if int(t) not in run.pushed])
+            self._push(run, [int(t) for t in result["tasks"]])
 
     def _maybe_finish(self, run: _StageRun) -> None:
         if run.done or run.pending or run.aux_pending or not run.submitted:

@@ -161,10 +161,11 @@ class Cursor:
 class Connection:
     """A connection to a qengine cluster; closing it stops a local cluster it started."""
 
-    def __init__(self, cluster: Any, session: Session, owns_cluster: bool) -> None:
+    def __init__(self, session: Session, cluster: Any = None) -> None:
+        """``cluster`` is the local cluster this connection started (stopped on close); with
+        none, the session lives in a remote coordinator and closing ends it there."""
         self._cluster = cluster
         self._session = session
-        self._owns_cluster = owns_cluster
         self._closed = False
 
     def _check(self) -> None:
@@ -239,7 +240,7 @@ class Connection:
         if self._closed:
             return
         self._closed = True
-        if self._owns_cluster:
+        if self._cluster is not None:
             self._cluster.close()
         else:
             self._session.close()

@@ -11,8 +11,6 @@ import argparse
 import os
 import time
 
-import duckdb
-
 import qengine
 from qengine.compare import compare
 
@@ -53,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from qengine.cli import cache_dir, print_table, register_directory
     from tpcds.extension import queries as tpcds_queries
     from tpcds.gen import generate
+    from tpcds.run import parse_selection, reference
 
     console = Console()
     data = args.data or os.path.join(cache_dir(), f"tpcds-sf{args.sf:g}")
@@ -61,13 +60,11 @@ def run(args: argparse.Namespace) -> int:
         with console.status("dsdgen") as status:
             generate(args.sf, data, progress=lambda table, i, n: status.update(f"writing {table} ({i}/{n})"))
     console.print(f"Data: {data}")
-    ref = duckdb.connect()
-    for table in sorted(os.listdir(data)):
-        path = os.path.join(data, table).replace("'", "''")
-        ref.execute(f"CREATE VIEW \"{table}\" AS SELECT * FROM read_parquet('{path}/*.parquet')")
+    ref = reference(data)
     work = dict(SHOWCASE)
     texts = tpcds_queries()
-    for n in [int(x) for x in args.queries.split(",") if x.strip()]:
+    # An empty --queries runs the showcase only (parse_selection would read it as all 99).
+    for n in parse_selection(args.queries) if args.queries.strip() else []:
         work[f"TPC-DS query {n}"] = texts[n]
     summary = Table(title="qengine vs DuckDB on the same Parquet")
     for column in ("query", "rows", "stages", "tasks", "shuffled", "qengine s", "duckdb s", "answer"):

@@ -12,6 +12,7 @@ The registry offers the same face as :class:`qengine.cluster.LocalCluster` (``ad
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import threading
 import time
@@ -30,7 +31,6 @@ class Member:
     id: int
     address: str
     memory_budget: int | None
-    joined: float = field(default_factory=time.monotonic)
     last_seen: float = field(default_factory=time.monotonic)
     alive: bool = True
 
@@ -39,10 +39,10 @@ class WorkerRegistry:
     def __init__(self, token: str, heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT, tls_root: bytes | None = None) -> None:
         if heartbeat_timeout <= 0:
             raise OperationalError("the heartbeat timeout must be positive")
-        self.token = token
         self.heartbeat_timeout = heartbeat_timeout
         self.pool = ClientPool(token, tls_root)
         self._members: dict[int, Member] = {}
+        self._ids = itertools.count()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._monitor = threading.Thread(target=self._watch, name="heartbeat-monitor", daemon=True)
@@ -54,11 +54,13 @@ class WorkerRegistry:
         """Admit a worker after checking that it answers with the cluster token; returns its id."""
         self.pool.get(address).action("ping", timeout=5)  # the worker must be reachable from here
         with self._lock:
-            for member in self._members.values():
+            for member in list(self._members.values()):
                 if member.address == address and member.alive:
                     member.last_seen = time.monotonic()
                     return member.id
-            worker_id = len(self._members)
+                if member.address == address:  # back after being declared dead: forget that entry
+                    del self._members[member.id]
+            worker_id = next(self._ids)
             self._members[worker_id] = Member(worker_id, address, memory_budget)
         log.info("worker %d joined from %s", worker_id, address)
         return worker_id
@@ -93,15 +95,13 @@ class WorkerRegistry:
         with self._lock:
             return list(self._members.values())
 
-    def check_alive(self, addresses: list[str] | None = None) -> None:
-        """Raise if a worker among ``addresses`` (default: all that ever joined) is dead."""
+    def check_alive(self, addresses: list[str]) -> None:
+        """Raise if a worker among ``addresses`` (a query's workers) is dead."""
         with self._lock:
-            dead = [m for m in self._members.values() if not m.alive and (addresses is None or m.address in addresses)]
+            dead = [m for m in self._members.values() if not m.alive and m.address in addresses]
         if dead:
             names = ", ".join(f"worker {m.id} at {m.address}" for m in dead)
             raise OperationalError(f"{names} stopped sending heartbeats and was marked dead")
-        if addresses is not None and not addresses:
-            raise OperationalError("no live workers have joined this coordinator")
 
     def check_readable(self, paths: list[str]) -> None:
         """Every live worker must be able to read every path (a shared file system)."""

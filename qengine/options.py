@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from qengine.catalog import DEFAULT_SPLIT_BYTES
 from qengine.errors import ProgrammingError
+from qengine.exchange.sampling import DEFAULT_SAMPLES_PER_PARTITION
 
 
 def parse_size(value: int | str | None, what: str) -> int | None:
@@ -33,10 +35,10 @@ class SessionSettings:
     broadcast_threshold: int | str = 10 << 20
     partitions: int | None = None
     slots: int = 2
-    split_size: int | str = 64 << 20
+    split_size: int | str = DEFAULT_SPLIT_BYTES
     shuffle: str = "prefetch"
     prefetch_fraction: float = 0.5
-    samples_per_partition: int = 3
+    samples_per_partition: int = DEFAULT_SAMPLES_PER_PARTITION
     coalesce_size: int | str = 32 << 20
 
     def validated(self) -> SessionSettings:

@@ -17,7 +17,7 @@ SCHEMA = pa.schema([("key", pa.binary(KEY)), ("payload", pa.binary(RECORD - KEY)
 
 def _fixed(column: np.ndarray, width: int) -> pa.Array:
     data = np.ascontiguousarray(column)
-    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(data), [None, pa.py_buffer(data.tobytes())])
+    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(data), [None, pa.py_buffer(data)])
 
 
 def to_table(records: np.ndarray) -> pa.Table:

@@ -39,6 +39,36 @@ class TokenAuthMiddlewareFactory(flight.ServerMiddlewareFactory):
         return None
 
 
+class ActionServer(flight.FlightServerBase):
+    """A Flight server of JSON actions, shared by workers and the standalone coordinator: every
+    call must carry the token, TLS when given a certificate, and failures travel back as qengine
+    errors (see :func:`server_error`). Subclasses answer actions in ``_handle``."""
+
+    # Errors that are the caller's mistake: sent back, but not logged with a traceback.
+    quiet_errors: tuple[type[BaseException], ...] = ()
+
+    def __init__(self, host: str, port: int, token: str, tls: tuple[bytes, bytes] | None = None) -> None:
+        super().__init__(
+            f"{'grpc+tls' if tls else 'grpc+tcp'}://{host}:{port}",
+            middleware={"auth": TokenAuthMiddlewareFactory(token)},
+            tls_certificates=[flight.CertKeyPair(*tls)] if tls else None,
+        )
+        self.address = f"{host}:{self.port}"
+
+    def _handle(self, name: str, body: dict) -> Any:
+        raise NotImplementedError
+
+    def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> list[flight.Result]:
+        try:
+            body = json.loads(action.body.to_pybytes() or b"{}")
+            result = self._handle(action.type, body)
+        except Exception as e:  # every failure goes back to the caller; the server lives on
+            if not isinstance(e, self.quiet_errors):
+                logging.getLogger(type(self).__module__).exception("action %s failed", action.type)
+            raise server_error(e) from e
+        return [flight.Result(json.dumps(result).encode())]
+
+
 def server_error(exc: BaseException) -> flight.FlightServerError:
     """Wrap an exception raised while serving, keeping its class name and message."""
     payload = json.dumps({"type": type(exc).__name__, "message": str(exc)})

@@ -22,14 +22,16 @@ from qengine.catalog import Catalog
 from qengine.errors import OperationalError, ProgrammingError
 from qengine.membership import WorkerRegistry
 from qengine.options import SessionSettings
-from qengine.rpc import TokenAuthMiddlewareFactory, server_error
+from qengine.rpc import ActionServer, server_error
 from qengine.session import Session
 from qengine.wire import schema_to_hex, table_from_hex
 
 log = logging.getLogger("qengine.coordinator")
 
 
-class CoordinatorServer(flight.FlightServerBase):
+class CoordinatorServer(ActionServer):
+    quiet_errors = (ProgrammingError,)
+
     def __init__(
         self,
         host: str,
@@ -39,13 +41,7 @@ class CoordinatorServer(flight.FlightServerBase):
         tls: tuple[bytes, bytes] | None = None,
         tls_root: bytes | None = None,
     ) -> None:
-        scheme = "grpc+tls" if tls else "grpc+tcp"
-        super().__init__(
-            f"{scheme}://{host}:{port}",
-            middleware={"auth": TokenAuthMiddlewareFactory(token)},
-            tls_certificates=[flight.CertKeyPair(*tls)] if tls else None,
-        )
-        self.address = f"{host}:{self.port}"
+        super().__init__(host, port, token, tls)
         self.registry = WorkerRegistry(token, heartbeat_timeout, tls_root)
         self._sessions: dict[str, Session] = {}
         self._results: dict[str, pa.Table] = {}
@@ -112,8 +108,8 @@ class CoordinatorServer(flight.FlightServerBase):
         raise ProgrammingError(f"unknown action {name!r}")
 
     def _execute(self, session: Session, body: dict) -> dict:
-        params = table_from_hex(body["params"]).to_pylist()[0].values() if body.get("params") else None
-        result = session.execute(body["sql"], list(params) if params is not None else None)
+        params = list(table_from_hex(body["params"]).to_pylist()[0].values()) if body.get("params") else None
+        result = session.execute(body["sql"], params)
         reply: dict[str, Any] = {
             "rowcount": result.rowcount,
             "stats": result.stats.to_json() if result.stats is not None else None,
@@ -125,16 +121,6 @@ class CoordinatorServer(flight.FlightServerBase):
                 self._results[rid] = result.table
             reply["result"] = rid
         return reply
-
-    def do_action(self, context: flight.ServerCallContext, action: flight.Action):
-        try:
-            body = json.loads(action.body.to_pybytes() or b"{}")
-            result = self._handle(action.type, body)
-        except Exception as e:  # the caller gets the error; the service lives on
-            if not isinstance(e, ProgrammingError):
-                log.exception("action %s failed", action.type)
-            raise server_error(e) from e
-        return [flight.Result(json.dumps(result).encode())]
 
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.RecordBatchStream:
         rid = json.loads(ticket.ticket).get("result")

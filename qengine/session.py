@@ -18,13 +18,14 @@ import duckdb
 import pyarrow as pa
 import sqlglot.expressions as exp
 
-from qengine.catalog import Catalog, CsvSource, MemorySource, ParquetSource, Partition, RecordSource, View
+from qengine.catalog import Catalog, CsvSource, MemorySource, ParquetSource, Partition, RecordSource, Source, View
 from qengine.coordinator import Coordinator, ExecutionOptions, QueryStats
 from qengine.errors import NotSupportedError, ProgrammingError
 from qengine.planner import PlanOptions, plan_query
 from qengine.planner.explain import explain_lines
 from qengine.planner.frontend import bind, expand_sources, name_outputs, normalize_null_ordering, parse
 from qengine.planner.stages import StagePlan
+from qengine.sandbox import safe_connection
 from qengine.wire import schema_from_hex, schema_to_hex
 
 _EXPLAIN = re.compile(r"^\s*EXPLAIN(\s+ANALYZE)?\s+(.*)$", re.IGNORECASE | re.DOTALL)
@@ -163,8 +164,7 @@ class Session:
         first = schema_from_hex(placement[0][1]["schema"])
         schema = pa.schema([f.with_name(n) for f, n in zip(first, plan.names, strict=True)])
         source = MemorySource(name, schema, uid)
-        for index, (address, stats_) in enumerate(placement):
-            source.partitions.append(Partition(address, f"{key}/{index}", stats_["rows"], stats_["bytes"]))
+        _add_partitions(source, key, placement)
         return source, stats
 
     def _insert(self, st: exp.Insert, progress: Callable[[int, int], None] | None) -> Result:
@@ -191,12 +191,9 @@ class Session:
         }
         placement, _, query_id = self.coordinator.run(plan, output=output, progress=progress)
         self.coordinator.release(f"{query_id}/")
-        rows = 0
         with self._lock:
-            for index, (address, stats) in enumerate(placement):
-                source.partitions.append(Partition(address, f"{key}/{index}", stats["rows"], stats["bytes"]))
-                rows += stats["rows"]
-        return Result(None, rows)
+            _add_partitions(source, key, placement)
+        return Result(None, sum(stats["rows"] for _, stats in placement))
 
     def _copy(self, st: exp.Copy, progress: Callable[[int, int], None] | None) -> Result:
         """COPY (query) TO 'dir' (FORMAT parquet|csv): every result task writes its own file,
@@ -248,18 +245,20 @@ class Session:
         self.cluster.check_readable(paths)
         return paths
 
+    def _add(self, source: Source, path: str) -> None:
+        """Register a file-backed table; SQL may then also read under its directory."""
+        self.catalog.add_table(source)
+        self.catalog.add_root(path)
+
     def register_parquet(self, name: str, path: str) -> None:
-        self.catalog.add_table(ParquetSource(name, self._resolve(path, (".parquet", ".parq"))))
-        self.catalog.add_root(_root_of(path))
+        self._add(ParquetSource(name, self._resolve(path, (".parquet", ".parq"))), path)
 
     def register_records(self, name: str, path: str) -> None:
         """Flat files of 100-byte sort-benchmark records (gensort's binary layout)."""
-        self.catalog.add_table(RecordSource(name, self._resolve(path, (".dat", ".bin", ".gensort"))))
-        self.catalog.add_root(_root_of(path))
+        self._add(RecordSource(name, self._resolve(path, (".dat", ".bin", ".gensort"))), path)
 
     def register_csv(self, name: str, path: str, delimiter: str = ",", header: bool = True) -> None:
-        self.catalog.add_table(CsvSource(name, self._resolve(path, (".csv", ".tsv", ".txt")), delimiter, header))
-        self.catalog.add_root(_root_of(path))
+        self._add(CsvSource(name, self._resolve(path, (".csv", ".tsv", ".txt")), delimiter, header), path)
 
     def allow_root(self, directory: str) -> None:
         """Let SQL's read_parquet()/read_csv() read under ``directory``."""
@@ -296,11 +295,10 @@ class Session:
         self.catalog.add_table(source)
 
 
-def _root_of(spec: str) -> str:
-    """The directory a file, directory or glob lives in (the part before any wildcard)."""
-    spec = os.path.expanduser(spec)
-    head = spec.split("*")[0].split("?")[0].split("[")[0]
-    return head if os.path.isdir(head) else os.path.dirname(head) or "."
+def _add_partitions(source: MemorySource, key: str, placement: list[tuple[str, dict]]) -> None:
+    """Record where a table-writing query left each of its result partitions."""
+    for index, (address, stats) in enumerate(placement):
+        source.partitions.append(Partition(address, f"{key}/{index}", stats["rows"], stats["bytes"]))
 
 
 def _schema_of(schema: exp.Schema) -> pa.Schema:
@@ -312,7 +310,7 @@ def _schema_of(schema: exp.Schema) -> pa.Schema:
     if len(casts.split(" AS ")) // 2 != len(defs):
         raise ProgrammingError("every column in CREATE TABLE needs a type")
     try:
-        con = duckdb.connect()
+        con = safe_connection()
         try:
             return con.execute(f"SELECT {casts} LIMIT 0").to_arrow_table().schema
         finally:

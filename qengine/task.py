@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from qengine.errors import DataError, OperationalError
 from qengine.exchange import partitioner
 from qengine.exchange.sampling import sample_keys
-from qengine.exchange.store import BlockStore
+from qengine.exchange.store import BlockStore, concat
 from qengine.rpc import ClientPool
 from qengine.sandbox import safe_connection
 from qengine.scan import read_split
@@ -48,7 +48,6 @@ class ConnectionPool:
             con = self._idle.pop() if self._idle else None
         if con is None:
             con = safe_connection(self.threads)
-        names: list[str] = []
         try:
             yield con
         except BaseException:
@@ -100,10 +99,7 @@ class TaskRunner:
                 return self.pool.get(source).get({"key": key, "partition": partition, "consume": consume})
 
         tables = list(self._fetches.map(one, sources)) if len(sources) > 1 else [one(s) for s in sources]
-        tables = [t for t in tables if t.num_rows] or [schema.empty_table()]
-        if len(tables) == 1:
-            return tables[0]
-        return pa.concat_tables(tables, promote_options="permissive")
+        return concat(tables, schema)
 
     def _memory_split(self, split: dict) -> pa.Table:
         return self.fetch(split["key"], 0, [split["address"]], schema_from_hex(split["schema"]))
@@ -117,7 +113,7 @@ class TaskRunner:
         parts = [
             self.fetch(spec["key"], p, spec["sources"], schema, consume, sizes.get(str(p))) for p in spec["partitions"]
         ]
-        return parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="permissive")
+        return concat(parts, schema)
 
     # ---- running -----------------------------------------------------------------------
 
@@ -148,7 +144,7 @@ class TaskRunner:
             self.store.write_parts(key, parts, source)
         else:
             self.store.put_parts(key, parts, source)  # both record the schema, even with no rows
-        return {"partition_bytes": [p.nbytes for p in parts], "partition_rows": [p.num_rows for p in parts]}
+        return {"partition_bytes": [p.nbytes for p in parts]}
 
     def _write(self, con: duckdb.DuckDBPyConnection, spec: dict, result: pa.Table) -> dict[str, Any]:
         out = spec["output"]
@@ -168,14 +164,14 @@ class TaskRunner:
             if out.get("schema"):
                 result = _conform(result, schema_from_hex(out["schema"]), out["insert_columns"])
             self.store.put(key, 0, result)
-            return {"partition_bytes": [result.nbytes], "partition_rows": [result.num_rows]}
+            return {"partition_bytes": [result.nbytes]}
         elif kind == "single":
             return self._store_parts(key, [result], task, mode)
         elif kind == "files":
             return _write_file(result.rename_columns(out["names"]), out["dir"], task, out["format"])
         elif kind in ("broadcast", "result", "materialize"):
             self.store.put(key, task if kind != "broadcast" else 0, result, task)
-            reply: dict[str, Any] = {"partition_bytes": [result.nbytes], "partition_rows": [result.num_rows]}
+            reply: dict[str, Any] = {"partition_bytes": [result.nbytes]}
             if kind == "broadcast":
                 reply["ranges"] = _integer_ranges(result)
             return reply
@@ -193,15 +189,19 @@ class TaskRunner:
         bounds = table_from_hex(spec["bounds"]).column(0).combine_chunks()
         partitions = len(bounds) + 1
         tasks = set(spec["tasks"]) if spec.get("tasks") is not None else None
+        destinations = {int(p): a for p, a in (spec.get("destinations") or {}).items()}
         per_task: dict[int, list[int]] = {}
         with self.connections.connection() as con:
             for source, table in self.store.take_staged(key, tasks):
                 ids = partitioner.range_ids(con, table, spec["sort_key"], bounds, spec["desc"], spec["nulls_first"])
                 parts = partitioner.split(table, ids, partitions)
-                per_task[source] = self._store_parts(key, parts, source, spec.get("mode", "prefetch"))["partition_bytes"]
-        if spec.get("destinations"):
-            for source in per_task:
-                self.push({"key": key, "task": source, "destinations": spec["destinations"]})
+                if destinations:  # reducers already placed: send the remote parts straight away
+                    remote = {p: t for p, t in enumerate(parts) if t.num_rows and destinations.get(p, self.address) != self.address}
+                    self.store.put_parts(key, [t.slice(0, 0) if p in remote else t for p, t in enumerate(parts)], source)
+                    self._send(key, source, remote, destinations)
+                    per_task[source] = [t.nbytes for t in parts]
+                else:
+                    per_task[source] = self._store_parts(key, parts, source, spec.get("mode", "prefetch"))["partition_bytes"]
         return {"tasks": {str(t): sizes for t, sizes in per_task.items()}}
 
     def push(self, spec: dict) -> dict[str, Any]:
@@ -213,12 +213,14 @@ class TaskRunner:
         """
         key, task = spec["key"], int(spec["task"])
         destinations = {int(p): a for p, a in spec["destinations"].items()}
-        blocks = self.store.take_blocks(key, task)
+        remote = [p for p, address in destinations.items() if address != self.address]
+        return {"sent": self._send(key, task, self.store.take_blocks(key, task, remote), destinations)}
+
+    def _send(self, key: str, task: int, blocks: dict[int, pa.Table], destinations: dict[int, str]) -> int:
+        """Push blocks to their reducers' hosts, one do_put stream per host; returns the bytes."""
         by_host: dict[str, list[tuple[int, pa.Table]]] = {}
         for p, table in blocks.items():
-            by_host.setdefault(destinations.get(p, self.address), []).append((p, table))
-        for p, table in by_host.pop(self.address, []):
-            self.store.put(key, p, table, task)
+            by_host.setdefault(destinations[p], []).append((p, table))
 
         def send(item: tuple[str, list[tuple[int, pa.Table]]]) -> int:
             address, parts = item
@@ -228,7 +230,7 @@ class TaskRunner:
             return size
 
         # Every destination at once: on a slow network each host's link is its own bottleneck.
-        return {"sent": sum(self._fetches.map(send, by_host.items()))}
+        return sum(self._fetches.map(send, by_host.items()))
 
 
 class FetchLimiter:
@@ -271,7 +273,7 @@ def _write_file(table: pa.Table, directory: str, task: int, fmt: str) -> dict[st
             pq.write_table(table, path)
     except OSError as e:
         raise OperationalError(f"cannot write {path}: {e}") from e
-    return {"partition_bytes": [table.nbytes], "partition_rows": [table.num_rows], "path": path}
+    return {"partition_bytes": [table.nbytes]}
 
 
 def _integer_ranges(table: pa.Table) -> dict[str, list[int] | None]:

@@ -23,13 +23,13 @@ import pyarrow.flight as flight
 
 from qengine.errors import Error
 from qengine.exchange.store import BlockStore
-from qengine.rpc import Client, ClientPool, TokenAuthMiddlewareFactory, server_error
+from qengine.rpc import ActionServer, Client, ClientPool, server_error
 from qengine.task import TaskRunner
 
 log = logging.getLogger("qengine.worker")
 
 
-class WorkerServer(flight.FlightServerBase):
+class WorkerServer(ActionServer):
     def __init__(
         self,
         host: str,
@@ -40,13 +40,8 @@ class WorkerServer(flight.FlightServerBase):
         tls: tuple[bytes, bytes] | None = None,
         tls_root: bytes | None = None,
     ) -> None:
-        super().__init__(
-            f"{'grpc+tls' if tls else 'grpc+tcp'}://{host}:{port}",
-            middleware={"auth": TokenAuthMiddlewareFactory(token)},
-            tls_certificates=[flight.CertKeyPair(*tls)] if tls else None,
-        )
+        super().__init__(host, port, token, tls)
         self.worker_id = worker_id
-        self.address = f"{host}:{self.port}"
         self.store = BlockStore(budget=shuffle_memory)
         self.pool = ClientPool(token, tls_root)
         self.runner = TaskRunner(self.store, self.address, self.pool)
@@ -80,15 +75,6 @@ class WorkerServer(flight.FlightServerBase):
             threading.Thread(target=self.shutdown, daemon=True).start()
             return {"ok": True}
         raise ValueError(f"unknown action {name!r}")
-
-    def do_action(self, context: flight.ServerCallContext, action: flight.Action):
-        try:
-            body = json.loads(action.body.to_pybytes() or b"{}")
-            result = self._handle(action.type, body)
-        except Exception as e:  # every failure goes back to the caller, the worker lives on
-            log.exception("action %s failed", action.type)
-            raise server_error(e) from e
-        return [flight.Result(json.dumps(result).encode())]
 
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.RecordBatchStream:
         spec = json.loads(ticket.ticket)
@@ -139,8 +125,9 @@ def serve_joined(
     """
     server = WorkerServer(host, port, token, -1, memory_budget, tls, tls_root)
     coordinator = Client(join, token, tls_root, role="coordinator")
+    hello = {"address": server.address, "memory_budget": memory_budget}
     try:
-        reply = coordinator.action("register", {"address": server.address, "memory_budget": memory_budget}, timeout=10)
+        reply = coordinator.action("register", hello, timeout=10)
     except Exception:
         server.shutdown()
         raise
@@ -157,8 +144,7 @@ def serve_joined(
             try:
                 alive = coordinator.action("heartbeat", {"id": server.worker_id}, timeout=timeout)["alive"]
                 if not alive:  # declared dead (e.g. after a pause): join again under a new id
-                    body = {"address": server.address, "memory_budget": memory_budget}
-                    server.worker_id = coordinator.action("register", body, timeout=timeout)["id"]
+                    server.worker_id = coordinator.action("register", hello, timeout=timeout)["id"]
                     log.warning("re-registered as worker %d", server.worker_id)
                 last_ok = time.monotonic()
             except Error as e:  # keep trying until the timeout has passed

@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import os
+import time
+from collections.abc import Callable
 
 import duckdb
 import numpy as np
@@ -20,6 +22,24 @@ import qengine
 from qengine.compare import compare
 
 SALES_ROWS = 40_000
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def subprocess_env() -> dict[str, str]:
+    """This process's environment with the repository prepended to PYTHONPATH, for ``python -m qengine...``."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+
+
+def wait_until(predicate: Callable[[], object], timeout: float, what: str | Callable[[], str], interval: float = 0.05) -> None:
+    """Poll ``predicate`` until it is true; raise AssertionError naming ``what`` if it is not within ``timeout`` seconds.
+
+    ``what`` may be a callable, to describe the state at the moment of failure.
+    """
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what() if callable(what) else what}")
+        time.sleep(interval)
 
 
 def _write(table: pa.Table, directory: str, files: int, row_group_size: int) -> None:

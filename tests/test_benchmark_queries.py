@@ -13,7 +13,7 @@ import duckdb
 import pytest
 
 import qengine
-from qengine.compare import compare
+from tests.conftest import assert_same
 from tpcds import extension as tpcds_extension
 from tpcds.gen import generate
 
@@ -94,13 +94,9 @@ def tpcds_oracle(tpcds):
 
 @pytest.mark.parametrize("number", range(1, 23))
 def test_tpch_query(tpch, tpch_engine, tpch_oracle, number: int) -> None:
-    sql = tpch[1][number]
-    verdict = compare(tpch_engine.execute(sql).fetch_arrow_table(), tpch_oracle.execute(sql).to_arrow_table(), sql)
-    assert verdict.ok, f"TPC-H q{number}: {verdict.message}"
+    assert_same(tpch_engine, tpch_oracle, tpch[1][number])
 
 
 @pytest.mark.parametrize("number", range(1, 100))
 def test_tpcds_query(tpcds_engine, tpcds_oracle, number: int) -> None:
-    sql = tpcds_extension.queries()[number]
-    verdict = compare(tpcds_engine.execute(sql).fetch_arrow_table(), tpcds_oracle.execute(sql).to_arrow_table(), sql)
-    assert verdict.ok, f"TPC-DS q{number}: {verdict.message}"
+    assert_same(tpcds_engine, tpcds_oracle, tpcds_extension.queries()[number])

@@ -50,6 +50,17 @@ def oracle_rows(oracle: duckdb.DuckDBPyConnection, sql: str, params: list | None
     return oracle.execute(sql, params or []).fetchall()
 
 
+@contextlib.contextmanager
+def ctas(con, oracle: duckdb.DuckDBPyConnection, prefix: str, sql: str):
+    """``CREATE TABLE <unique name> AS <sql>``: no result set, DuckDB's row count for ``sql``; dropped at the end."""
+    name = unique(prefix)
+    with session_objects(con, ("TABLE", name)):
+        cur = con.execute(f"CREATE TABLE {name} AS {sql}")
+        assert cur.description is None
+        assert cur.rowcount == len(oracle_rows(oracle, sql))
+        yield name
+
+
 def same_table(got: pa.Table, expected: pa.Table, sql: str | None = None) -> None:
     result = compare(got, expected, sql)
     assert result.ok, result.message
@@ -147,7 +158,7 @@ def test_description_and_rowcount_before_execute(default_engine) -> None:
     assert cur.description is None
     assert cur.rowcount == -1
     assert cur.arraysize == 1
-    with pytest.raises(qengine.Error):
+    with pytest.raises(qengine.InterfaceError, match="no result set"):
         cur.fetchall()
 
 
@@ -284,7 +295,7 @@ def test_wrong_parameter_count(default_engine, sql: str, params: list) -> None:
 
 
 def test_parameters_must_be_a_sequence(default_engine) -> None:
-    with pytest.raises(qengine.Error):
+    with pytest.raises(qengine.InterfaceError, match="sequence"):
         default_engine.execute("SELECT ? AS a", "1")
     with pytest.raises(qengine.ProgrammingError):
         default_engine.execute("SELECT ? AS a", [object()])
@@ -308,12 +319,9 @@ def test_executemany_insert(default_engine) -> None:
         assert [d[1] for d in cur.description] == ["INTEGER", "VARCHAR"]
 
 
-def test_insert_and_executemany_rowcount_on_a_ctas_table(default_engine) -> None:
-    name = unique("t_many_ctas")
-    with session_objects(default_engine, ("TABLE", name)):
+def test_insert_and_executemany_rowcount_on_a_ctas_table(default_engine, oracle) -> None:
+    with ctas(default_engine, oracle, "t_many_ctas", "SELECT cust_id AS a, name AS b FROM customers WHERE cust_id < 0") as name:
         cur = default_engine.cursor()
-        cur.execute(f"CREATE TABLE {name} AS SELECT cust_id AS a, name AS b FROM customers WHERE cust_id < 0")
-        assert cur.rowcount == 0
         cur.executemany(f"INSERT INTO {name} VALUES (?, ?)", [(1, "x"), (2, None), (3, "z")])
         assert cur.rowcount == 3
         assert cur.description is None
@@ -331,12 +339,8 @@ def test_insert_and_executemany_rowcount_on_a_ctas_table(default_engine) -> None
 
 
 def test_create_table_as_insert_select_and_column_list(default_engine, oracle) -> None:
-    name = unique("t_ctas")
     base = "SELECT cust_id AS a, name AS b, city AS c FROM customers"
-    with session_objects(default_engine, ("TABLE", name)):
-        cur = default_engine.execute(f"CREATE TABLE {name} AS {base} WHERE cust_id < 10")
-        assert cur.description is None
-        assert cur.rowcount == 10
+    with ctas(default_engine, oracle, "t_ctas", f"{base} WHERE cust_id < 10") as name:
         cur = default_engine.execute(f"INSERT INTO {name} SELECT cust_id, name, city FROM customers WHERE cust_id BETWEEN 100 AND 104")
         assert cur.rowcount == 5
         cur = default_engine.execute(f"INSERT INTO {name} (c, a) VALUES ('Rome', 1000), ('Nice', 1001)")
@@ -360,12 +364,8 @@ def test_create_table_as_insert_select_and_column_list(default_engine, oracle) -
 
 
 def test_create_table_as_reports_rowcount(default_engine, oracle) -> None:
-    name = unique("t_rows")
     sql = "SELECT sale_id, qty FROM sales WHERE qty > 95"
-    with session_objects(default_engine, ("TABLE", name)):
-        cur = default_engine.execute(f"CREATE TABLE {name} AS {sql}")
-        assert cur.description is None
-        assert cur.rowcount == len(oracle_rows(oracle, sql))
+    with ctas(default_engine, oracle, "t_rows", sql) as name:
         assert name in default_engine.tables()
         with pytest.raises(qengine.ProgrammingError):
             default_engine.execute(f"CREATE TABLE {name} AS {sql}")
@@ -502,11 +502,12 @@ def test_closed_cursor_raises_interface_error(default_engine) -> None:
             call()
 
 
-def test_connection_context_manager_and_closed_connection(data_paths) -> None:
+def test_connection_context_manager_and_closed_connection(data_paths, oracle) -> None:
     with qengine.connect(workers=1) as con:
         con.register_parquet("customers", data_paths["customers"])
         cur = con.cursor()
-        assert con.execute("SELECT count(cust_id) FROM customers").fetchone() == (500,)
+        sql = "SELECT count(cust_id) FROM customers"
+        assert con.execute(sql).fetchone() == oracle.execute(sql).fetchone()
         cluster = con._cluster
     assert all(not w.alive() for w in cluster.workers)
     with pytest.raises(qengine.InterfaceError):

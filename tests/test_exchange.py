@@ -7,8 +7,7 @@ import os
 
 import pytest
 
-import qengine
-from tests.conftest import assert_same
+from tests.conftest import _engine, assert_same
 
 SHUFFLE_QUERY = "SELECT cust_id, count(DISTINCT item_id) AS items, sum(amount) AS total FROM sales GROUP BY cust_id"
 
@@ -23,10 +22,7 @@ def clusters(data_paths):
             # the sales shuffle is several MB; 64 KB per worker is far below a quarter of it
             "tiny": {"shuffle": "prefetch", "shuffle_memory": "64KB"},
         }.items():
-            con = qengine.connect(workers=2, broadcast_threshold=0, split_size="200KB", coalesce_size=0, **options)
-            made[name] = con
-            for table, path in data_paths.items():
-                con.register_parquet(table, path)
+            made[name] = _engine(data_paths, broadcast_threshold=0, coalesce_size=0, **options)
         yield made
     finally:
         for con in made.values():

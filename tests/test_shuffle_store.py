@@ -154,13 +154,18 @@ def test_write_parts_one_file_per_map_task(make_store):
 
     files = arrow_files(store)
     assert len(files) == 2
-    for name in files:
-        path = os.path.join(store.spill_dir, name)
-        assert os.path.dirname(path) == store.spill_dir
+    # Every block of a map task points into that task's one file in the spill directory.
+    file_of: dict[int, str] = {}
+    for p in range(3):
+        for b in store.blocks("q/s", p):
+            assert b.path is not None and os.path.dirname(b.path) == store.spill_dir
+            assert file_of.setdefault(b.source, b.path) == b.path
+    assert set(file_of) == {0, 1}  # both map tasks' files were seen, and they are the two files on disk
+    assert sorted(os.path.basename(path) for path in file_of.values()) == files
+    for task, path in file_of.items():
         with pa.memory_map(path) as src:
             whole = pa.ipc.open_file(src).read_all()
-        # Each file holds every partition of one map task.
-        task = 0 if whole.num_rows == 50 + 40 + 10 else 1
+        # Each file holds every partition of its map task.
         assert sorted(values(whole)) == sorted(v for p in outputs[task] for v in values(p))
 
     for p in range(3):

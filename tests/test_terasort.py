@@ -14,6 +14,7 @@ from bench.gensort import generate
 from bench.sortjob import sort
 from bench.valsort import validate
 from qengine import records
+from tests.conftest import subprocess_env
 
 N = 200_000
 
@@ -114,7 +115,7 @@ def test_validation_catches_a_corrupted_payload(inputs, sorted_copy) -> None:
 
 
 def test_cli_round_trip(tmp_path) -> None:
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = subprocess_env()
     cli = [sys.executable, "-m", "qengine.cli", "terasort"]
 
     def run(*args: str) -> subprocess.CompletedProcess:

@@ -51,14 +51,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     console = Console()
     selection = parse_selection(args.queries)
     options = connection_options(args)
-    failures: list[str] = []
     with Progress("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task("TPC-DS", total=len(selection))
 
         def progress(done: int, entry) -> None:
             bar.update(task, completed=done, description=f"q{entry.query} {'ok' if entry.ok else 'FAILED'}")
             if not entry.ok:
-                failures.append(f"q{entry.query}: {entry.error}")
                 bar.console.print(f"[red]q{entry.query}[/red] {entry.error}", markup=True, highlight=False)
 
         report = run(args.data, selection, options, progress)
@@ -77,8 +75,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     table.add_row(*[str(totals[k]) for k in ("queries", "correct", "qengine_seconds", "duckdb_seconds", "ratio_qengine_over_duckdb")])
     console.print(table)
     console.print(f"report: {out}\nplot:   {png}")
-    if failures:
-        console.print(f"[red]{len(failures)} of {len(selection)} queries failed[/red]")
+    failed = len(report.queries) - report.correct
+    if failed:
+        console.print(f"[red]{failed} of {len(selection)} queries failed[/red]")
         return 1
     return 0
 

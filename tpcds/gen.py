@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from collections.abc import Callable
 
+from qengine.cli import prepare_output_dir
 from qengine.errors import ProgrammingError
 from tpcds.extension import connection
 
@@ -18,11 +18,7 @@ def generate(sf: float, out: str, force: bool = False, progress: Callable[[str, 
     """Write one Parquet directory per table under ``out``; returns the table names."""
     if sf <= 0:
         raise ProgrammingError(f"scale factor must be positive, not {sf}")
-    if os.path.isdir(out) and os.listdir(out):
-        if not force:
-            raise ProgrammingError(f"{out} exists and is not empty; pass --force to overwrite it")
-        shutil.rmtree(out)
-    os.makedirs(out, exist_ok=True)
+    prepare_output_dir(out, force)
     with tempfile.TemporaryDirectory(prefix="qengine-dsdgen-") as tmp:
         con = connection(os.path.join(tmp, "gen.duckdb"))
         try:

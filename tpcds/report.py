@@ -7,9 +7,11 @@ import os
 
 
 def write_json(report: dict, path: str) -> None:
+    """Indented JSON, creating the directory; values JSON has no type for are written with ``str``,
+    so a benchmark's report never fails at the end of a long run. Shared by every harness."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
-        json.dump(report, f, indent=2)
+        json.dump(report, f, indent=2, default=str)
 
 
 def plot_queries(labels: list[str], series: dict[str, list[float | None]], path: str, title: str) -> None:

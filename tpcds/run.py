@@ -80,9 +80,9 @@ def parse_selection(text: str | None) -> list[int]:
     return list(dict.fromkeys(chosen))
 
 
-def reference(data: str, threads: int | None = None) -> duckdb.DuckDBPyConnection:
+def reference(data: str) -> duckdb.DuckDBPyConnection:
     """DuckDB over the same Parquet files: the oracle and the time to beat."""
-    con = duckdb.connect(config={"threads": threads} if threads else {})
+    con = duckdb.connect()
     for table in sorted(os.listdir(data)):
         path = os.path.join(data, table).replace("'", "''")
         if os.path.isdir(path):

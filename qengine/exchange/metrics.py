@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from qengine.exchange.placement import imbalance
+
 
 @dataclass
 class ShuffleStats:
@@ -34,10 +36,7 @@ class ShuffleStats:
             return None, None
         return max(errors), sum(errors) / len(errors)
 
-    @staticmethod
-    def imbalance(loads: list[float]) -> float | None:
-        mean = sum(loads) / len(loads) if loads else 0.0
-        return max(loads) / mean if mean else None
+    imbalance = staticmethod(imbalance)
 
     def as_dict(self) -> dict[str, Any]:
         worst, mean = self.prediction_errors()

@@ -35,10 +35,14 @@ class Placement:
     loads: dict[int, float] = field(default_factory=dict)
 
     def imbalance(self) -> float:
-        """max / mean host load (1.0 is perfect balance)."""
-        loads = list(self.loads.values())
-        mean = sum(loads) / len(loads) if loads else 0.0
-        return max(loads) / mean if mean else 1.0
+        """max / mean host load (1.0 is perfect balance, and no load at all)."""
+        return imbalance(list(self.loads.values())) or 1.0
+
+
+def imbalance(loads: list[float]) -> float | None:
+    """max / mean of host loads; None when there is no load."""
+    mean = sum(loads) / len(loads) if loads else 0.0
+    return max(loads) / mean if mean else None
 
 
 def _loads(assignment: dict[int, int], sizes: dict[int, float], hosts: list[int]) -> dict[int, float]:

@@ -7,6 +7,7 @@ j of ``size_j × (samples of j that fall in i) / (samples of j)``, extrapolated 
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 from qengine.exchange import partitioner
@@ -36,10 +37,8 @@ def range_prediction(
             if not len(keys):
                 continue
             ids = partitioner.range_ids(con, pa.table({"k": keys}), "k", bounds, desc, nulls_first)
-            counts = [0] * partitions
-            for i in ids:
-                counts[int(i)] += 1
-            per_task.append((host, [size * c / len(keys) for c in counts]))
+            counts = np.bincount(np.asarray(ids), minlength=partitions)
+            per_task.append((host, [size * int(c) / len(keys) for c in counts]))
     finally:
         con.close()
     scale = total_tasks / max(1, len(samples))

@@ -21,6 +21,7 @@ import shutil
 import tempfile
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -40,9 +41,6 @@ class Block:
         """Where the data is right now; take it under the store lock, as a spill may move it."""
         return self.table, self.path, self.batches
 
-    def load(self) -> pa.Table:
-        return load(*self.snapshot())
-
 
 def load(table: pa.Table | None, path: str | None, batches: tuple[int, int] | None) -> pa.Table:
     """A block's rows, from memory or from its Arrow IPC file."""
@@ -55,6 +53,12 @@ def load(table: pa.Table | None, path: str | None, batches: tuple[int, int] | No
         loaded = pa.Table.from_batches([reader.get_batch(i) for i in range(first, first + count)], schema=reader.schema)
     # Copy out of the mapping so the file can be deleted while the table is in use.
     return loaded.combine_chunks() if loaded.num_rows else loaded
+
+
+def concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
+    """The rows of ``tables`` as one table (``schema``'s empty table if there are none)."""
+    tables = [t for t in tables if t.num_rows] or [schema.empty_table()]
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
 
 
 @dataclass
@@ -148,42 +152,44 @@ class BlockStore:
         ``consume`` removes what was read (a shuffle partition has exactly one reader);
         ``sources`` limits the read to blocks of those map tasks.
         """
+        def wanted(b: Block) -> bool:
+            return sources is None or b.source in sources
+
         with self._lock:
             schema = self._schemas.get(key)
             if schema is None:
                 return None
-            stored = self._blocks.get((key, partition), [])
-            chosen = [b for b in stored if sources is None or b.source in sources]
-            snapshots = [b.snapshot() for b in chosen]
             if consume:
-                rest = [b for b in stored if b not in chosen]
-                if rest:
-                    self._blocks[(key, partition)] = rest
-                else:
-                    self._blocks.pop((key, partition), None)
-                self.memory -= sum(b.nbytes for b in chosen if b.table is not None)
-        tables = [load(*snap) for snap in snapshots]
-        tables = [t for t in tables if t.num_rows] or [schema.empty_table()]
-        return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+                chosen = self._take(key, partition, wanted)
+            else:
+                chosen = [b for b in self._blocks.get((key, partition), ()) if wanted(b)]
+            snapshots = [b.snapshot() for b in chosen]
+        return concat([load(*snap) for snap in snapshots], schema)
 
-    def take_blocks(self, key: str, source: int) -> dict[int, pa.Table]:
-        """Remove and return one map task's blocks, per partition (for pushing them away)."""
-        out: dict[int, pa.Table] = {}
+    def take_blocks(self, key: str, source: int, partitions: list[int] | None = None) -> dict[int, pa.Table]:
+        """Remove and return one map task's blocks of ``partitions`` (default all), to push them."""
         with self._lock:
-            for (k, p), blocks in list(self._blocks.items()):
-                if k != key:
-                    continue
-                mine = [b for b in blocks if b.source == source]
-                if not mine:
-                    continue
-                rest = [b for b in blocks if b.source != source]
-                if rest:
-                    self._blocks[(k, p)] = rest
-                else:
-                    del self._blocks[(k, p)]
-                self.memory -= sum(b.nbytes for b in mine if b.table is not None)
-                out[p] = [b.snapshot() for b in mine]
-        return {p: pa.concat_tables([load(*snap) for snap in snaps]) for p, snaps in out.items()}
+            schema = self._schemas.get(key)
+            if schema is None:
+                return {}
+            if partitions is None:
+                partitions = [p for k, p in self._blocks if k == key]
+            taken = {p: [b.snapshot() for b in self._take(key, p, lambda b: b.source == source)] for p in partitions}
+        return {p: concat([load(*snap) for snap in snaps], schema) for p, snaps in taken.items() if snaps}
+
+    def _take(self, key: str, partition: int, taken: Callable[[Block], bool]) -> list[Block]:
+        """Remove the partition's blocks for which ``taken`` holds; returns them. Under the lock."""
+        stored = self._blocks.get((key, partition), [])
+        out: list[Block] = []
+        rest: list[Block] = []
+        for b in stored:
+            (out if taken(b) else rest).append(b)
+        if rest:
+            self._blocks[(key, partition)] = rest
+        else:
+            self._blocks.pop((key, partition), None)
+        self.memory -= sum(b.nbytes for b in out if b.table is not None)
+        return out
 
     # ---- memory budget -----------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,6 +22,7 @@ import sqlglot.expressions as exp
 from qengine.catalog import Catalog, Source
 from qengine.errors import NotSupportedError, ProgrammingError
 from qengine.planner import estimates
+from qengine.planner.frontend import unparen
 from qengine.planner.logical import (
     Aggregate,
     Distinct,
@@ -134,9 +136,18 @@ class _Item:
 
 @dataclass
 class _Conjunct:
+    """A WHERE/ON conjunct with the source aliases it references (and, for ``a = b``, each
+    side's), worked out once: join ordering asks about them for every pair of relations."""
+
     expr: exp.Expression
-    aliases: frozenset[str]
     used: bool = field(default=False)
+    aliases: frozenset[str] = field(init=False)
+    sides: tuple[frozenset[str], frozenset[str]] | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.aliases = source_aliases(self.expr)
+        e = self.expr
+        self.sides = (source_aliases(e.this), source_aliases(e.expression)) if isinstance(e, exp.EQ) else None
 
 
 class Builder:
@@ -161,12 +172,11 @@ class Builder:
             if with_.args.get("recursive"):
                 raise NotSupportedError("WITH RECURSIVE is not supported")
             self._ctes.append(dict(self._ctes[-1]))
+            references = Counter(t.name.lower() for t in query.find_all(exp.Table) if not t.args.get("db"))
             for cte in with_.expressions:
                 name = cte.alias_or_name.lower()
                 self._ctes[-1][name] = cte.this
-                self._cte_refs[id(cte.this)] = sum(
-                    1 for t in query.find_all(exp.Table) if t.name.lower() == name and not t.args.get("db")
-                )
+                self._cte_refs[id(cte.this)] = references[name]
             try:
                 return self._build_body(query)
             finally:
@@ -325,7 +335,7 @@ class Builder:
             return node, scopes, conjuncts(select.args.get("where"))
         joins = select.args.get("joins") or []
         sides = [(j.args.get("side") or "").upper() for j in joins]
-        where = [_Conjunct(c, source_aliases(c)) for c in conjuncts(select.args.get("where"))]
+        where = [_Conjunct(c) for c in conjuncts(select.args.get("where"))]
         push_where = not any(s in ("RIGHT", "FULL") for s in sides)
 
         def add(item: exp.Expression) -> _Item:
@@ -354,7 +364,7 @@ class Builder:
                 if kind == "CROSS" and join.args.get("on"):
                     raise ProgrammingError("CROSS JOIN cannot have an ON clause")
                 item = add(join.this)
-                pool.extend(_Conjunct(c, source_aliases(c)) for c in conjuncts(join.args.get("on")))
+                pool.extend(_Conjunct(c) for c in conjuncts(join.args.get("on")))
                 pending.append(item)
         if pending:
             current = self._join_group(([current] if current else []) + pending, pool, scopes)
@@ -381,57 +391,65 @@ class Builder:
         ones. Filtered dimensions so shrink each fact table before fact tables meet, and the
         tree may be bushy, which keeps a big fact table from being shuffled unfiltered."""
         items = [self._apply_ready(it, pool, scopes) for it in items]
+        keys: dict[int, float | None] = {}  # id(column expression) → its table's rows if a key
         while len(items) > 1:
-            best: tuple[tuple[bool, float], _Item, _Item, float | None] | None = None
+            best: tuple[tuple[bool, float], _Item, _Item, tuple[str, float] | None] | None = None
             for i, a in enumerate(items):
                 for b in items[i + 1 :]:
                     edges = [s for c in pool if not c.used and (s := _equi_sides(c, a.aliases, b.aliases))]
                     if edges:
-                        est, keyed = self._join_estimate(a, b, edges, scopes)
-                        if best is None or (not keyed, est) < best[0]:
-                            best = ((not keyed, est), a, b, est if keyed else None)
+                        key = self._join_key(a, b, edges, scopes, keys)
+                        ra, rb = a.node.est_rows, b.node.est_rows
+                        rank = (key is None, max(1.0, estimates.keyed_rows(ra, rb, key)) if key else max(ra, rb))
+                        if best is None or rank < best[0]:
+                            best = (rank, a, b, key)
             if best is None:  # nothing left is connected by an equi-join: cross the two smallest
                 a, b = sorted(items, key=lambda it: it.node.est_rows)[:2]
-                keyed_est = None
+                key = None
             else:
-                _, a, b, keyed_est = best
+                _, a, b, key = best
             if a.node.est_rows < b.node.est_rows:  # the larger input probes
                 a, b = b, a
+                key = ("left" if key[0] == "right" else "right", key[1]) if key else None
             both = a.aliases | b.aliases
             conds = [c for c in pool if not c.used and c.aliases and c.aliases <= both]
             for c in conds:
                 c.used = True
-            joined = self._make_join(a, b, "inner" if conds else "cross", [c.expr for c in conds], scopes)
-            if keyed_est is not None:
-                joined.node.est_rows = max(1.0, min(joined.node.est_rows, keyed_est))
+            joined = self._make_join(a, b, "inner" if conds else "cross", conds, scopes, key)
             items = [it for it in items if it is not a and it is not b] + [joined]
         return items[0]
 
-    def _join_estimate(
-        self, a: _Item, b: _Item, edges: list[tuple[exp.Expression, exp.Expression]], scopes: dict[str, SourceScope]
-    ) -> tuple[float, bool]:
-        """Rows out of ``a ⋈ b`` and whether the join is on one side's key. A key join keeps each
-        row of the other side at most once, so it passes on the key side's filter selectivity;
-        a many-to-many join is given its larger input."""
-        found: list[float] = []
+    def _join_key(
+        self,
+        a: _Item,
+        b: _Item,
+        edges: list[tuple[exp.Expression, exp.Expression]],
+        scopes: dict[str, SourceScope],
+        cache: dict[int, float | None],
+    ) -> tuple[str, float] | None:
+        """Whether ``a ⋈ b`` is on one side's key: ("left" for ``a``, or "right", and that side's
+        filter selectivity), or None for a many-to-many join. When both sides of an edge look
+        like keys, the smaller table is the key side (a dimension's key against a fact table's
+        foreign key); over several edges, the one that keeps the fewest rows."""
+        found: list[tuple[str, float]] = []
         for ea, eb in edges:
-            ka, kb = self._key_rows(ea, scopes), self._key_rows(eb, scopes)
+            ka, kb = (self._key_rows(e, scopes, cache) for e in (ea, eb))
             if ka is not None and (kb is None or ka <= kb):
-                found.append(b.node.est_rows * min(1.0, a.node.est_rows / ka))
+                found.append(("left", min(1.0, a.node.est_rows / ka)))
             elif kb is not None:
-                found.append(a.node.est_rows * min(1.0, b.node.est_rows / kb))
+                found.append(("right", min(1.0, b.node.est_rows / kb)))
         if not found:
-            return max(a.node.est_rows, b.node.est_rows), False
-        return max(1.0, min(found)), True
+            return None
+        return min(found, key=lambda k: estimates.keyed_rows(a.node.est_rows, b.node.est_rows, k))
 
     @staticmethod
-    def _key_rows(e: exp.Expression, scopes: dict[str, SourceScope]) -> float | None:
-        """The table's row count when ``e`` looks like its key (see ``estimates.key_rows``);
-        when both sides of an edge look like keys, the smaller table is the key side (a
-        dimension's key against a fact table's foreign key)."""
-        scope = scopes.get(e.table.lower()) if isinstance(e, exp.Column) else None
-        internal = scope.lookup(e.name) if scope is not None else None
-        return estimates.key_rows(scope.node, internal) if scope is not None and internal else None
+    def _key_rows(e: exp.Expression, scopes: dict[str, SourceScope], cache: dict[int, float | None]) -> float | None:
+        """The table's row count when ``e`` looks like its key (see ``estimates.key_rows``)."""
+        if id(e) not in cache:
+            scope = scopes.get(e.table.lower()) if isinstance(e, exp.Column) else None
+            internal = scope.lookup(e.name) if scope is not None else None
+            cache[id(e)] = estimates.key_rows(scope.node, internal) if scope is not None and internal else None
+        return cache[id(e)]
 
     def _outer_join(
         self, left: _Item, right: _Item, kind: str, on: list[exp.Expression], scopes: dict[str, SourceScope]
@@ -442,31 +460,37 @@ class Builder:
         for c in on:
             aliases = source_aliases(c)
             if aliases and aliases <= right.aliases and push_to_right:
-                right = self._filter(right, [_Conjunct(c, aliases)], scopes)
+                right = self._filter(right, [_Conjunct(c)], scopes)
             elif aliases and aliases <= left.aliases and kind == "right":
-                left = self._filter(left, [_Conjunct(c, aliases)], scopes)
+                left = self._filter(left, [_Conjunct(c)], scopes)
             else:
-                kept.append(c)
+                kept.append(_Conjunct(c))
         return self._make_join(left, right, kind, kept, scopes)
 
     def _make_join(
-        self, left: _Item, right: _Item, kind: str, conds: list[exp.Expression], scopes: dict[str, SourceScope]
+        self,
+        left: _Item,
+        right: _Item,
+        kind: str,
+        conds: list[_Conjunct],
+        scopes: dict[str, SourceScope],
+        key: tuple[str, float] | None = None,
     ) -> _Item:
         lkeys: list[exp.Expression] = []
         rkeys: list[exp.Expression] = []
         residual: list[exp.Expression] = []
         for c in conds:
-            sides = _equi_sides(_Conjunct(c, source_aliases(c)), left.aliases, right.aliases)
+            sides = _equi_sides(c, left.aliases, right.aliases)
             if sides:
                 lkeys.append(self.rewrite(sides[0], scopes, what="JOIN"))
                 rkeys.append(self.rewrite(sides[1], scopes, what="JOIN"))
             else:
-                residual.append(self.rewrite(c, scopes, what="JOIN"))
+                residual.append(self.rewrite(c.expr, scopes, what="JOIN"))
         lnode, lnames = self._project_passthrough(left.node, lkeys)
         rnode, rnames = self._project_passthrough(right.node, rkeys)
         if kind == "inner" and not lkeys and not residual:
             kind = "cross"
-        join = Join(lnode, rnode, kind, [col(n) for n in lnames], [col(n) for n in rnames], and_all(residual))
+        join = Join(lnode, rnode, kind, [col(n) for n in lnames], [col(n) for n in rnames], and_all(residual), key)
         return _Item(self._finish(join), left.aliases | right.aliases)
 
     # ---- SELECT ------------------------------------------------------------------------
@@ -479,7 +503,7 @@ class Builder:
             cond = and_all([self.rewrite(c, scopes, what="WHERE") for c in where])
             node = self._finish(Filter(node, cond))
 
-        outputs = [_unparen(e.unalias()) for e in select.expressions]
+        outputs = [unparen(e.unalias()) for e in select.expressions]
         display = [e.alias_or_name for e in select.expressions]
         order = select.args.get("order")
         order_exprs = [self._order_target(o.this, select.expressions) for o in order.expressions] if order else []
@@ -690,17 +714,12 @@ class Builder:
         return Rel(node, display)
 
 
-def _unparen(e: exp.Expression) -> exp.Expression:
-    while isinstance(e, exp.Paren):
-        e = e.this
-    return e
-
-
 def _equi_sides(c: _Conjunct, left: frozenset[str], right: frozenset[str]) -> tuple[exp.Expression, exp.Expression] | None:
-    e = c.expr
-    if not isinstance(e, exp.EQ):
+    """``a = b`` with ``a`` from ``left`` and ``b`` from ``right`` (either way round) → (a, b)."""
+    if c.sides is None:
         return None
-    a, b = source_aliases(e.this), source_aliases(e.expression)
+    e = c.expr
+    a, b = c.sides
     if not a or not b:
         return None
     if a <= left and b <= right:

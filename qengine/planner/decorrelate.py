@@ -19,6 +19,8 @@ import itertools
 
 import sqlglot.expressions as exp
 
+from qengine.planner.builder import conjuncts
+
 _ids = itertools.count()
 
 
@@ -32,12 +34,6 @@ def _aliases(select: exp.Select) -> set[str]:
 
 def _tables(e: exp.Expression) -> set[str]:
     return {c.table.lower() for c in e.find_all(exp.Column) if c.table}
-
-
-def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
-    while isinstance(e, exp.Paren):
-        e = e.this
-    return _conjuncts(e.left) + _conjuncts(e.right) if isinstance(e, exp.And) else [e]
 
 
 def _empty_value(e: exp.Expression) -> exp.Expression:
@@ -79,7 +75,7 @@ def _rewrite(outer: exp.Select, sub: exp.Subquery) -> None:
         return
     keys: list[tuple[exp.Expression, exp.Expression]] = []
     rest: list[exp.Expression] = []
-    for c in _conjuncts(where.this):
+    for c in conjuncts(where):
         tables = _tables(c)
         if tables <= local:
             rest.append(c)

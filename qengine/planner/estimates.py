@@ -59,7 +59,10 @@ def rows(node: lp.Node) -> float:
         if node.kind == "right":
             return right
         base = max(left, right) if node.left_keys else left * right
-        return max(1.0, base * selectivity(node.residual))
+        est = base * selectivity(node.residual)
+        if node.key is not None and node.kind == "inner":
+            est = min(est, keyed_rows(left, right, node.key))
+        return max(1.0, est)
     if isinstance(node, lp.Aggregate):
         if not node.keys:
             return 1.0
@@ -74,6 +77,14 @@ def rows(node: lp.Node) -> float:
     if isinstance(node, lp.Unary):
         return node.child.est_rows
     return 1000.0
+
+
+def keyed_rows(left: float, right: float, key: tuple[str, float]) -> float:
+    """Rows of a join on one side's key: the other side's rows, each kept at most once, thinned
+    by the key side's filter selectivity (the share of its table it keeps). The selectivity is
+    the planner's, so run-time re-estimates (actual input rows) keep the same model."""
+    side, kept = key
+    return (left if side == "right" else right) * kept
 
 
 def key_rows(node: lp.Node, column: str) -> float | None:
@@ -97,13 +108,12 @@ def key_rows(node: lp.Node, column: str) -> float | None:
         node = node.child
 
 
-def refresh(node: lp.Node) -> float:
+def refresh(node: lp.Node) -> None:
     """Recompute estimates bottom-up from the leaves' ``est_rows`` (which the coordinator sets
-    to actual input sizes just before a stage runs); returns the root's."""
+    to actual input sizes just before a stage runs)."""
     for child in node.children:
         refresh(child)
     for sub in node.subqueries.values():
         refresh(sub)
     if node.children:
         node.est_rows = rows(node)
-    return node.est_rows

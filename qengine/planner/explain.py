@@ -75,10 +75,7 @@ def shuffle_summary(s: dict) -> str:
 def explain_lines(plan: StagePlan, workers: int, split_bytes: int, stats: QueryStats | None = None) -> list[str]:
     """The stage DAG, result stage first; with ``stats`` (EXPLAIN ANALYZE) rows, bytes and times."""
     lines: list[str] = []
-    counts: dict[int, int] = {}
-    for stage in plan.stages:
-        splits = len(stage.scan.source.splits(workers, split_bytes)) if stage.scan is not None else None
-        counts[stage.id] = plan.task_count(stage, splits, counts.__getitem__)
+    counts = [tasks for _, tasks in plan.scan_tasks(workers, split_bytes)]
     for stage in reversed(plan.stages):
         tasks = counts[stage.id]
         ex = stage.output

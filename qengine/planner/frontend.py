@@ -191,10 +191,10 @@ def factor_disjunctions(statement: exp.Expression) -> exp.Expression:
     def visit(node: exp.Expression) -> exp.Expression:
         if not isinstance(node, exp.Or):
             return node
-        branches = [list(b.flatten()) if isinstance(b, exp.And) else [b] for b in _unparen(node).flatten()]
+        branches = [list(b.flatten()) if isinstance(b, exp.And) else [b] for b in unparen(node).flatten()]
         if len(branches) < 2:
             return node
-        keys = [{c.sql(): c for c in (_unparen(x) for x in b)} for b in branches]
+        keys = [{c.sql(): c for c in (unparen(x) for x in b)} for b in branches]
         common = set(keys[0]).intersection(*keys[1:])
         if not common:
             return node
@@ -208,7 +208,8 @@ def factor_disjunctions(statement: exp.Expression) -> exp.Expression:
     return statement.transform(visit, copy=False)
 
 
-def _unparen(e: exp.Expression) -> exp.Expression:
+def unparen(e: exp.Expression) -> exp.Expression:
+    """``e`` without enclosing parentheses (sqlglot's ``unnest`` would also open a subquery)."""
     while isinstance(e, exp.Paren):
         e = e.this
     return e

@@ -145,6 +145,9 @@ class Join(Node):
     left_keys: list[exp.Expression]
     right_keys: list[exp.Expression]
     residual: exp.Expression | None = None
+    # ("left" | "right", that side's filter selectivity) when the join is on that side's key:
+    # each row of the other side then matches at most once (see ``estimates.keyed_rows``).
+    key: tuple[str, float] | None = None
 
     @property
     def children(self) -> list[Node]:

@@ -58,7 +58,7 @@ class PhysicalPlanner:
     def plan(self, node: lp.Node) -> tuple[lp.Node, Dist]:
         for name, sub in list(node.subqueries.items()):
             planned, _ = self.plan(sub)
-            node.subqueries[name] = Exchange(planned, "broadcast", 1)
+            node.subqueries[name] = self._exchange(planned, "broadcast")[0]
         method = getattr(self, "_" + type(node).__name__.lower())
         return method(node)
 

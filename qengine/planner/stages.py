@@ -7,7 +7,7 @@ applied to each partition of its input: a scan split, or a reducer's share of it
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
 from dataclasses import dataclass, field
 
 from qengine.errors import InternalError
@@ -44,24 +44,31 @@ class StagePlan:
     def result(self) -> Stage:
         return self.stages[-1]
 
-    def task_count(self, stage: Stage, splits: int | None, tasks_of: Callable[[int], int]) -> int:
-        """Tasks of a stage: one per scan split, one per partition of its input shuffles, or one
-        per task of the shared producer it reads (``tasks_of`` gives earlier stages' counts)."""
-        if stage.scan is not None:
-            return max(1, splits or 0)
-        counts = {
-            tasks_of(r.shuffle_id) if r.kind == "materialized" else self.stages[r.shuffle_id].output.partitions
-            for r in stage.partitioned_reads
-        }
-        if len(counts) > 1:
-            raise InternalError(f"stage {stage.id} reads shuffles with different partition counts {counts}")
-        return counts.pop() if counts else 1
+    def scan_tasks(self, workers: int, split_bytes: int) -> list[tuple[list[dict] | None, int]]:
+        """(scan splits or None, task count) per stage, before any run-time change: one task per
+        scan split, one per partition of its input shuffles, or one per task of the shared
+        producer it reads."""
+        out: list[tuple[list[dict] | None, int]] = []
+        for stage in self.stages:
+            if stage.scan is not None:
+                splits = stage.scan.source.splits(workers, split_bytes)
+                out.append((splits, max(1, len(splits))))
+                continue
+            counts = {
+                out[r.shuffle_id][1] if r.kind == "materialized" else self.stages[r.shuffle_id].output.partitions
+                for r in stage.partitioned_reads
+            }
+            if len(counts) > 1:
+                raise InternalError(f"stage {stage.id} reads shuffles with different partition counts {counts}")
+            out.append((None, counts.pop() if counts else 1))
+        return out
 
 
 def cut(root: lp.Node, names: list[str]) -> StagePlan:
     """Split the plan into stages; stage ids are in dependency order, the result stage last."""
     stages: list[Stage] = []
     produced: dict[int, int] = {}
+    shared_reads = itertools.count()  # a table name per reader of a shared producer
 
     def shared_read(node: lp.SharedScan) -> lp.ExchangeRead:
         ex = node.producer
@@ -71,7 +78,7 @@ def cut(root: lp.Node, names: list[str]) -> StagePlan:
             ex.shuffle_id = produced[id(ex)]
         sid = produced[id(ex)]
         names = list(node.column_map)
-        read = lp.ExchangeRead(sid, "materialized", names, f"m{sid}_{len(stages)}_{id(node) % 10**6}", list(node.column_map.values()))
+        read = lp.ExchangeRead(sid, "materialized", names, f"m{sid}_{next(shared_reads)}", list(node.column_map.values()))
         read.est_rows = node.est_rows
         return read
 
