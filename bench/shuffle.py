@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 import qengine
 from qengine.cli import cache_dir, register_directory
+from qengine.exchange.sampling import DEFAULT_SAMPLES_PER_PARTITION
 from tpcds.report import write_json
 
 JOBS = {
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=2, help="runs per job and mode, alternating modes")
     parser.add_argument("--shuffle-memory", default=None, help="per-worker budget, e.g. 64MB, to exercise spilling")
     parser.add_argument("--jobs", default=",".join(JOBS))
-    parser.add_argument("--samples", type=int, default=3, help="s: range samples per reducer per map task (s×p)")
+    parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES_PER_PARTITION, help="s: range samples per reducer per map task (s×p)")
     parser.add_argument("--prefetch-fraction", type=float, default=0.5)
     parser.add_argument("--out", default=None, help="JSON report (default: <cache>/bench-shuffle.json)")
     args = parser.parse_args(argv)

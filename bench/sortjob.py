@@ -3,15 +3,21 @@
 The job is ``SELECT key, payload FROM records ORDER BY key``: a range exchange with sampled
 bounds, then a local sort on each reducer, and each reducer writes its own output file
 (``COPY … TO``), so no process ever holds all the data and the file names give the order.
+Unless ``--partitions`` says otherwise, there is one reducer per 64 MB of records (at least two
+per worker).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow.parquet as pq
+
 import qengine
+from qengine import records
 from qengine.coordinator import QueryStats
 
 
@@ -20,6 +26,19 @@ def copy_sql(output_dir: str, force: bool) -> str:
     target = os.path.abspath(output_dir).replace("'", "''")
     overwrite = " , OVERWRITE true" if force else ""
     return f"COPY (SELECT key, payload FROM records ORDER BY key) TO '{target}' (FORMAT parquet{overwrite})"
+
+
+# Each reducer sorts about this much, so a worker's peak memory stays near its share of the data
+# (a reducer holds its input and one sorted copy) rather than growing with records per worker.
+REDUCER_BYTES = 64 << 20
+
+
+def _record_bytes(input_dir: str, names: list[str]) -> int:
+    paths = [os.path.join(input_dir, n) for n in names]
+    parquet = [p for p in paths if p.endswith(".parquet")]
+    if parquet:
+        return sum(pq.read_metadata(p).num_rows for p in parquet) * records.RECORD
+    return sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
 
 
 def sort(
@@ -33,6 +52,10 @@ def sort(
     if not os.path.isdir(input_dir):
         raise qengine.ProgrammingError(f"{input_dir} is not a directory of records")
     names = os.listdir(input_dir)
+    options = dict(options)
+    if not options.get("partitions"):
+        workers = options.get("workers") or 2
+        options["partitions"] = max(2 * workers, math.ceil(_record_bytes(input_dir, names) / REDUCER_BYTES))
     # One reducer per range partition, so each writes its own file (TeraSort's layout).
     with qengine.connect(**{"coalesce_size": 0, **options}) as con:
         if any(n.endswith(".parquet") for n in names):

@@ -12,6 +12,7 @@ each run. It prints a table with the ratios and writes a JSON report and a PNG p
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -26,6 +27,7 @@ from bench.gensort import generate
 from bench.sortjob import sort
 from bench.valsort import summarize, validate
 from qengine.cli import cache_dir
+from qengine.exchange.sampling import DEFAULT_SAMPLES_PER_PARTITION
 from tpcds.report import plot_queries, write_json
 
 DUCKDB_SORT = """
@@ -37,7 +39,9 @@ con.execute(f"COPY (SELECT key, payload FROM read_parquet('{sys.argv[1]}/*.parqu
 SPARK_SORT = """
 import sys
 from pyspark.sql import SparkSession
-spark = SparkSession.builder.master("local[2]").appName("terasort").getOrCreate()
+spark = (SparkSession.builder.master("local[2]").appName("terasort")
+         .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
 spark.read.parquet(sys.argv[1]).orderBy("key").write.mode("overwrite").parquet(sys.argv[2])
 spark.stop()
 """
@@ -90,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skew", action="store_true")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--shuffle-memory", default=None)
-    parser.add_argument("--samples", type=int, default=3, help="s for the range bounds (s×p samples per map task)")
+    parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES_PER_PARTITION, help="s for the range bounds (s×p samples per map task)")
+    parser.add_argument("--no-spark", action="store_true", help="skip Spark even where pyspark is installed")
     parser.add_argument("--out", default=None, help="JSON report (default: <cache>/bench-terasort.json); PNG beside it")
     args = parser.parse_args(argv)
 
@@ -137,9 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(out)
     seconds, peak = timed_subprocess(DUCKDB_SORT, data, out)
     record("duckdb", seconds, peak, out)
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
+    if args.no_spark:
+        console.print("Spark skipped (--no-spark)")
+    elif importlib.util.find_spec("pyspark") is None:
         console.print("pyspark is not installed: Spark local[2] skipped")
     else:
         out = os.path.join(root, "out-spark")

@@ -27,7 +27,7 @@ from qengine.exchange.placement import Reducer, accumulate, round_robin
 from qengine.exchange.prediction import coalesce, grouped, hash_prediction, range_prediction
 from qengine.exchange.sampling import weighted_bounds
 from qengine.exchange.store import concat
-from qengine.planner import estimates
+from qengine.planner import direct, estimates
 from qengine.planner import logical as lp
 from qengine.planner.render import SCAN_TABLE, render
 from qengine.planner.stages import Stage, StagePlan
@@ -331,7 +331,7 @@ class _QueryRun:
                     per_host[host] = per_host.get(host, 0) + b
         return out
 
-    def _task_spec(self, run: _StageRun, index: int, sql: str) -> dict:
+    def _task_spec(self, run: _StageRun, index: int, sql: str, form: dict | None) -> dict:
         inputs: list[dict] = []
         stage = run.stage
         if stage.scan is not None:
@@ -377,6 +377,7 @@ class _QueryRun:
             "stage": stage.id,
             "task": index,
             "sql": sql,
+            "direct": form,
             "inputs": inputs,
             "output": self._output_spec(run, index),
         }
@@ -472,9 +473,9 @@ class _QueryRun:
         for source in inputs:
             self._measure(source, run)
         self._size_inputs(run)
-        sql = render(run.stage.root)
+        sql, form = render(run.stage.root), direct.plan(run.stage.root)
         for index in range(run.tasks):
-            spec = self._task_spec(run, index, sql)
+            spec = self._task_spec(run, index, sql, form)
             fut = self.pool.submit(self._call, run.placement[index], "run_task", spec)
             self.futures[fut] = ("task", run, index)
 

@@ -24,6 +24,7 @@ from qengine.errors import DataError, OperationalError
 from qengine.exchange import partitioner
 from qengine.exchange.sampling import sample_keys
 from qengine.exchange.store import BlockStore, concat
+from qengine.planner import direct
 from qengine.rpc import ClientPool
 from qengine.sandbox import safe_connection
 from qengine.scan import read_split
@@ -120,16 +121,22 @@ class TaskRunner:
     def run(self, spec: dict) -> dict[str, Any]:
         started = time.perf_counter()
         with self.connections.connection() as con:
-            inputs = list(self._inputs.map(self._load, spec["inputs"])) if len(spec["inputs"]) > 1 else [
+            loaded = list(self._inputs.map(self._load, spec["inputs"])) if len(spec["inputs"]) > 1 else [
                 self._load(i) for i in spec["inputs"]
             ]
             read_at = time.perf_counter()
-            for inp, table in zip(spec["inputs"], inputs, strict=True):
-                con.register(inp["name"], table)
-            result = con.execute(spec["sql"]).to_arrow_table()
+            rows_in = sum(t.num_rows for t in loaded)
+            # Only this dict holds the inputs, so a direct fragment can free one as it copies it.
+            named = {inp["name"]: table for inp, table in zip(spec["inputs"], loaded, strict=True)}
+            del loaded
+            result = direct.execute(spec["direct"], named) if spec.get("direct") else None
+            if result is None:
+                for name, table in named.items():
+                    con.register(name, table)
+                result = con.execute(spec["sql"]).to_arrow_table()
             stats = self._write(con, spec, result)
         stats.update(
-            rows_in=sum(t.num_rows for t in inputs),
+            rows_in=rows_in,
             rows=result.num_rows,
             bytes=result.nbytes,
             schema=schema_to_hex(result.schema),
