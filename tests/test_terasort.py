@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from bench import sortjob
 from bench.gensort import generate
 from bench.sortjob import sort
 from bench.valsort import validate
@@ -64,6 +65,16 @@ def test_skewed_keys_are_balanced_by_sampled_bounds(inputs, tmp_path) -> None:
     shuffle = next(s for s in stats.shuffles if s.kind == "range")
     sizes = [a for a in shuffle.actual if a]
     assert max(sizes) / (sum(sizes) / len(sizes)) < 1.5
+
+
+def test_one_reducer_per_reducer_bytes_of_records(inputs, tmp_path, monkeypatch) -> None:
+    """Without --partitions the sort sizes its reducers by the records, not by the workers."""
+    monkeypatch.setattr(sortjob, "REDUCER_BYTES", -(-N * records.RECORD // 7))  # 20 MB of records → 7 reducers
+    out = str(tmp_path / "out")
+    _, stats = sort(inputs["plain"], out, {"workers": 2})
+    assert next(s for s in stats.shuffles if s.kind == "range").partitions == 7
+    assert len(os.listdir(out)) == 7
+    assert validate(inputs["plain"], out).ok
 
 
 @pytest.fixture()

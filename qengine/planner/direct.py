@@ -102,7 +102,7 @@ def sort_indices(table: pa.Table, keys: list[list[Any]]) -> np.ndarray | pa.Arra
 
 def _same_order(t: pa.DataType) -> bool:
     return (
-        pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_decimal(t) or pa.types.is_temporal(t)
-        or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+        pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_decimal(t) or pa.types.is_date(t)
+        or pa.types.is_time(t) or pa.types.is_timestamp(t) or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
         or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
     )
