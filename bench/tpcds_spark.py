@@ -1,0 +1,89 @@
+"""TPC-DS on Spark ``local[2]`` against qengine and DuckDB, in one run.
+
+    python bench/tpcds_spark.py --data /tmp/ds1 [--queries 1-10,42] [--out report.json]
+
+qengine and DuckDB run through ``tpcds.run`` (every qengine answer is checked against DuckDB).
+Spark runs the same query texts, transpiled from DuckDB's dialect by sqlglot, over the same
+Parquet files. A query Spark cannot run is reported with its error and left out of the totals,
+so the ratio compares the same queries. It needs pyspark and a Java runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import time
+
+import sqlglot
+
+from qengine.cli import cache_dir
+from tpcds.extension import queries as all_queries
+from tpcds.report import write_json
+from tpcds.run import parse_selection, run
+
+
+def spark_times(data: str, selection: list[int]) -> dict[int, float | str]:
+    """Seconds per query on Spark local[2], or the error text of a query it could not run."""
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("tpcds")
+             .config("spark.driver.memory", "8g").config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        for table in sorted(os.listdir(data)):
+            if os.path.isdir(os.path.join(data, table)):
+                spark.read.parquet(os.path.join(data, table)).createOrReplaceTempView(table)
+        texts = all_queries()
+        out: dict[int, float | str] = {}
+        for number in selection:
+            sql = sqlglot.transpile(texts[number], read="duckdb", write="spark")[0]
+            t0 = time.perf_counter()
+            try:
+                spark.sql(sql).collect()
+            except Exception as e:  # noqa: BLE001 - any Spark failure is reported per query
+                out[number] = str(e).splitlines()[0][:300]
+            else:
+                out[number] = time.perf_counter() - t0
+            print(f"spark q{number}: {out[number] if isinstance(out[number], str) else f'{out[number]:.2f}s'}", flush=True)
+        return out
+    finally:
+        spark.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", required=True, help="TPC-DS Parquet from `qengine tpcds gen`")
+    parser.add_argument("--queries", default=None, help="e.g. 1-10,42 (default: all 99)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out", default=None, help="JSON report (default: <cache>/bench-tpcds-spark.json)")
+    args = parser.parse_args(argv)
+    if importlib.util.find_spec("pyspark") is None:
+        print("pyspark is not installed: pip install pyspark (it needs a Java runtime)", file=sys.stderr)
+        return 2
+    selection = parse_selection(args.queries)
+    report = run(args.data, selection, {"workers": args.workers})
+    spark = spark_times(args.data, selection)
+    common = [q for q in report.queries
+              if q.ok and q.qengine_seconds is not None and not isinstance(spark[q.query], str)]
+    totals = {
+        "queries": len(selection),
+        "qengine_correct": report.correct,
+        "spark_ran": sum(not isinstance(v, str) for v in spark.values()),
+        "compared": len(common),
+        "qengine_seconds": sum(q.qengine_seconds for q in common),
+        "duckdb_seconds": sum(q.duckdb_seconds for q in common),
+        "spark_seconds": sum(spark[q.query] for q in common),
+    }
+    totals["spark_over_qengine"] = totals["spark_seconds"] / totals["qengine_seconds"]
+    totals["qengine_over_duckdb"] = totals["qengine_seconds"] / totals["duckdb_seconds"]
+    print(", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in totals.items()))
+    path = args.out or os.path.join(cache_dir(), "bench-tpcds-spark.json")
+    write_json({"totals": totals, "spark": {str(k): v for k, v in spark.items()}, **report.as_dict()}, path)
+    print(f"report: {path}")
+    return 0 if report.correct == len(selection) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
