@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 import qengine
 from qengine.cli import cache_dir, register_directory
 from qengine.exchange.sampling import DEFAULT_SAMPLES_PER_PARTITION
+from qengine.options import DEFAULT_WORKERS
 from tpcds.report import write_json
 
 JOBS = {
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--files", type=int, default=16, help="input files per table (map tasks)")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
     parser.add_argument("--partitions", type=int, default=16, help="reducers per shuffle")
     parser.add_argument("--repeat", type=int, default=2, help="runs per job and mode, alternating modes")
     parser.add_argument("--shuffle-memory", default=None, help="per-worker budget, e.g. 64MB, to exercise spilling")

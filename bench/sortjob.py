@@ -3,8 +3,8 @@
 The job is ``SELECT key, payload FROM records ORDER BY key``: a range exchange with sampled
 bounds, then a local sort on each reducer, and each reducer writes its own output file
 (``COPY … TO``), so no process ever holds all the data and the file names give the order.
-Unless ``--partitions`` says otherwise, there is one reducer per 64 MB of records (at least two
-per worker), and map tasks read 16 MB splits.
+Unless ``--partitions`` says otherwise, there is one reducer per 64 MB of records (never fewer
+than the engine's default), and map tasks read 16 MB splits.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import qengine
 from qengine import records
 from qengine.coordinator import QueryStats
+from qengine.options import DEFAULT_WORKERS, default_partitions
 
 
 def copy_sql(output_dir: str, force: bool) -> str:
@@ -58,8 +59,8 @@ def sort(
     names = os.listdir(input_dir)
     options = {"split_size": MAP_SPLIT_BYTES, **options}
     if not options.get("partitions"):
-        workers = options.get("workers") or 2
-        options["partitions"] = max(2 * workers, math.ceil(_record_bytes(input_dir, names) / REDUCER_BYTES))
+        workers = options.get("workers") or DEFAULT_WORKERS
+        options["partitions"] = max(default_partitions(workers), math.ceil(_record_bytes(input_dir, names) / REDUCER_BYTES))
     # One reducer per range partition, so each writes its own file (TeraSort's layout).
     with qengine.connect(**{"coalesce_size": 0, **options}) as con:
         if any(n.endswith(".parquet") for n in names):

@@ -28,6 +28,7 @@ from bench.sortjob import sort
 from bench.valsort import summarize, validate
 from qengine.cli import cache_dir
 from qengine.exchange.sampling import DEFAULT_SAMPLES_PER_PARTITION
+from qengine.options import DEFAULT_WORKERS
 from tpcds.report import plot_queries, write_json
 
 DUCKDB_SORT = """
@@ -90,7 +91,7 @@ def timed_subprocess(code: str, *args: str) -> tuple[float, int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=10_000_000)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
     parser.add_argument("--skew", action="store_true")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--shuffle-memory", default=None)

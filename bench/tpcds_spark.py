@@ -19,9 +19,10 @@ import time
 import sqlglot
 
 from qengine.cli import cache_dir
+from qengine.options import DEFAULT_WORKERS
 from tpcds.extension import queries as all_queries
 from tpcds.report import write_json
-from tpcds.run import parse_selection, run
+from tpcds.run import parse_selection, run, table_directories
 
 
 def spark_times(data: str, selection: list[int]) -> dict[int, float | str]:
@@ -32,9 +33,8 @@ def spark_times(data: str, selection: list[int]) -> dict[int, float | str]:
              .config("spark.driver.memory", "8g").config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        for table in sorted(os.listdir(data)):
-            if os.path.isdir(os.path.join(data, table)):
-                spark.read.parquet(os.path.join(data, table)).createOrReplaceTempView(table)
+        for table, path in table_directories(data).items():
+            spark.read.parquet(path).createOrReplaceTempView(table)
         texts = all_queries()
         out: dict[int, float | str] = {}
         for number in selection:
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", required=True, help="TPC-DS Parquet from `qengine tpcds gen`")
     parser.add_argument("--queries", default=None, help="e.g. 1-10,42 (default: all 99)")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
     parser.add_argument("--out", default=None, help="JSON report (default: <cache>/bench-tpcds-spark.json)")
     args = parser.parse_args(argv)
     if importlib.util.find_spec("pyspark") is None:

@@ -22,7 +22,7 @@ from qengine.errors import (
     ProgrammingError,
     Warning,  # noqa: A004 - PEP 249 name
 )
-from qengine.options import SessionSettings, parse_size
+from qengine.options import DEFAULT_WORKERS, SessionSettings, parse_size
 from qengine.types import (
     BINARY,
     DATETIME,
@@ -53,7 +53,7 @@ __all__ = [
 def connect(
     target: str | None = None,
     *,
-    workers: int = 2,
+    workers: int = DEFAULT_WORKERS,
     dialect: str = SessionSettings.dialect,
     broadcast_threshold: int | str = SessionSettings.broadcast_threshold,
     partitions: int | None = SessionSettings.partitions,

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 import qengine
 from qengine.errors import Error
+from qengine.options import DEFAULT_WORKERS
 
 HISTORY = os.path.expanduser("~/.qengine_history")
 
@@ -75,7 +76,7 @@ def connection_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workers", type=int, default=2, help="worker processes of the local cluster (default 2)")
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help=f"worker processes of the local cluster (default {DEFAULT_WORKERS})")
     parser.add_argument("--partitions", type=int, default=None, help="reduce partitions per shuffle (default 2 per worker)")
     parser.add_argument(
         "--broadcast-threshold", default=10 << 20, help="max estimated bytes of a broadcast join side; 0 turns broadcast off"

@@ -27,6 +27,15 @@ def parse_size(value: int | str | None, what: str) -> int | None:
         raise ProgrammingError(f"{what}: cannot read {value!r} as a size (e.g. 268435456, '256MB', '4GB')") from None
 
 
+DEFAULT_WORKERS = 2
+
+
+def default_partitions(workers: int) -> int:
+    """Reduce partitions per shuffle when none are set: two per worker, so each worker has a
+    reducer to run while the other waits on its inputs."""
+    return 2 * max(1, workers)
+
+
 @dataclass(frozen=True)
 class SessionSettings:
     """What one connection asks of the planner and the scheduler (see ``qengine.connect``)."""
@@ -69,7 +78,7 @@ class SessionSettings:
         from qengine.planner import PlanOptions
 
         threshold = parse_size(self.broadcast_threshold, "broadcast_threshold")
-        return PlanOptions(dialect=self.dialect, partitions=self.partitions or 2 * max(1, workers), broadcast_threshold=threshold)
+        return PlanOptions(dialect=self.dialect, partitions=self.partitions or default_partitions(workers), broadcast_threshold=threshold)
 
     def execution_options(self) -> Any:
         from qengine.coordinator import ExecutionOptions

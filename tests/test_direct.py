@@ -45,9 +45,13 @@ def _table() -> pa.Table:
 
 
 @pytest.fixture(scope="module")
-def table_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+def t() -> pa.Table:
+    return _table()
+
+
+@pytest.fixture(scope="module")
+def table_dir(tmp_path_factory: pytest.TempPathFactory, t: pa.Table) -> str:
     root = str(tmp_path_factory.mktemp("direct"))
-    t = _table()
     for i in range(3):
         pq.write_table(t.slice(i * ROWS // 3, ROWS // 3), os.path.join(root, f"part-{i}.parquet"), row_group_size=500)
     return root
@@ -112,8 +116,7 @@ def test_execute_declines_keys_whose_order_could_differ(values: pa.Array) -> Non
 
 @pytest.mark.parametrize("desc", [False, True])
 @pytest.mark.parametrize("nulls_first", [False, True])
-def test_numpy_range_ids_match_the_duckdb_join(desc: bool, nulls_first: bool) -> None:
-    t = _table()
+def test_numpy_range_ids_match_the_duckdb_join(t: pa.Table, desc: bool, nulls_first: bool) -> None:
     keys = t.column("bn")
     bounds = pa.array(sorted({bytes(v) for v in np.random.default_rng(3).integers(0, 4, (7, 4), dtype=np.uint8)}))
     con = safe_connection(1)
@@ -124,8 +127,7 @@ def test_numpy_range_ids_match_the_duckdb_join(desc: bool, nulls_first: bool) ->
     assert len(set(fast.tolist())) > 3
 
 
-def test_split_gives_each_partition_its_own_buffers() -> None:
-    t = _table()
+def test_split_gives_each_partition_its_own_buffers(t: pa.Table) -> None:
     ids = np.arange(t.num_rows) % 3
     parts = partitioner.split(t, ids, 3)
     assert [p.num_rows for p in parts] == [2000, 2000, 2000]

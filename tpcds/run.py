@@ -80,13 +80,17 @@ def parse_selection(text: str | None) -> list[int]:
     return list(dict.fromkeys(chosen))
 
 
+def table_directories(data: str) -> dict[str, str]:
+    """Table name → its Parquet directory, as ``qengine tpcds gen`` lays them out."""
+    return {t: os.path.join(data, t) for t in sorted(os.listdir(data)) if os.path.isdir(os.path.join(data, t))}
+
+
 def reference(data: str) -> duckdb.DuckDBPyConnection:
     """DuckDB over the same Parquet files: the oracle and the time to beat."""
     con = duckdb.connect()
-    for table in sorted(os.listdir(data)):
-        path = os.path.join(data, table).replace("'", "''")
-        if os.path.isdir(path):
-            con.execute(f"CREATE VIEW \"{table}\" AS SELECT * FROM read_parquet('{path}/*.parquet')")
+    for table, path in table_directories(data).items():
+        quoted = path.replace("'", "''")
+        con.execute(f"CREATE VIEW \"{table}\" AS SELECT * FROM read_parquet('{quoted}/*.parquet')")
     return con
 
 
