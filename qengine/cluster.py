@@ -22,8 +22,15 @@ from dataclasses import dataclass
 
 from qengine.errors import OperationalError
 from qengine.rpc import ClientPool
+from qengine.wire import load_converters
 
 STARTUP_TIMEOUT = 30.0
+# Allocator settings for worker processes, so memory a worker frees goes back to the OS and its
+# resident size follows what it holds. Without them a sort's worker stayed near its high-water
+# mark: mimalloc (Arrow's pool) keeps freed pages until later activity in the same thread, and
+# glibc malloc (which holds blocks received over gRPC) serves ~1 MB blocks from its heaps once
+# its adaptive mmap threshold has grown, and keeps them. The user's own environment wins.
+ALLOCATOR_ENV = {"MIMALLOC_PURGE_DELAY": "0", "MALLOC_MMAP_THRESHOLD_": "131072"}
 
 
 @dataclass
@@ -55,6 +62,7 @@ class LocalCluster:
         _live_clusters.add(self)
         try:
             procs = [self._spawn(i, host) for i in range(workers)]
+            load_converters()  # this process coordinates; do it while the workers start
             for i, proc in enumerate(procs):
                 port = self._await_port(proc, i)
                 self.workers.append(WorkerHandle(i, f"{host}:{port}", proc))
@@ -63,7 +71,7 @@ class LocalCluster:
             raise
 
     def _spawn(self, worker_id: int, host: str) -> subprocess.Popen:
-        env = dict(os.environ, QENGINE_TOKEN=self.token)
+        env = {**ALLOCATOR_ENV, **os.environ, "QENGINE_TOKEN": self.token}
         log = os.path.join(self.log_dir, f"worker-{worker_id}.log")
         with open(log, "ab") as err:
             proc = subprocess.Popen(

@@ -9,6 +9,7 @@ query at once; the rest of its tasks are cancelled and its blocks released.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 import threading
@@ -134,6 +135,9 @@ class _StageRun:
     pushed: set[int] = field(default_factory=set)
     bounds: pa.Array | None = None
     finalize_body: dict[str, Any] = field(default_factory=dict)  # what every finalize request shares
+    # Once bounds and reducer hosts are known (prefetch): map tasks starting after that partition
+    # and push their own output with this, instead of staging it for a finalize request.
+    inline: dict[str, Any] | None = None
     ranges: dict[str, list[int] | None] = field(default_factory=dict)
     prediction: list[Reducer] | None = None
     maps_done_at: float | None = None
@@ -384,12 +388,15 @@ class _QueryRun:
 
     # ---- execution ---------------------------------------------------------------------
 
-    def _call(self, worker: int, name: str, body: dict, limited: bool = True) -> Any:
+    def _call(self, worker: int, name: str, body: dict | Callable[[], dict], limited: bool = True) -> Any:
+        """One call to a worker; a callable ``body`` is built once the call has its slot."""
         if self.failed.is_set():
             raise _CancelledError()
         with self.slots[worker] if limited else contextlib.nullcontext():
             if self.failed.is_set():
                 raise _CancelledError()
+            if callable(body):
+                body = body()
             try:
                 return self.cluster.pool.get(self.addresses[worker]).action(name, body)
             except OperationalError:
@@ -399,6 +406,10 @@ class _QueryRun:
     def execute(self) -> tuple[list[tuple[str, dict]], QueryStats, str]:
         started = time.perf_counter()
         self.pool = ThreadPoolExecutor(max_workers=max(4, self.workers * (self.options.slots + 2)))
+        # Side work has its own threads: queued behind the tasks waiting for a slot, a map task's
+        # finalize or push would start only once the last map task had, and the shuffle would
+        # not overlap the map stage at all.
+        self.aux_pool = ThreadPoolExecutor(max_workers=2 * self.workers)
         self.futures: dict[Future, tuple[str, _StageRun, Any]] = {}
         try:
             while not self.runs[-1].done:
@@ -423,11 +434,13 @@ class _QueryRun:
             self.failed.set()
             for fut in self.futures:
                 fut.cancel()
-            self.pool.shutdown(wait=False, cancel_futures=True)
+            for pool in (self.pool, self.aux_pool):
+                pool.shutdown(wait=False, cancel_futures=True)
             started_futures = [f for f in self.futures if not f.cancelled()]  # cancelled ones never report done
             threading.Thread(target=self._release_after, args=(started_futures,), daemon=True).start()
             raise
-        self.pool.shutdown(wait=True)
+        for pool in (self.pool, self.aux_pool):
+            pool.shutdown(wait=True)
         result = self.runs[-1]
         shuffles = [r.shuffle for r in self.runs if r.shuffle is not None]
         stats = QueryStats([r.stats for r in self.runs], time.perf_counter() - started, shuffles)
@@ -446,7 +459,7 @@ class _QueryRun:
         assert not any(self.runs[c].submitted for c in [self.consumer_of.get(run.stage.id, -1)] if c >= 0)
         run.aux_pending += 1
         run.done = False
-        fut = self.pool.submit(self._call, worker, kind, body, False)
+        fut = self.aux_pool.submit(self._call, worker, kind, body, False)
         self.futures[fut] = (kind, run, None)
 
     def _submit(self, run: _StageRun) -> None:
@@ -476,8 +489,15 @@ class _QueryRun:
         sql, form = render(run.stage.root), direct.plan(run.stage.root)
         for index in range(run.tasks):
             spec = self._task_spec(run, index, sql, form)
-            fut = self.pool.submit(self._call, run.placement[index], "run_task", spec)
+            body = functools.partial(self._map_spec, run, spec) if spec["output"]["kind"] == "range" else spec
+            fut = self.pool.submit(self._call, run.placement[index], "run_task", body)
             self.futures[fut] = ("task", run, index)
+
+    @staticmethod
+    def _map_spec(run: _StageRun, spec: dict) -> dict:
+        """A range map task's spec as it starts: with the bounds and hosts once they are known."""
+        inline = run.inline
+        return spec if inline is None else dict(spec, output=dict(spec["output"], finalize=inline))
 
     def _size_inputs(self, run: _StageRun) -> None:
         """Give the fragment's inputs their actual rows per task, and re-estimate the operators
@@ -535,6 +555,10 @@ class _QueryRun:
             self._add_sizes(stats, result.get("partition_bytes") or [])
             return
         run.finished.append(index)
+        if result.get("finalized"):  # partitioned and pushed by the task itself
+            run.finalized.add(index)
+            run.pushed.add(index)
+            run.shuffle.self_pushed_tasks += 1
         if "sample" in result:
             keys = table_from_hex(result["sample"]).column(0).combine_chunks()
             run.samples[index] = (keys, result["rows"], result["bytes"])
@@ -585,7 +609,10 @@ class _QueryRun:
             if self.mode == "prefetch":
                 self._try_place(self.consumer_of.get(run.stage.id))
             if ex.kind == "range":
-                self._finalize(run, [t for t in run.finished if t not in run.finalized])
+                destinations = self._destinations(run)
+                if destinations is not None:
+                    run.inline = dict(run.finalize_body, destinations=destinations)
+                self._finalize(run, run.finished)
             else:
                 self._push(run, run.finished)
         elif run.prediction is not None:
@@ -627,7 +654,7 @@ class _QueryRun:
         """Partition staged range output with the bounds (and push it, once placed)."""
         destinations = self._destinations(run)
         by_worker: dict[int, list[int]] = {}
-        for t in tasks:
+        for t in [t for t in tasks if t not in run.finalized]:
             run.finalized.add(t)
             by_worker.setdefault(run.placement[t], []).append(t)
             if destinations is not None:

@@ -24,7 +24,7 @@ from qengine.membership import WorkerRegistry
 from qengine.options import SessionSettings
 from qengine.rpc import ActionServer, server_error
 from qengine.session import Session
-from qengine.wire import schema_to_hex, table_from_hex
+from qengine.wire import load_converters, schema_to_hex, table_from_hex
 
 log = logging.getLogger("qengine.coordinator")
 
@@ -42,6 +42,7 @@ class CoordinatorServer(ActionServer):
         tls_root: bytes | None = None,
     ) -> None:
         super().__init__(host, port, token, tls)
+        load_converters()
         self.registry = WorkerRegistry(token, heartbeat_timeout, tls_root)
         self._sessions: dict[str, Session] = {}
         self._results: dict[str, pa.Table] = {}

@@ -135,14 +135,7 @@ class TaskRunner:
                     con.register(name, table)
                 result = con.execute(spec["sql"]).to_arrow_table()
             stats = self._write(con, spec, result)
-        stats.update(
-            rows_in=rows_in,
-            rows=result.num_rows,
-            bytes=result.nbytes,
-            schema=schema_to_hex(result.schema),
-            read_seconds=read_at - started,
-            seconds=time.perf_counter() - started,
-        )
+        stats.update(rows_in=rows_in, read_seconds=read_at - started, seconds=time.perf_counter() - started)
         return stats
 
     def _store_parts(self, key: str, parts: list[pa.Table], source: int, mode: str) -> dict[str, Any]:
@@ -153,7 +146,21 @@ class TaskRunner:
             self.store.put_parts(key, parts, source)  # both record the schema, even with no rows
         return {"partition_bytes": [p.nbytes for p in parts]}
 
-    def _write(self, con: duckdb.DuckDBPyConnection, spec: dict, result: pa.Table) -> dict[str, Any]:
+    def _write(self, con: duckdb.DuckDBPyConnection, spec: dict, result: pa.Table | pa.RecordBatchReader) -> dict[str, Any]:
+        """Deliver the fragment's rows to its output; the reply adds their count, size and schema.
+
+        Files are written batch by batch as a streamed result produces them; every other output
+        keeps the whole table.
+        """
+        out = spec["output"]
+        if out["kind"] == "files":
+            return _write_file(result, out["names"], out["dir"], spec["task"], out["format"])
+        table = result if isinstance(result, pa.Table) else result.read_all()
+        stats = self._store(con, spec, table)
+        stats.update(rows=table.num_rows, bytes=table.nbytes, schema=schema_to_hex(table.schema))
+        return stats
+
+    def _store(self, con: duckdb.DuckDBPyConnection, spec: dict, result: pa.Table) -> dict[str, Any]:
         out = spec["output"]
         kind, key, task = out["kind"], out["key"], spec["task"]
         mode = out.get("mode", "prefetch")
@@ -161,6 +168,8 @@ class TaskRunner:
             ids = partitioner.hash_ids(con, result, out["keys"], out["partitions"])
         elif kind == "roundrobin":
             ids = partitioner.roundrobin_ids(result.num_rows, out["partitions"], task)
+        elif kind == "range" and out.get("finalize"):  # bounds known: partition and push now
+            return {"partition_bytes": self._partition_range(con, out["finalize"], task, result), "finalized": True}
         elif kind == "range":
             self.store.stage(key, result, task)
             sample = sample_keys(result.column(out["sample_key"]), out["samples"], out["seed"])
@@ -174,8 +183,6 @@ class TaskRunner:
             return {"partition_bytes": [result.nbytes]}
         elif kind == "single":
             return self._store_parts(key, [result], task, mode)
-        elif kind == "files":
-            return _write_file(result.rename_columns(out["names"]), out["dir"], task, out["format"])
         elif kind in ("broadcast", "result", "materialize"):
             self.store.put(key, task if kind != "broadcast" else 0, result, task)
             reply: dict[str, Any] = {"partition_bytes": [result.nbytes]}
@@ -192,24 +199,30 @@ class TaskRunner:
         ``tasks`` limits it to those map tasks (prefetch finalizes each as it finishes); the
         reply gives bytes per partition for every task, for the size bookkeeping.
         """
-        key = spec["key"]
-        bounds = table_from_hex(spec["bounds"]).column(0).combine_chunks()
-        partitions = len(bounds) + 1
         tasks = set(spec["tasks"]) if spec.get("tasks") is not None else None
-        destinations = {int(p): a for p, a in (spec.get("destinations") or {}).items()}
+        staged = self.store.take_staged(spec["key"], tasks)
         per_task: dict[int, list[int]] = {}
         with self.connections.connection() as con:
-            for source, table in self.store.take_staged(key, tasks):
-                ids = partitioner.range_ids(con, table, spec["sort_key"], bounds, spec["desc"], spec["nulls_first"])
-                parts = partitioner.split(table, ids, partitions)
-                if destinations:  # reducers already placed: send the remote parts straight away
-                    remote = {p: t for p, t in enumerate(parts) if t.num_rows and destinations.get(p, self.address) != self.address}
-                    self.store.put_parts(key, [t.slice(0, 0) if p in remote else t for p, t in enumerate(parts)], source)
-                    self._send(key, source, remote, destinations)
-                    per_task[source] = [t.nbytes for t in parts]
-                else:
-                    per_task[source] = self._store_parts(key, parts, source, spec.get("mode", "prefetch"))["partition_bytes"]
+            while staged:  # pop each map output, so it is freed once its parts are kept or sent
+                source, table = staged.pop()
+                per_task[source] = self._partition_range(con, spec, source, table)
         return {"tasks": {str(t): sizes for t, sizes in per_task.items()}}
+
+    def _partition_range(self, con: duckdb.DuckDBPyConnection, spec: dict, source: int, table: pa.Table) -> list[int]:
+        """Split one map task's output by the range bounds in ``spec``: keep it (pull, or reducers
+        not yet placed) or keep the local parts and send the rest to their reducers' hosts.
+        Returns the bytes per partition."""
+        key = spec["key"]
+        bounds = table_from_hex(spec["bounds"]).column(0).combine_chunks()
+        ids = partitioner.range_ids(con, table, spec["sort_key"], bounds, spec["desc"], spec["nulls_first"])
+        parts = partitioner.split(table, ids, len(bounds) + 1)
+        destinations = {int(p): a for p, a in (spec.get("destinations") or {}).items()}
+        if not destinations:
+            return self._store_parts(key, parts, source, spec.get("mode", "prefetch"))["partition_bytes"]
+        remote = {p: t for p, t in enumerate(parts) if t.num_rows and destinations.get(p, self.address) != self.address}
+        self.store.put_parts(key, [t.slice(0, 0) if p in remote else t for p, t in enumerate(parts)], source)
+        self._send(key, source, remote, destinations)
+        return [t.nbytes for t in parts]
 
     def push(self, spec: dict) -> dict[str, Any]:
         """Send one map task's blocks to the hosts of their reducers (SCache's pre-fetch).
@@ -269,18 +282,25 @@ class FetchLimiter:
                     self._cond.notify_all()
 
 
-def _write_file(table: pa.Table, directory: str, task: int, fmt: str) -> dict[str, Any]:
-    """One result task's share of COPY ... TO: part-NNNNN, numbered in result order."""
+def _write_file(result: pa.Table | pa.RecordBatchReader, names: list[str], directory: str, task: int, fmt: str) -> dict[str, Any]:
+    """One result task's share of COPY ... TO: part-NNNNN, numbered in result order.
+
+    A table is written whole (Parquet cuts it into row groups); a stream one batch at a time,
+    so only one batch of it is ever in memory.
+    """
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, f"part-{task:05d}.{fmt}")
+    schema = pa.schema([f.with_name(n) for f, n in zip(result.schema, names, strict=True)])
+    rows = nbytes = 0
     try:
-        if fmt == "csv":
-            pacsv.write_csv(table, path)
-        else:
-            pq.write_table(table, path)
+        with pacsv.CSVWriter(path, schema) if fmt == "csv" else pq.ParquetWriter(path, schema) as writer:
+            for part in [result] if isinstance(result, pa.Table) else result:
+                part = part.rename_columns(names)
+                writer.write(part)
+                rows, nbytes = rows + part.num_rows, nbytes + part.nbytes
     except OSError as e:
         raise OperationalError(f"cannot write {path}: {e}") from e
-    return {"partition_bytes": [table.nbytes]}
+    return {"partition_bytes": [nbytes], "rows": rows, "bytes": nbytes, "schema": schema_to_hex(schema)}
 
 
 def _integer_ranges(table: pa.Table) -> dict[str, list[int] | None]:

@@ -22,3 +22,13 @@ def table_to_hex(table: pa.Table) -> str:
 
 def table_from_hex(text: str) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(bytes.fromhex(text))).read_all()
+
+
+def load_converters() -> None:
+    """Make pyarrow load its pandas support now, while the process starts.
+
+    pyarrow imports pandas (when it is installed) on its first conversion of Python or NumPy
+    objects, and DuckDB's ``register`` does too. That took 1.5 s on a busy 2-core machine; paid
+    mid-query, it stalled the coordinator's scheduling loop and each worker's first task.
+    """
+    pa.array([0])

@@ -25,6 +25,7 @@ from qengine.errors import Error
 from qengine.exchange.store import BlockStore
 from qengine.rpc import ActionServer, Client, ClientPool, server_error
 from qengine.task import TaskRunner
+from qengine.wire import load_converters
 
 log = logging.getLogger("qengine.worker")
 
@@ -41,6 +42,7 @@ class WorkerServer(ActionServer):
         tls_root: bytes | None = None,
     ) -> None:
         super().__init__(host, port, token, tls)
+        load_converters()
         self.worker_id = worker_id
         self.store = BlockStore(budget=shuffle_memory)
         self.pool = ClientPool(token, tls_root)

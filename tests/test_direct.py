@@ -10,6 +10,7 @@ import os
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 import sqlglot.expressions as exp
@@ -21,6 +22,7 @@ from qengine.planner import direct
 from qengine.planner import logical as lp
 from qengine.planner.logical import col
 from qengine.sandbox import safe_connection
+from qengine.task import _write_file
 
 ROWS = 6_000
 
@@ -134,3 +136,27 @@ def test_split_gives_each_partition_its_own_buffers(t: pa.Table) -> None:
     assert parts[1].column("row").to_pylist() == list(range(1, ROWS, 3))
     # A partition gathered on its own holds only its rows' bytes, not a slice of a full copy.
     assert all(p.get_total_buffer_size() < t.get_total_buffer_size() / 2 for p in parts)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+@pytest.mark.parametrize("order", [[["b", False, False]], [["i", True, True], ["row", False, False]]], ids=["bytes", "int-desc"])
+def test_sorted_output_is_written_batch_by_batch(t: pa.Table, tmp_path, monkeypatch, fmt: str, order: list) -> None:
+    """A sort hands its rows to the file writer in batches of about BATCH_BYTES, in order."""
+    monkeypatch.setattr(direct, "BATCH_BYTES", 20_000)
+    blocks = pa.concat_tables([t.slice(i, 1000) for i in range(0, ROWS, 1000)])  # a reducer's blocks
+    form = {"input": "x0", "ops": [["select", [[c, c] for c in ("i", "b", "row")]], ["sort", order]]}
+    stream = direct.execute(form, {"x0": blocks.select(["i", "b", "row"])})
+    assert isinstance(stream, pa.RecordBatchReader)
+    stats = _write_file(stream, ["i", "key", "row"], str(tmp_path), 4, fmt)
+    path = tmp_path / f"part-00004.{fmt}"
+    assert stats["rows"] == ROWS
+    if fmt == "parquet":
+        assert pq.ParquetFile(path).num_row_groups > 5  # one per batch
+        written = pq.read_table(path)
+    else:
+        written = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(column_types={"key": pa.binary()}))
+    keys = ", ".join(f"{'b' if k == 'b' else k} {'DESC' if desc else 'ASC'} NULLS {'FIRST' if first else 'LAST'}"
+                     for k, desc, first in order)
+    expected = duckdb.sql(f"SELECT i, b AS key, row FROM t ORDER BY {keys}").to_arrow_table()
+    for name in ("key", "i", "row") if len(order) > 1 else ("key",):  # a lone key has ties
+        assert written.column(name).cast(expected.column(name).type).equals(expected.column(name)), name

@@ -143,3 +143,18 @@ def test_cli_round_trip(tmp_path) -> None:
     os.unlink(os.path.join(tmp_path / "out", sorted(os.listdir(tmp_path / "out"))[0]))  # lose a part file
     bad = run("validate", "--in", str(tmp_path / "in"), "--out", str(tmp_path / "out"))
     assert bad.returncode != 0 and "FAILURE" in bad.stderr
+
+
+def test_map_tasks_started_after_the_bounds_push_their_own_output(tmp_path) -> None:
+    """In prefetch, a map task that starts once the bounds and reducer hosts are known
+    partitions and pushes its output itself; the earlier ones are staged and finalized."""
+    data = str(tmp_path / "in")
+    generate(N, data, seed=5, per_file=N // 25)  # 25 map tasks, 4 at a time
+    out = str(tmp_path / "out")
+    # The bounds come from the first finished task; most of the others start after that.
+    options = {"workers": 2, "shuffle": "prefetch", "prefetch_fraction": 0.04, "split_size": "512KB"}
+    _, stats = sort(data, out, options)
+    shuffle = next(s for s in stats.shuffles if s.kind == "range")
+    assert shuffle.map_tasks == 25
+    assert 0 < shuffle.self_pushed_tasks < 25
+    assert validate(data, out).ok

@@ -26,6 +26,9 @@ class ShuffleStats:
     push_tail_seconds: float = 0.0
     blocks_local: int = 0
     blocks_total: int = 0
+    # range map tasks that started after the bounds and placement, so partitioned and pushed
+    # their own output instead of staging it
+    self_pushed_tasks: int = 0
 
     def prediction_errors(self) -> tuple[float | None, float | None]:
         """(max, mean) relative error of predicted vs actual reducer sizes, over non-empty reducers."""
@@ -59,6 +62,7 @@ class ShuffleStats:
             "push_tail_seconds": round(self.push_tail_seconds, 4),
             "prefetch_hits": self.blocks_local,
             "blocks": self.blocks_total,
+            "self_pushed_map_tasks": self.self_pushed_tasks,
         }
 
 

@@ -7,9 +7,11 @@ shares of rows even when map outputs differ in size.
 
 from __future__ import annotations
 
-import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+
+from qengine.sandbox import safe_connection
 
 # s. The paper's s=3 left TeraSort's 16 reducers at max/mean 1.47 when the bounds come from half
 # the map tasks (prefetch places reducers then); s=20, Spark RangePartitioner's own per-partition
@@ -28,24 +30,36 @@ def sample_keys(column: pa.ChunkedArray | pa.Array, count: int, seed: int) -> pa
 
 def weighted_bounds(samples: list[tuple[pa.Array, int]], partitions: int) -> pa.Array:
     """P-1 ascending bounds from per-task (sample, task rows) pairs, by weighted quantiles."""
-    parts = []
-    for keys, rows in samples:
-        keys = keys.filter(keys.is_valid()) if keys.null_count else keys
-        if len(keys):
-            weight = rows / len(keys)
-            parts.append(pa.table({"k": keys, "w": pa.array(np.full(len(keys), weight))}))
-    if not parts or partitions <= 1:
+    keys, weights = [], []
+    for sample, rows in samples:
+        sample = sample.filter(sample.is_valid()) if sample.null_count else sample
+        if len(sample):
+            keys.append(sample)
+            weights.append(np.full(len(sample), rows / len(sample)))
+    if not keys or partitions <= 1:
         typ = samples[0][0].type if samples else pa.null()
         return pa.array([], type=typ)
-    merged = pa.concat_tables(parts, promote_options="permissive")
-    con = duckdb.connect()
-    try:
-        con.register("s", merged)
-        ordered = con.execute("SELECT k, sum(w) OVER (ORDER BY k ROWS UNBOUNDED PRECEDING) AS cw FROM s ORDER BY k").to_arrow_table()
-    finally:
-        con.close()
-    cum = ordered.column("cw").to_numpy()
-    total = cum[-1]
-    targets = total * np.arange(1, partitions) / partitions
+    merged = pa.concat_arrays(keys)
+    order = ascending(merged)
+    cum = np.cumsum(np.concatenate(weights)[order])
+    targets = cum[-1] * np.arange(1, partitions) / partitions
     idx = np.minimum(np.searchsorted(cum, targets, side="left"), len(cum) - 1)
-    return ordered.column("k").take(pa.array(idx)).combine_chunks()
+    return merged.take(pa.array(order[idx]))
+
+
+def ascending(keys: pa.Array) -> np.ndarray:
+    """Positions of non-null ``keys`` in ascending order.
+
+    Arrow orders every type it can sort as DuckDB's comparisons (and so the range partitioner)
+    do; types it cannot sort, such as intervals, are ordered by DuckDB.
+    """
+    try:
+        return pc.sort_indices(keys).to_numpy()
+    except pa.ArrowNotImplementedError:
+        con = safe_connection()
+        try:
+            con.register("s", pa.table({"k": keys}))
+            positions = con.execute("SELECT i FROM (SELECT k, row_number() OVER () - 1 AS i FROM s) ORDER BY k").fetchnumpy()
+        finally:
+            con.close()
+        return np.asarray(positions["i"])
