@@ -3,7 +3,7 @@
 The job is ``SELECT key, payload FROM records ORDER BY key``: a range exchange with sampled
 bounds, then a local sort on each reducer, and each reducer writes its own output file
 (``COPY … TO``), so no process ever holds all the data and the file names give the order.
-Unless ``--partitions`` says otherwise, there is one reducer per 64 MB of records (never fewer
+Unless ``--partitions`` says otherwise, there is one reducer per 32 MB of records (never fewer
 than the engine's default), and map tasks read 16 MB splits.
 """
 
@@ -30,8 +30,10 @@ def copy_sql(output_dir: str, force: bool) -> str:
 
 
 # Each reducer sorts about this much, so a worker's peak memory stays near its share of the data
-# (a reducer holds its input and one sorted copy) rather than growing with records per worker.
-REDUCER_BYTES = 64 << 20
+# (a reducer holds its combined input and one batch of sorted output, two reducers at a time)
+# rather than growing with records per worker. At 32 MB rather than 64 MB, a prefetch worker's
+# peak at 10M records fell by about 50 MB, with reducer load max/mean about 1.10 instead of 1.06.
+REDUCER_BYTES = 32 << 20
 # Each map task reads about this much. A map task holds its input and the partitioned copy, and
 # two run at once per worker. At 16 MB rather than the 64 MB default, a worker's peak at 10M
 # records fell from about 1.55 GiB to 1.1 GiB, and the sort took no longer.
