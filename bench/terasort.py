@@ -88,16 +88,24 @@ class PeakMemory:
 FIXED_RECORDS = 10_000
 
 
-def fixed_overhead(workers: int) -> int:
-    """Peak resident memory of any process of a sort over FIXED_RECORDS records."""
-    root = os.path.join(cache_dir(), f"terasort-{FIXED_RECORDS}")
-    data, out = os.path.join(root, "in"), os.path.join(root, "out")
-    if not os.path.isdir(data):
-        generate(FIXED_RECORDS, data, seed=1)
+def measured_sort(data: str, out: str, options: dict[str, Any]) -> tuple[float, Any, int, int]:
+    """``qengine terasort run`` into a fresh ``out``: (seconds, stats, the largest worker's peak
+    RSS, this process's (the coordinator's) peak RSS)."""
     shutil.rmtree(out, ignore_errors=True)
     with PeakMemory() as mem:
-        sort(data, out, {"workers": workers})
-    return mem.peak(exclude=os.getpid())
+        t0 = time.perf_counter()
+        _, stats = sort(data, out, options)
+        elapsed = time.perf_counter() - t0
+    return elapsed, stats, mem.peak(exclude=os.getpid()), mem.peaks.get(os.getpid(), 0)
+
+
+def fixed_overhead(options: dict[str, Any]) -> int:
+    """The largest worker's peak resident memory in a sort over FIXED_RECORDS records."""
+    root = os.path.join(cache_dir(), f"terasort-{FIXED_RECORDS}")
+    data = os.path.join(root, "in")
+    if not os.path.isdir(data):
+        generate(FIXED_RECORDS, data, seed=1)
+    return measured_sort(data, os.path.join(root, "out"), options)[2]
 
 
 def timed_subprocess(code: str, *args: str) -> tuple[float, int]:
@@ -139,21 +147,16 @@ def main(argv: list[str] | None = None) -> int:
                      "problems": verdict.problems, **(extra or {})})
         console.print(f"{engine}: {seconds:.2f}s, peak RSS {peak / 2**20:,.0f} MiB, valid={verdict.ok}")
 
-    fixed = fixed_overhead(args.workers)
+    options = {"workers": args.workers, "shuffle_memory": args.shuffle_memory, "samples_per_partition": args.samples}
+    fixed = fixed_overhead(options)
     console.print(f"fixed overhead (peak RSS sorting {FIXED_RECORDS:,} records): {fixed / 2**20:,.0f} MiB")
     for _ in range(args.repeat):
         for mode in ("pull", "prefetch"):
             out = os.path.join(root, f"out-{mode}")
-            shutil.rmtree(out, ignore_errors=True)
-            options = {"workers": args.workers, "shuffle": mode, "shuffle_memory": args.shuffle_memory,
-                       "samples_per_partition": args.samples}
-            with PeakMemory() as mem:
-                t0 = time.perf_counter()
-                _, stats = sort(data, out, options)
-                elapsed = time.perf_counter() - t0
+            elapsed, stats, peak, coordinator_peak = measured_sort(data, out, {**options, "shuffle": mode})
             shuffle = next(s for s in stats.shuffles if s.kind == "range")
-            record(f"qengine {mode}", elapsed, mem.peak(exclude=os.getpid()), out, {
-                "coordinator_peak_rss": mem.peaks.get(os.getpid(), 0),
+            record(f"qengine {mode}", elapsed, peak, out, {
+                "coordinator_peak_rss": coordinator_peak,
                 "map_seconds": stats.stages[shuffle.stage].seconds,
                 "reduce_seconds": stats.stages[-1].seconds,
                 "reducer_read_wait": shuffle.read_wait_seconds,
@@ -186,6 +189,11 @@ def main(argv: list[str] | None = None) -> int:
                 "peak RSS MiB", "peak ÷ (data/workers)", "(peak − fixed) ÷ (data/workers)", "spilled", "valid"):
         table.add_column(col)
     per_worker = data_bytes / args.workers
+
+    def memory(r: dict) -> float:
+        """The memory target's measure: peak ≤ 1.5 × data/workers + the fixed overhead."""
+        return (r["peak_rss"] - fixed) / per_worker
+
     for engine in ("qengine pull", "qengine prefetch", "duckdb", "spark local[2]"):
         r = best(engine)
         if r is None:
@@ -197,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['reducer_read_wait']:.3f}" if "reducer_read_wait" in r else "-",
             f"{r['load_max_over_mean']:.3f}" if r.get("load_max_over_mean") else "-",
             f"{r['peak_rss'] / 2**20:,.0f}", f"{r['peak_rss'] / per_worker:.2f}",
-            f"{(r['peak_rss'] - fixed) / per_worker:.2f}" if engine.startswith("qengine") else "-",
+            f"{memory(r):.2f}" if engine.startswith("qengine") else "-",
             f"{r.get('spilled', 0):,}", str(r["valid"]),
         )
     console.print(table)
@@ -206,9 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         "prefetch_over_pull": pre["seconds"] / pull["seconds"],
         "prefetch_over_duckdb": pre["seconds"] / duck["seconds"],
         "pull_over_duckdb": pull["seconds"] / duck["seconds"],
-        # The memory target: peak ≤ 1.5 × data/workers + the fixed overhead.
-        "prefetch_memory_over_data_per_worker": (pre["peak_rss"] - fixed) / per_worker,
-        "pull_memory_over_data_per_worker": (pull["peak_rss"] - fixed) / per_worker,
+        "prefetch_memory_over_data_per_worker": memory(pre),
+        "pull_memory_over_data_per_worker": memory(pull),
     }
     spark = best("spark local[2]")
     if spark is not None:

@@ -169,7 +169,8 @@ class TaskRunner:
         elif kind == "roundrobin":
             ids = partitioner.roundrobin_ids(result.num_rows, out["partitions"], task)
         elif kind == "range" and out.get("finalize"):  # bounds known: partition and push now
-            return {"partition_bytes": self._partition_range(con, out["finalize"], task, result), "finalized": True}
+            body = out["finalize"]
+            return {"partition_bytes": self._partition_range(con, body, _bounds(body), task, result), "finalized": True}
         elif kind == "range":
             self.store.stage(key, result, task)
             sample = sample_keys(result.column(out["sample_key"]), out["samples"], out["seed"])
@@ -201,19 +202,21 @@ class TaskRunner:
         """
         tasks = set(spec["tasks"]) if spec.get("tasks") is not None else None
         staged = self.store.take_staged(spec["key"], tasks)
+        bounds = _bounds(spec)
         per_task: dict[int, list[int]] = {}
         with self.connections.connection() as con:
             while staged:  # pop each map output, so it is freed once its parts are kept or sent
                 source, table = staged.pop()
-                per_task[source] = self._partition_range(con, spec, source, table)
+                per_task[source] = self._partition_range(con, spec, bounds, source, table)
         return {"tasks": {str(t): sizes for t, sizes in per_task.items()}}
 
-    def _partition_range(self, con: duckdb.DuckDBPyConnection, spec: dict, source: int, table: pa.Table) -> list[int]:
-        """Split one map task's output by the range bounds in ``spec``: keep it (pull, or reducers
-        not yet placed) or keep the local parts and send the rest to their reducers' hosts.
+    def _partition_range(
+        self, con: duckdb.DuckDBPyConnection, spec: dict, bounds: pa.Array, source: int, table: pa.Table
+    ) -> list[int]:
+        """Split one map task's output by ``bounds``: keep it (pull, or reducers not yet placed)
+        or keep the local parts and send the rest to their reducers' hosts (``spec`` says which).
         Returns the bytes per partition."""
         key = spec["key"]
-        bounds = table_from_hex(spec["bounds"]).column(0).combine_chunks()
         ids = partitioner.range_ids(con, table, spec["sort_key"], bounds, spec["desc"], spec["nulls_first"])
         parts = partitioner.split(table, ids, len(bounds) + 1)
         destinations = {int(p): a for p, a in (spec.get("destinations") or {}).items()}
@@ -280,6 +283,11 @@ class FetchLimiter:
                 with self._cond:
                     self._bytes -= nbytes
                     self._cond.notify_all()
+
+
+def _bounds(spec: dict) -> pa.Array:
+    """The range bounds a finalize request (or a map task's ``finalize`` output) carries."""
+    return table_from_hex(spec["bounds"]).column(0).combine_chunks()
 
 
 def _write_file(result: pa.Table | pa.RecordBatchReader, names: list[str], directory: str, task: int, fmt: str) -> dict[str, Any]:
