@@ -68,6 +68,7 @@ class Source:
 class _RowGroup:
     path: str
     index: int
+    first: int  # the file's row number of its first row
     rows: int
     bytes: int
     ranges: dict[str, tuple[int, int]] = field(default_factory=dict)  # integer columns' min/max
@@ -90,6 +91,7 @@ class ParquetSource(Source):
         self.name = name
         self.paths = paths
         self.row_groups: list[_RowGroup] = []
+        self._file_rows: dict[str, int] = {}
         widths: dict[str, int] = {}
         for path in paths:
             try:
@@ -100,9 +102,11 @@ class ParquetSource(Source):
                 self.schema = md.schema.to_arrow_schema()
             elif md.schema.to_arrow_schema().names != self.schema.names:
                 raise ProgrammingError(f"table {name!r}: {path} has columns that differ from {paths[0]}")
+            first = 0
             for i in range(md.num_row_groups):
                 rg = md.row_group(i)
-                group = _RowGroup(path, i, rg.num_rows, rg.total_byte_size)
+                group = _RowGroup(path, i, first, rg.num_rows, rg.total_byte_size)
+                first += rg.num_rows
                 self.row_groups.append(group)
                 for c in range(rg.num_columns):
                     cc = rg.column(c)
@@ -112,6 +116,7 @@ class ParquetSource(Source):
                     integer = cc.physical_type in ("INT32", "INT64")
                     if integer and st is not None and st.has_min_max and isinstance(st.min, int) and isinstance(st.max, int):
                         group.ranges[top] = (st.min, st.max)
+            self._file_rows[path] = first
         self._rows = sum(rg.rows for rg in self.row_groups)
         self._widths = {k: v / max(1, self._rows) for k, v in widths.items()}
 
@@ -129,7 +134,7 @@ class ParquetSource(Source):
         groups = [rg for rg in self.row_groups if rg.may_match(ranges)] if ranges else self.row_groups
         total = sum(rg.bytes for rg in groups)
         if not groups:
-            return [{"kind": "parquet", "pieces": [], "schema_path": self.paths[0]}]
+            return [self._split([])]
         wanted = math.ceil(total / split_bytes)
         if total >= split_bytes / 8:  # big enough to be worth spreading over every worker
             wanted = max(wanted, 2 * workers)
@@ -142,13 +147,29 @@ class ParquetSource(Source):
                 splits.append([])
             splits[-1].append(rg)
             acc += rg.bytes
-        out = []
-        for group in splits:
-            pieces: dict[str, list[int]] = {}
-            for rg in group:
-                pieces.setdefault(rg.path, []).append(rg.index)
-            out.append({"kind": "parquet", "pieces": list(pieces.items()), "schema_path": self.paths[0]})
-        return out
+        return [self._split(group) for group in splits]
+
+    def _split(self, groups: list[_RowGroup]) -> dict:
+        """A split of these row groups: their indexes per file, and the same rows as runs of
+        file row numbers ``[path, first, stop)`` (whole files as ``[path, 0, None]``)."""
+        pieces: dict[str, list[int]] = {}
+        runs: list[list] = []
+        for rg in groups:
+            pieces.setdefault(rg.path, []).append(rg.index)
+            if runs and runs[-1][0] == rg.path and runs[-1][2] == rg.first:
+                runs[-1][2] += rg.rows
+            else:
+                runs.append([rg.path, rg.first, rg.first + rg.rows])
+        for run in runs:
+            if run[1] == 0 and run[2] == self._file_rows[run[0]]:
+                run[2] = None
+        return {
+            "kind": "parquet",
+            "pieces": list(pieces.items()),
+            "runs": runs,
+            "rows": sum(rg.rows for rg in groups),
+            "schema_path": self.paths[0],
+        }
 
 
 class CsvSource(Source):

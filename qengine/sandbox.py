@@ -10,17 +10,26 @@ from __future__ import annotations
 import duckdb
 
 
-def safe_connection(threads: int = 1) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection that cannot reach files, the network or extensions."""
-    return duckdb.connect(
+def safe_connection(threads: int = 1, readable: tuple[str, ...] = ()) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection that cannot reach files, the network or extensions.
+
+    ``readable`` names the only files it may read: the Parquet files of a scan split, which
+    qengine's scan hands to DuckDB so that filters and projections reach the Parquet reader.
+    They can only be allowed once the database is open, so the lock comes after them.
+    """
+    con = duckdb.connect(
         config={
             "threads": threads,
-            "enable_external_access": False,
             "autoload_known_extensions": False,
             "autoinstall_known_extensions": False,
             "allow_community_extensions": False,
             "allow_unsigned_extensions": False,
             "disabled_optimizers": "join_order,build_side_probe_side",
-            "lock_configuration": True,
         }
     )
+    if readable:
+        con.execute("SET allowed_paths = $1", [list(readable)])
+        con.execute("SET parquet_metadata_cache = true")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+    return con

@@ -1,7 +1,9 @@
 """qengine's own scan: the only code that reads table data from files.
 
 It runs in workers, turning a split from :mod:`qengine.catalog` into an Arrow table whose
-columns carry the query's internal names. DuckDB never touches the file system.
+columns carry the query's internal names, or, for a Parquet split that a DuckDB fragment
+consumes, into the SQL that reads exactly that split (:func:`parquet_sql`). The fragment's
+connection may then read that split's files and nothing else (``sandbox.safe_connection``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,41 @@ import pyarrow.parquet as pq
 from qengine import records
 from qengine.errors import OperationalError
 from qengine.wire import schema_from_hex
+
+
+def parquet_sql(split: dict, columns: list[tuple[str, str]]) -> str | None:
+    """A query reading a Parquet split under internal column names, for DuckDB to run with
+    the fragment, so that its filters and projections reach the Parquet reader and only the
+    rows and columns they keep are ever decoded; None for an empty split.
+
+    Whole files are read as they are; a run of row groups is selected by file row number,
+    which DuckDB's reader prunes row groups by.
+    """
+    if not split.get("runs"):
+        return None
+    names = ", ".join(f"{_ident(source)} AS {_ident(internal)}" for source, internal in columns)
+    whole = [path for path, _, stop in split["runs"] if stop is None]
+    parts = [f"SELECT {names} FROM read_parquet([{', '.join(map(_literal, whole))}])"] if whole else []
+    parts += [
+        f"SELECT {names} FROM read_parquet({_literal(path)}, file_row_number = true) "
+        f"WHERE file_row_number >= {int(first)} AND file_row_number < {int(stop)}"
+        for path, first, stop in split["runs"]
+        if stop is not None
+    ]
+    return " UNION ALL ".join(parts)
+
+
+def split_files(split: dict) -> tuple[str, ...]:
+    """The files a split reads (for the fragment connection's allowed paths)."""
+    return tuple(sorted({path for path, _, _ in split.get("runs") or []}))
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def read_split(split: dict, columns: list[tuple[str, str]], fetch_memory: Callable[[dict], pa.Table]) -> pa.Table:

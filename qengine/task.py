@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from qengine import scan
 from qengine.errors import DataError, OperationalError
 from qengine.exchange import partitioner
 from qengine.exchange.sampling import sample_keys
@@ -27,39 +28,83 @@ from qengine.exchange.store import BlockStore, concat
 from qengine.planner import direct
 from qengine.rpc import ClientPool
 from qengine.sandbox import safe_connection
-from qengine.scan import read_split
 from qengine.wire import schema_from_hex, schema_to_hex, table_from_hex, table_to_hex
+
+
+class Lease:
+    """One task's turn on a pooled connection, and the inputs it added there: they are removed
+    when the turn ends, so nothing of one task is visible to the next."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+        self._registered: list[str] = []
+        self._tables: list[str] = []
+
+    def add_inputs(self, tables: dict[str, pa.Table], copy: bool = False) -> None:
+        """Make a fragment's Arrow inputs visible to it: registered as they are, or copied into
+        temporary tables (``copy``; see :func:`_run_fragment` for when)."""
+        for name, table in tables.items():
+            if not copy:
+                self.con.register(name, table)
+                self._registered.append(name)
+                continue
+            self.con.register("__input", table)
+            try:
+                self.con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM __input')
+                self._tables.append(name)
+            finally:
+                self.con.unregister("__input")
+
+    def clear(self) -> None:
+        for name in self._registered:  # unregistering also frees the Arrow data
+            self.con.unregister(name)
+        for name in self._tables:
+            self.con.execute(f'DROP TABLE "{name}"')
+        self._registered.clear()
+        self._tables.clear()
 
 
 class ConnectionPool:
     """Reusable safe DuckDB connections: opening one per task costs about 10 ms.
 
-    A task registers its inputs on a connection it has to itself and unregisters them after, so
-    nothing of one task is visible to the next.
+    Connections are kept per set of readable files (none, or a scan split's Parquet files), at
+    most ``IDLE`` in all. A task has its connection to itself for the length of its lease.
     """
+
+    IDLE = 32
 
     def __init__(self, threads: int) -> None:
         self.threads = threads
-        self._idle: list[duckdb.DuckDBPyConnection] = []
+        self._idle: dict[tuple[str, ...], list[duckdb.DuckDBPyConnection]] = {}
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
-    def connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+    def connection(self, readable: tuple[str, ...] = ()) -> Iterator[Lease]:
         with self._lock:
-            con = self._idle.pop() if self._idle else None
-        if con is None:
-            con = safe_connection(self.threads)
+            idle = self._idle.get(readable)
+            con = idle.pop() if idle else None
+        lease = Lease(con if con is not None else safe_connection(self.threads, readable))
         try:
-            yield con
+            yield lease
+            lease.clear()
         except BaseException:
-            con.close()
+            lease.con.close()
             raise
-        else:
-            names = [r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()]
-            for name in names:
-                con.unregister(name)
-            with self._lock:
-                self._idle.append(con)
+        self._keep(readable, lease.con)
+
+    def _keep(self, readable: tuple[str, ...], con: duckdb.DuckDBPyConnection) -> None:
+        """Return a connection to the idle ones, closing the oldest idle one past ``IDLE``."""
+        evicted = None
+        with self._lock:
+            self._idle.setdefault(readable, []).append(con)
+            self._idle[readable] = self._idle.pop(readable)  # most recently used last
+            if sum(len(v) for v in self._idle.values()) > self.IDLE:
+                oldest = next(iter(self._idle))
+                evicted = self._idle[oldest].pop(0)
+                if not self._idle[oldest]:
+                    del self._idle[oldest]
+        if evicted is not None:
+            evicted.close()
 
 
 class TaskRunner:
@@ -107,7 +152,7 @@ class TaskRunner:
 
     def _load(self, spec: dict) -> pa.Table:
         if spec["kind"] == "scan":
-            return read_split(spec["split"], [tuple(c) for c in spec["columns"]], self._memory_split)
+            return scan.read_split(spec["split"], [tuple(c) for c in spec["columns"]], self._memory_split)
         schema = schema_from_hex(spec["schema"])
         consume = bool(spec.get("consume"))
         sizes = spec.get("sizes") or {}
@@ -120,21 +165,26 @@ class TaskRunner:
 
     def run(self, spec: dict) -> dict[str, Any]:
         started = time.perf_counter()
-        with self.connections.connection() as con:
-            loaded = list(self._inputs.map(self._load, spec["inputs"])) if len(spec["inputs"]) > 1 else [
-                self._load(i) for i in spec["inputs"]
-            ]
+        # A DuckDB fragment reads its Parquet splits itself; a direct one needs them as Arrow.
+        views = {} if spec.get("direct") else {
+            inp["name"]: (sql, scan.split_files(inp["split"]), inp["split"]["rows"])
+            for inp in spec["inputs"]
+            if inp["kind"] == "scan" and (sql := scan.parquet_sql(inp["split"], inp["columns"])) is not None
+        }
+        inputs = [inp for inp in spec["inputs"] if inp["name"] not in views]
+        readable = tuple(sorted({path for _, files, _ in views.values() for path in files}))
+        with self.connections.connection(readable) as lease:
+            loaded = list(self._inputs.map(self._load, inputs)) if len(inputs) > 1 else [self._load(i) for i in inputs]
             read_at = time.perf_counter()
-            rows_in = sum(t.num_rows for t in loaded)
+            rows_in = sum(t.num_rows for t in loaded) + sum(rows for _, _, rows in views.values())
             # Only this dict holds the inputs, so a direct fragment can free one as it copies it.
-            named = {inp["name"]: table for inp, table in zip(spec["inputs"], loaded, strict=True)}
+            named = {inp["name"]: table for inp, table in zip(inputs, loaded, strict=True)}
             del loaded
             result = direct.execute(spec["direct"], named) if spec.get("direct") else None
             if result is None:
-                for name, table in named.items():
-                    con.register(name, table)
-                result = con.execute(spec["sql"]).to_arrow_table()
-            stats = self._write(con, spec, result)
+                scans = {name: sql for name, (sql, _, _) in views.items()}
+                result = _run_fragment(lease, spec["sql"], named, scans, readable)
+            stats = self._write(lease.con, spec, result)
         stats.update(rows_in=rows_in, read_seconds=read_at - started, seconds=time.perf_counter() - started)
         return stats
 
@@ -204,10 +254,10 @@ class TaskRunner:
         staged = self.store.take_staged(spec["key"], tasks)
         bounds = _bounds(spec)
         per_task: dict[int, list[int]] = {}
-        with self.connections.connection() as con:
+        with self.connections.connection() as lease:
             while staged:  # pop each map output, so it is freed once its parts are kept or sent
                 source, table = staged.pop()
-                per_task[source] = self._partition_range(con, spec, bounds, source, table)
+                per_task[source] = self._partition_range(lease.con, spec, bounds, source, table)
         return {"tasks": {str(t): sizes for t, sizes in per_task.items()}}
 
     def _partition_range(
@@ -283,6 +333,41 @@ class FetchLimiter:
                 with self._cond:
                     self._bytes -= nbytes
                     self._cond.notify_all()
+
+
+def _run_fragment(lease: Lease, sql: str, inputs: dict[str, pa.Table], scans: dict[str, str], files: tuple[str, ...]) -> pa.Table:
+    """Run a fragment over its Arrow inputs and Parquet scans.
+
+    The scans are common table expressions; each is read once, so DuckDB inlines it and pushes
+    the fragment's filters into the Parquet reader. A file that is gone or fails while being
+    read is the scan's failure, and says so (DuckDB's message for a non-Parquet file names it).
+    DuckDB takes a missing file's path for a directory to search, which the sandbox refuses, so
+    a missing file is named here rather than by DuckDB.
+
+    The Arrow inputs are registered as they are. Joined to a Parquet side, whose size DuckDB
+    knows, one may get a Bloom filter pushed into its scan, which DuckDB cannot do for Arrow
+    ("BLOOM_FILTER is not currently supported in PyArrow Scans", duckdb/duckdb-python#463);
+    the fragment then runs again with the inputs copied into DuckDB tables. Copying always would
+    cost more: those copies take longer than most fragments do.
+    """
+    if scans:
+        sql = "WITH " + ", ".join(f'"{name}" AS ({query})' for name, query in scans.items()) + " " + sql
+    lease.add_inputs(inputs)
+    try:
+        try:
+            return lease.con.execute(sql).to_arrow_table()
+        except duckdb.NotImplementedException as e:
+            if "BLOOM_FILTER" not in str(e):
+                raise
+        lease.clear()
+        lease.add_inputs(inputs, copy=True)
+        return lease.con.execute(sql).to_arrow_table()
+    except (duckdb.IOException, duckdb.PermissionException) as e:
+        if not files:
+            raise
+        missing = [path for path in files if not os.path.isfile(path)]
+        reason = f"{missing[0]} no longer exists" if missing else str(e).splitlines()[0]
+        raise OperationalError(f"scan failed: {reason}") from e
 
 
 def _bounds(spec: dict) -> pa.Array:

@@ -12,6 +12,7 @@ from qengine.planner.decorrelate import decorrelate
 from qengine.planner.frontend import optimize_query
 from qengine.planner.logical import Scan, walk
 from qengine.planner.physical import PhysicalPlanner
+from qengine.planner.pushdown import push_down
 from qengine.planner.stages import StagePlan, cut
 
 
@@ -35,5 +36,5 @@ def plan_query(query: exp.Expression, catalog: Catalog, options: PlanOptions) ->
             first = node.source.schema[0].name
             node.column_map[first] = builder.names.new()
     physical = PhysicalPlanner(options.partitions, options.broadcast_threshold, builder.widths, builder.names)
-    root, _ = physical.plan(rel.node)
+    root, _ = physical.plan(push_down(rel.node))
     return cut(root, rel.names)

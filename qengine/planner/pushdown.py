@@ -1,0 +1,222 @@
+"""Predicate pushdown on the logical plan.
+
+sqlglot's optimizer pushes WHERE conditions into joins and subqueries, but not below GROUP BY,
+and it never copies a condition across an equi-join. TPC-DS puts its selective predicates just
+there: a year filter on a per-year aggregate CTE that is joined with other per-year CTEs on the
+year. DuckDB pushes both ways, so a distributed plan without them scans and shuffles years of
+data it then throws away. This pass moves every filter conjunct as low as it can go:
+
+- below projections (column references replaced by the projected expressions),
+- below an aggregate, when it uses only grouping keys (and there are no grouping sets),
+- below a window, when it uses only the PARTITION BY columns,
+- into every input of a set operation,
+- into the side of a join it belongs to, where the join kind allows;
+
+and copies a comparison of a join key with a constant to the other side's key, where the join
+kind keeps that correct (an inner join both ways; a left, semi or anti join from left to right).
+"""
+
+from __future__ import annotations
+
+import sqlglot.expressions as exp
+
+from qengine.planner import estimates
+from qengine.planner import logical as lp
+from qengine.planner.builder import conjuncts
+from qengine.planner.logical import col
+
+# Functions whose value differs between evaluations: a filter using one stays where it is.
+_VOLATILE = frozenset({"random", "uuid", "gen_random_uuid", "nextval", "setseed"})
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+
+
+def push_down(root: lp.Node) -> lp.Node:
+    """The plan with its filters pushed down (the root may change); estimates are refreshed."""
+    root = _Pusher().push(root, [])
+    for node in lp.walk(root):
+        if isinstance(node, lp.SharedScan):
+            estimates.refresh(node.producer)
+    estimates.refresh(root)
+    return root
+
+
+class _Pusher:
+    def __init__(self) -> None:
+        # CTE plans already done: every reader of one shares its plan, so nothing is pushed into
+        # it from one reader.
+        self.shared: dict[int, lp.Node] = {}
+
+    def push(self, node: lp.Node, preds: list[exp.Expression]) -> lp.Node:
+        """Push ``preds`` (conjuncts over ``node``'s columns) into ``node``; returns its
+        replacement."""
+        preds = [p for p in preds if not (isinstance(p, exp.Boolean) and p.this)]  # TRUE filters nothing
+        for name, sub in list(node.subqueries.items()):
+            node.subqueries[name] = self.push(sub, [])
+        if isinstance(node, lp.SharedScan):
+            key = id(node.producer)
+            if key not in self.shared:
+                self.shared[key] = self.push(node.producer, [])
+            node.producer = self.shared[key]
+            return _wrap(node, preds)
+        return self._node(node, preds)
+
+    def _node(self, node: lp.Node, preds: list[exp.Expression]) -> lp.Node:
+        if isinstance(node, lp.Filter):
+            if node.subqueries:  # a condition using a subquery's result stays with the subquery
+                node.child = self.push(node.child, [])
+                return _wrap(node, preds)
+            return self.push(node.child, preds + conjuncts(node.condition))
+        if isinstance(node, lp.Project):
+            renames = {name: e for name, e in node.exprs}
+            through = set(node.child.columns) if node.passthrough else set()
+            down, keep = _split(preds, lambda r: all(c in through or (c in renames and _movable(renames[c])) for c in r))
+            node.child = self.push(node.child, [_substitute(p, renames) for p in down])
+            return _wrap(node, keep)
+        if isinstance(node, lp.Aggregate):
+            keys = {name: e for name, e in node.keys}
+            grouped = node.grouping_sets is None and bool(keys)
+            down, keep = _split(preds, lambda r: grouped and r <= keys.keys())
+            node.child = self.push(node.child, [_substitute(p, keys) for p in down])
+            return _wrap(node, keep)
+        if isinstance(node, lp.Window):
+            down, keep = _split(preds, lambda r: r <= set(node.partition_by))
+            node.child = self.push(node.child, down)
+            return _wrap(node, keep)
+        if isinstance(node, lp.Sort | lp.Distinct):
+            node.child = self.push(node.child, preds)
+            return node
+        if isinstance(node, lp.SetOp):
+            down, keep = _split(preds, lambda r: r <= set(node.names))
+            node.inputs = [
+                self.push(child, [_substitute(p, {n: col(c) for n, c in zip(node.names, child.columns, strict=True)}) for p in down])
+                for child in node.inputs
+            ]
+            return _wrap(node, keep)
+        if isinstance(node, lp.Join):
+            return self._join(node, preds)
+        if node.children:  # a limit: nothing passes it
+            node.replace_children([self.push(child, []) for child in node.children])
+        return _wrap(node, preds)
+
+    def _join(self, node: lp.Join, preds: list[exp.Expression]) -> lp.Node:
+        left_cols, right_cols = set(node.left.columns), set(node.right.columns)
+        to_left, rest = _split(preds, lambda r: r <= left_cols and node.kind in ("inner", "cross", "left", "semi", "anti"))
+        to_right, keep = _split(rest, lambda r: r <= right_cols and node.kind in ("inner", "cross", "right"))
+        pairs = [
+            (lk.name, rk.name)
+            for lk, rk in zip(node.left_keys, node.right_keys, strict=True)
+            if isinstance(lk, exp.Column) and isinstance(rk, exp.Column)
+        ]
+        node.left = self.push(node.left, to_left)
+        if node.kind in ("inner", "left", "semi", "anti"):
+            to_right += _across(implied(node.left), dict(pairs), implied(node.right))
+        node.right = self.push(node.right, to_right)
+        if node.kind in ("inner", "right"):
+            derived = _across(implied(node.right), {r: left for left, r in pairs}, implied(node.left))
+            if derived:
+                node.left = self.push(node.left, derived)
+        return _wrap(node, keep)
+
+
+def implied(node: lp.Node) -> list[exp.Expression]:
+    """Key-against-constant comparisons that hold for every output row of ``node``: the ones a
+    join can copy to its other side."""
+    if isinstance(node, lp.Filter):
+        return [p for p in conjuncts(node.condition) if _copyable(p)] + implied(node.child)
+    if isinstance(node, lp.Project):
+        renames = {e.name: name for name, e in node.exprs if isinstance(e, exp.Column) and not e.table}
+        if node.passthrough:
+            renames.update({c: c for c in node.child.columns})
+        return [_substitute(p, {c: col(n) for c, n in renames.items()}) for p in implied(node.child) if _refs(p) <= renames.keys()]
+    if isinstance(node, lp.Aggregate):
+        if node.grouping_sets is not None:
+            return []
+        renames = {e.name: name for name, e in node.keys if isinstance(e, exp.Column)}
+        return [_substitute(p, {c: col(n) for c, n in renames.items()}) for p in implied(node.child) if _refs(p) <= renames.keys()]
+    if isinstance(node, lp.Join):
+        if node.kind in ("inner", "cross"):
+            return implied(node.left) + implied(node.right)
+        if node.kind in ("left", "semi", "anti"):
+            return implied(node.left)
+        return implied(node.right) if node.kind == "right" else []
+    if isinstance(node, lp.Sort | lp.Distinct | lp.Limit | lp.Window):
+        return implied(node.child)
+    return []
+
+
+def _across(facts: list[exp.Expression], keys: dict[str, str], known: list[exp.Expression]) -> list[exp.Expression]:
+    """``facts`` about join keys, restated on the other side's keys (``keys`` maps them), less
+    the ones that side already has."""
+    have = {p.sql() for p in known}
+    out = []
+    for p in facts:
+        (column,) = _refs(p)
+        if column in keys:
+            copied = _substitute(p, {column: col(keys[column])})
+            if copied.sql() not in have:
+                have.add(copied.sql())
+                out.append(copied)
+    return out
+
+
+def _copyable(p: exp.Expression) -> bool:
+    """A comparison of one column with numeric constants: safe to restate on a join key of the
+    other side (a string constant compared with a key of another type could fail to cast)."""
+    if len(_refs(p)) != 1 or not _movable(p):
+        return False
+    if isinstance(p, _COMPARISONS):
+        sides = [p.this, p.expression]
+    elif isinstance(p, exp.Between):
+        sides = [p.this, p.args["low"], p.args["high"]]
+    elif isinstance(p, exp.In) and not p.args.get("query"):
+        sides = [p.this, *p.expressions]
+    else:
+        return False
+    return isinstance(sides[0], exp.Column) and all(_numeric(s) for s in sides[1:])
+
+
+def _numeric(e: exp.Expression) -> bool:
+    if isinstance(e, exp.Neg):
+        return _numeric(e.this)
+    return isinstance(e, exp.Literal) and not e.is_string
+
+
+def _movable(e: exp.Expression) -> bool:
+    """True when evaluating ``e`` elsewhere gives the same rows: no subquery, aggregate, window
+    or volatile function."""
+    for n in e.walk():
+        if isinstance(n, exp.Select | exp.Subquery | exp.Table | exp.AggFunc | exp.Window | exp.Rand):
+            return False
+        name = n.name if isinstance(n, exp.Anonymous) else type(n).__name__
+        if isinstance(n, exp.Func) and name.lower() in _VOLATILE:
+            return False
+    return True
+
+
+def _split(preds: list[exp.Expression], test) -> tuple[list[exp.Expression], list[exp.Expression]]:
+    """(the movable predicates whose columns pass ``test``, the others)."""
+    down, keep = [], []
+    for p in preds:
+        (down if _movable(p) and test(_refs(p)) else keep).append(p)
+    return down, keep
+
+
+def _refs(e: exp.Expression) -> set[str]:
+    return {c.name for c in e.find_all(exp.Column)}
+
+
+def _substitute(e: exp.Expression, mapping: dict[str, exp.Expression]) -> exp.Expression:
+    def visit(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Column) and not n.table and n.name in mapping:
+            return mapping[n.name].copy()
+        return n
+
+    return e.copy().transform(visit, copy=False)
+
+
+def _wrap(node: lp.Node, preds: list[exp.Expression]) -> lp.Node:
+    if not preds:
+        return node
+    wrapped = lp.Filter(node, exp.and_(*preds) if len(preds) > 1 else preds[0])
+    wrapped.est_rows = node.est_rows
+    return wrapped

@@ -1,0 +1,100 @@
+"""qengine's Parquet scan as DuckDB runs it inside fragments: the splits' row runs, the
+fragment connection that may read only its split's files, and scan failures that say so."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import qengine
+from qengine.catalog import ParquetSource
+from qengine.sandbox import safe_connection
+from qengine.scan import parquet_sql, split_files
+from tests.conftest import assert_same
+
+
+def _files(root, files: int = 3, rows: int = 1000, row_group: int = 100) -> list[str]:
+    os.makedirs(root, exist_ok=True)
+    paths = []
+    for f in range(files):
+        ids = np.arange(f * rows, (f + 1) * rows, dtype=np.int64)
+        path = os.path.join(root, f"part-{f}.parquet")
+        pq.write_table(pa.table({"id": ids, "v": ids * 2}), path, row_group_size=row_group)
+        paths.append(path)
+    return paths
+
+
+def _read(split: dict) -> list[int]:
+    """The ids a split covers, read by DuckDB through the split's SQL."""
+    sql = parquet_sql(split, [("id", "c0")])
+    if sql is None:
+        return []
+    con = safe_connection(1, split_files(split))
+    try:
+        return sorted(r[0] for r in con.execute(sql).fetchall())
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("split_bytes", [1, 2_000, 5_000, 1 << 30])
+def test_splits_cover_every_row_once(tmp_path, split_bytes: int) -> None:
+    source = ParquetSource("t", _files(tmp_path))
+    splits = source.splits(workers=2, split_bytes=split_bytes)
+    covered = [i for split in splits for i in _read(split)]
+    assert sorted(covered) == list(range(3000))
+    assert sum(s["rows"] for s in splits) == 3000
+    for split in splits:  # runs merge adjacent row groups; a whole file has no row range
+        runs = split["runs"]
+        assert all(stop is None or first < stop for _, first, stop in runs)
+        assert len({path for path, _, _ in runs}) == len(runs)
+
+
+def test_pruned_splits_read_only_the_matching_row_groups(tmp_path) -> None:
+    source = ParquetSource("t", _files(tmp_path))
+    # row groups are 100 ids each: keep the ones holding ids 250..449 and 2950..2999
+    kept = [i for split in source.splits(2, 1, {"id": (250, 449)}) for i in _read(split)]
+    assert kept == list(range(200, 500))
+    tail = [i for split in source.splits(2, 1 << 30, {"id": (2950, 5000)}) for i in _read(split)]
+    assert tail == list(range(2900, 3000))
+    assert [_read(s) for s in source.splits(2, 1, {"id": (9000, 9999)})] == [[]]
+
+
+def test_fragment_connection_reads_only_its_files(tmp_path) -> None:
+    mine, other = _files(tmp_path / "mine", files=1), _files(tmp_path / "other", files=1)
+    con = safe_connection(1, tuple(mine))
+    try:
+        assert con.execute(f"SELECT count(*) FROM read_parquet('{mine[0]}')").fetchone() == (1000,)
+        for sql in (
+            f"SELECT count(*) FROM read_parquet('{other[0]}')",
+            "SELECT * FROM read_text('/etc/passwd')",
+            f"COPY (SELECT 1) TO '{mine[0]}.csv'",
+            "SET enable_external_access = true",
+            f"SET allowed_paths = ['{other[0]}']",
+        ):
+            with pytest.raises(duckdb.Error):
+                con.execute(sql)
+    finally:
+        con.close()
+
+
+def test_a_file_removed_after_registration_fails_the_scan_by_name(tmp_path, oracle, data_paths) -> None:
+    root = tmp_path / "t"
+    paths = _files(root)
+    with qengine.connect(workers=2, split_size="4KB") as con:
+        con.register_parquet("t", str(root))
+        con.register_parquet("items", data_paths["items"])
+        assert con.execute("SELECT count(*), sum(v) FROM t WHERE id % 3 = 0").fetchone() == (1000, sum(2 * i for i in range(0, 3000, 3)))
+        assert_same(con, oracle, "SELECT category, count(*) FROM items GROUP BY category")  # the cluster is fine
+        os.remove(paths[1])
+        with pytest.raises(qengine.OperationalError, match="scan failed") as info:
+            con.execute("SELECT sum(v) FROM t")
+        assert paths[1] in str(info.value)
+        shutil.copy(paths[0], paths[1])  # a different file where it was: read, not refused
+        assert con.execute("SELECT count(*) FROM t").fetchone() == (3000,)
+        assert_same(con, oracle, "SELECT category, count(*) FROM items GROUP BY category")
