@@ -37,8 +37,16 @@ QUERIES = [
     "SELECT * FROM (SELECT sale_id, qty FROM sales ORDER BY sale_id LIMIT 300) t WHERE qty > 50",
     "SELECT * FROM (SELECT store_id, qty, sum(qty) OVER (PARTITION BY store_id) AS s FROM sales) t WHERE store_id = 2 AND qty > 90",
     "SELECT * FROM (SELECT sale_id, store_id, rank() OVER (ORDER BY amount DESC) AS r FROM sales) t WHERE store_id = 4 AND r < 200",
-    # a CTE read twice keeps one plan: each reader filters its own copy of the rows
+    # a CTE read twice keeps one plan: each reader filters its own copy of the rows, and the plan
+    # only the rows some reader keeps
     f"WITH t AS ({PER_STORE}) SELECT a.store_id, a.q, b.q FROM t a JOIN t b ON a.store_id = b.store_id + 1 WHERE a.store_id = 4",
+    f"WITH t AS ({PER_STORE}) SELECT a.store_id, a.q, b.q FROM t a, t b WHERE a.store_id = 4 AND b.store_id = 6 AND b.q > 10",
+    f"WITH t AS ({PER_STORE}) SELECT a.store_id, a.q FROM t a, t b WHERE a.store_id = 4 AND b.q > a.q",
+    # an OR is split: the part on grouping keys goes below, the whole stays above
+    f"SELECT * FROM ({PER_STORE}) t WHERE (store_id = 2 AND q > 10000) OR store_id = 5",
+    f"SELECT * FROM ({PER_STORE}) t WHERE (store_id = 2 AND q > 10000) OR q < 100",
+    "SELECT * FROM (SELECT cust_id, 'a' AS kind FROM sales UNION ALL SELECT cust_id, 'b' FROM customers) u "
+    "WHERE kind = 'b' AND cust_id < 30",
 ]
 
 
@@ -79,3 +87,17 @@ def test_filter_on_the_outer_side_is_not_copied(default_engine) -> None:
     lines = _plan(default_engine, sql)
     assert not any(line.strip().startswith("Filter") and lines[i + 1].strip().startswith("Scan")
                    for i, line in enumerate(lines[:-1])), "\n".join(lines)
+
+
+def test_a_cte_read_by_filtering_readers_computes_only_the_rows_they_keep(default_engine) -> None:
+    sql = f"WITH t AS ({PER_STORE}) SELECT a.store_id, a.q, b.q FROM t a, t b WHERE a.store_id = 4 AND b.store_id = 6"
+    lines = _plan(default_engine, sql)
+    below = [i for i, line in enumerate(lines) if line.strip().startswith("Filter") and lines[i + 1].strip().startswith("Scan sales")]
+    assert len(below) == 1 and "4" in lines[below[0]] and "6" in lines[below[0]] and " OR " in lines[below[0]], "\n".join(lines)
+
+
+def test_a_union_branch_a_constant_filter_excludes_reads_nothing(default_engine) -> None:
+    sql = "SELECT * FROM (SELECT cust_id, 'a' AS kind FROM sales UNION ALL SELECT cust_id, 'b' FROM customers) u WHERE kind = 'b'"
+    lines = _plan(default_engine, sql)
+    below = [lines[i] for i, line in enumerate(lines) if lines[i + 1:i + 2] and lines[i + 1].strip().startswith("Scan sales")]
+    assert below and below[0].strip() == "Filter FALSE", "\n".join(lines)

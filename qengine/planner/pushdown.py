@@ -14,11 +14,16 @@ data it then throws away. This pass moves every filter conjunct as low as it can
 
 and copies a comparison of a join key with a constant to the other side's key, where the join
 kind keeps that correct (an inner join both ways; a left, semi or anti join from left to right).
+
+A CTE read more than once is computed once for all its readers, so a reader's filter cannot go
+into it; but when every reader filters, the OR of their filters can (as DuckDB's CTE filter
+pusher does): TPC-DS's ``year_total`` is read six times, each for one channel and one year.
 """
 
 from __future__ import annotations
 
 import sqlglot.expressions as exp
+from sqlglot.optimizer.simplify import simplify
 
 from qengine.planner import estimates
 from qengine.planner import logical as lp
@@ -32,7 +37,9 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 
 def push_down(root: lp.Node) -> lp.Node:
     """The plan with its filters pushed down (the root may change); estimates are refreshed."""
-    root = _Pusher().push(root, [])
+    pusher = _Pusher()
+    root = pusher.push(root, [])
+    pusher.push_into_shared()
     for node in lp.walk(root):
         if isinstance(node, lp.SharedScan):
             estimates.refresh(node.producer)
@@ -45,6 +52,19 @@ class _Pusher:
         # CTE plans already done: every reader of one shares its plan, so nothing is pushed into
         # it from one reader.
         self.shared: dict[int, lp.Node] = {}
+        # per CTE plan, each reader and the filters it applies, in the plan's column names
+        self.readers: dict[int, dict[int, tuple[lp.SharedScan, list[exp.Expression]]]] = {}
+
+    def push_into_shared(self) -> None:
+        """Push the OR of every reader's filters into each CTE plan whose readers all filter."""
+        for key, readers in self.readers.items():
+            if not all(preds for _, preds in readers.values()):
+                continue
+            either = exp.or_(*[exp.paren(exp.and_(*preds), copy=False) for _, preds in readers.values()])
+            producer = self.push(self.shared[key], [either])
+            self.shared[id(producer)] = producer
+            for reader, _ in readers.values():
+                reader.producer = producer
 
     def push(self, node: lp.Node, preds: list[exp.Expression]) -> lp.Node:
         """Push ``preds`` (conjuncts over ``node``'s columns) into ``node``; returns its
@@ -55,8 +75,12 @@ class _Pusher:
         if isinstance(node, lp.SharedScan):
             key = id(node.producer)
             if key not in self.shared:
-                self.shared[key] = self.push(node.producer, [])
+                done = self.push(node.producer, [])
+                self.shared[key] = self.shared[id(done)] = done  # a reader may be visited again
             node.producer = self.shared[key]
+            to_producer = {name: col(source) for source, name in node.column_map.items()}
+            down, _ = _split(preds, lambda r: r <= to_producer.keys())
+            self.readers.setdefault(id(self.shared[key]), {})[id(node)] = (node, [_substitute(p, to_producer) for p in down])
             return _wrap(node, preds)
         return self._node(node, preds)
 
@@ -194,11 +218,42 @@ def _movable(e: exp.Expression) -> bool:
 
 
 def _split(preds: list[exp.Expression], test) -> tuple[list[exp.Expression], list[exp.Expression]]:
-    """(the movable predicates whose columns pass ``test``, the others)."""
+    """(what can go below: the movable predicates whose columns pass ``test``, and a weaker
+    form of each OR that does not; what stays above: every predicate that does not pass)."""
     down, keep = [], []
     for p in preds:
-        (down if _movable(p) and test(_refs(p)) else keep).append(p)
+        if _movable(p) and test(_refs(p)):
+            down.append(p)
+            continue
+        keep.append(p)
+        weaker = _weaken(p, test) if _movable(p) else None
+        if weaker is not None:
+            down.append(weaker)
     return down, keep
+
+
+def _weaken(p: exp.Expression, test) -> exp.Expression | None:
+    """For ``A1 AND A2 OR B1 AND B2 ...``, the OR of each branch's conjuncts that pass ``test``:
+    implied by ``p``, so it may filter below while ``p`` stays above; None if a branch has none
+    (``year = 2001 AND total > 0 OR year = 2002`` gives ``year = 2001 OR year = 2002`` below
+    an aggregate grouped by year)."""
+    if not isinstance(p, exp.Or):
+        return None
+    branches = []
+    for branch in _disjuncts(p):
+        kept = [c for c in conjuncts(branch) if test(_refs(c))]
+        if not kept:
+            return None
+        branches.append(exp.paren(exp.and_(*kept), copy=False) if len(kept) > 1 else kept[0])
+    return simplify(exp.or_(*branches))
+
+
+def _disjuncts(e: exp.Expression) -> list[exp.Expression]:
+    if isinstance(e, exp.Paren):
+        return _disjuncts(e.this)
+    if isinstance(e, exp.Or):
+        return _disjuncts(e.left) + _disjuncts(e.right)
+    return [e]
 
 
 def _refs(e: exp.Expression) -> set[str]:
@@ -206,12 +261,20 @@ def _refs(e: exp.Expression) -> set[str]:
 
 
 def _substitute(e: exp.Expression, mapping: dict[str, exp.Expression]) -> exp.Expression:
+    """``e`` with columns replaced; folded where a column became a constant (a union branch's
+    ``'s' AS sale_type`` turns ``sale_type = 'w'`` into FALSE)."""
+    constants = False
+
     def visit(n: exp.Expression) -> exp.Expression:
+        nonlocal constants
         if isinstance(n, exp.Column) and not n.table and n.name in mapping:
-            return mapping[n.name].copy()
+            replacement = mapping[n.name]
+            constants = constants or isinstance(replacement, exp.Literal)
+            return replacement.copy()
         return n
 
-    return e.copy().transform(visit, copy=False)
+    out = e.copy().transform(visit, copy=False)
+    return simplify(out) if constants else out
 
 
 def _wrap(node: lp.Node, preds: list[exp.Expression]) -> lp.Node:
