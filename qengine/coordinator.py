@@ -486,7 +486,9 @@ class _QueryRun:
         for source in inputs:
             self._measure(source, run)
         self._size_inputs(run)
-        sql, form = render(run.stage.root), direct.plan(run.stage.root)
+        # A hash output's partition ids come from its DuckDB fragment (partitioner.hash_sql).
+        hashed = run.stage.output is not None and run.stage.output.kind == "hash"
+        sql, form = render(run.stage.root), None if hashed else direct.plan(run.stage.root)
         for index in range(run.tasks):
             spec = self._task_spec(run, index, sql, form)
             body = functools.partial(self._map_spec, run, spec) if spec["output"]["kind"] == "range" else spec

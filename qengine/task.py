@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
@@ -183,7 +184,7 @@ class TaskRunner:
             result = direct.execute(spec["direct"], named) if spec.get("direct") else None
             if result is None:
                 scans = {name: sql for name, (sql, _, _) in views.items()}
-                result = _run_fragment(lease, spec["sql"], named, scans, readable)
+                result = _run_fragment(lease, spec["sql"], named, scans, readable, _hashing(spec["output"]))
             stats = self._write(lease.con, spec, result)
         stats.update(rows_in=rows_in, read_seconds=read_at - started, seconds=time.perf_counter() - started)
         return stats
@@ -206,16 +207,20 @@ class TaskRunner:
         if out["kind"] == "files":
             return _write_file(result, out["names"], out["dir"], spec["task"], out["format"])
         table = result if isinstance(result, pa.Table) else result.read_all()
-        stats = self._store(con, spec, table)
+        ids = None
+        if out["kind"] == "hash":  # the fragment added each row's partition id
+            ids = table.column(partitioner.PARTITION_COLUMN).to_numpy()
+            table = table.drop_columns([partitioner.PARTITION_COLUMN])
+        stats = self._store(con, spec, table, ids)
         stats.update(rows=table.num_rows, bytes=table.nbytes, schema=schema_to_hex(table.schema))
         return stats
 
-    def _store(self, con: duckdb.DuckDBPyConnection, spec: dict, result: pa.Table) -> dict[str, Any]:
+    def _store(self, con: duckdb.DuckDBPyConnection, spec: dict, result: pa.Table, ids: np.ndarray | None) -> dict[str, Any]:
         out = spec["output"]
         kind, key, task = out["kind"], out["key"], spec["task"]
         mode = out.get("mode", "prefetch")
         if kind == "hash":
-            ids = partitioner.hash_ids(con, result, out["keys"], out["partitions"])
+            assert ids is not None
         elif kind == "roundrobin":
             ids = partitioner.roundrobin_ids(result.num_rows, out["partitions"], task)
         elif kind == "range" and out.get("finalize"):  # bounds known: partition and push now
@@ -335,7 +340,19 @@ class FetchLimiter:
                     self._cond.notify_all()
 
 
-def _run_fragment(lease: Lease, sql: str, inputs: dict[str, pa.Table], scans: dict[str, str], files: tuple[str, ...]) -> pa.Table:
+def _hashing(out: dict) -> tuple[list[str], int] | None:
+    """(keys, partitions) of a hash output: its fragment adds each row's partition id."""
+    return (out["keys"], out["partitions"]) if out["kind"] == "hash" else None
+
+
+def _run_fragment(
+    lease: Lease,
+    sql: str,
+    inputs: dict[str, pa.Table],
+    scans: dict[str, str],
+    files: tuple[str, ...],
+    hashing: tuple[list[str], int] | None,
+) -> pa.Table:
     """Run a fragment over its Arrow inputs and Parquet scans.
 
     The scans are common table expressions; each is read once, so DuckDB inlines it and pushes
@@ -349,19 +366,29 @@ def _run_fragment(lease: Lease, sql: str, inputs: dict[str, pa.Table], scans: di
     ("BLOOM_FILTER is not currently supported in PyArrow Scans", duckdb/duckdb-python#463);
     the fragment then runs again with the inputs copied into DuckDB tables. Copying always would
     cost more: those copies take longer than most fragments do.
+
+    ``hashing`` (keys, partitions) adds the partition id column of a hash output.
     """
     if scans:
         sql = "WITH " + ", ".join(f'"{name}" AS ({query})' for name, query in scans.items()) + " " + sql
+
+    def execute() -> pa.Table:
+        rel = lease.con.sql(sql)
+        if hashing is not None:
+            types = {name: str(t) for name, t in zip(rel.columns, rel.types, strict=True)}
+            rel = rel.project(f"*, {partitioner.hash_sql(types, *hashing)} AS {partitioner.PARTITION_COLUMN}")
+        return rel.to_arrow_table()
+
     lease.add_inputs(inputs)
     try:
         try:
-            return lease.con.execute(sql).to_arrow_table()
+            return execute()
         except duckdb.NotImplementedException as e:
             if "BLOOM_FILTER" not in str(e):
                 raise
         lease.clear()
         lease.add_inputs(inputs, copy=True)
-        return lease.con.execute(sql).to_arrow_table()
+        return execute()
     except (duckdb.IOException, duckdb.PermissionException) as e:
         if not files:
             raise

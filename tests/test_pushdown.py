@@ -100,4 +100,4 @@ def test_a_union_branch_a_constant_filter_excludes_reads_nothing(default_engine)
     sql = "SELECT * FROM (SELECT cust_id, 'a' AS kind FROM sales UNION ALL SELECT cust_id, 'b' FROM customers) u WHERE kind = 'b'"
     lines = _plan(default_engine, sql)
     below = [lines[i] for i, line in enumerate(lines) if lines[i + 1:i + 2] and lines[i + 1].strip().startswith("Scan sales")]
-    assert below and below[0].strip() == "Filter FALSE", "\n".join(lines)
+    assert below and below[0].strip() == "Filter 'a' = 'b'", "\n".join(lines)

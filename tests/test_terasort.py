@@ -149,10 +149,11 @@ def test_map_tasks_started_after_the_bounds_push_their_own_output(tmp_path) -> N
     """In prefetch, a map task that starts once the bounds and reducer hosts are known
     partitions and pushes its output itself; the earlier ones are staged and finalized."""
     data = str(tmp_path / "in")
-    generate(N, data, seed=5, per_file=N // 25)  # 25 map tasks, 4 at a time
+    generate(N, data, seed=5, per_file=N // 25)  # 25 map tasks
     out = str(tmp_path / "out")
     # The bounds come from the first finished task; most of the others start after that.
-    options = {"workers": 2, "shuffle": "prefetch", "prefetch_fraction": 0.04, "split_size": "512KB"}
+    # One task per worker at a time, so most start well after the first one has finished.
+    options = {"workers": 2, "slots": 1, "shuffle": "prefetch", "prefetch_fraction": 0.04, "split_size": "512KB"}
     _, stats = sort(data, out, options)
     shuffle = next(s for s in stats.shuffles if s.kind == "range")
     assert shuffle.map_tasks == 25

@@ -3,7 +3,7 @@
 Hash partitioning uses DuckDB's ``hash()``, which is unsalted and so gives the same answer in
 every process (Python's ``hash()`` does not). Numeric keys are cast to DOUBLE first, so an
 INTEGER key on one side of a join and a BIGINT or DECIMAL key on the other land in the same
-partition. Range partitioning places each row by its first sort key against sampled bounds;
+partition. The fragment itself computes the id (:func:`hash_sql`). Range partitioning places each row by its first sort key against sampled bounds;
 rows with equal keys always share a partition.
 """
 
@@ -13,24 +13,23 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+# The column a fragment with a hash output adds for the partition id of each row.
+PARTITION_COLUMN = "__qengine_partition"
+_NUMERIC = frozenset(
+    ["TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE"]
+)
 
-def _key_sql(name: str, t: pa.DataType) -> str:
-    quoted = '"' + name.replace('"', '""') + '"'
-    numeric = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
-    return f"CAST({quoted} AS DOUBLE)" if numeric else quoted
 
-
-def hash_ids(con: duckdb.DuckDBPyConnection, table: pa.Table, keys: list[str], partitions: int) -> np.ndarray:
-    """Partition id of every row: hash of the (type-canonical) keys modulo ``partitions``."""
-    if partitions == 1 or table.num_rows == 0:
-        return np.zeros(table.num_rows, dtype=np.int64)
-    keys_sql = ", ".join(_key_sql(k, table.schema.field(k).type) for k in keys)
-    con.register("__part_in", table)
-    try:
-        ids = con.execute(f"SELECT CAST(hash({keys_sql}) % {partitions} AS BIGINT) AS p FROM __part_in").fetchnumpy()["p"]
-    finally:
-        con.unregister("__part_in")
-    return np.asarray(ids, dtype=np.int64)
+def hash_sql(types: dict[str, str], keys: list[str], partitions: int) -> str:
+    """The partition id of a row as SQL, from the DuckDB types of the fragment's columns: the
+    hash of the (type-canonical) keys modulo ``partitions``. The fragment computes it with its
+    rows, which saves a second pass over them."""
+    parts = []
+    for key in keys:
+        quoted = '"' + key.replace('"', '""') + '"'
+        numeric = types[key] in _NUMERIC or types[key].startswith("DECIMAL")
+        parts.append(f"CAST({quoted} AS DOUBLE)" if numeric else quoted)
+    return f"CAST(hash({', '.join(parts)}) % {partitions} AS BIGINT)"
 
 
 def range_ids(

@@ -23,7 +23,6 @@ pusher does): TPC-DS's ``year_total`` is read six times, each for one channel an
 from __future__ import annotations
 
 import sqlglot.expressions as exp
-from sqlglot.optimizer.simplify import simplify
 
 from qengine.planner import estimates
 from qengine.planner import logical as lp
@@ -245,7 +244,7 @@ def _weaken(p: exp.Expression, test) -> exp.Expression | None:
         if not kept:
             return None
         branches.append(exp.paren(exp.and_(*kept), copy=False) if len(kept) > 1 else kept[0])
-    return simplify(exp.or_(*branches))
+    return exp.or_(*branches)
 
 
 def _disjuncts(e: exp.Expression) -> list[exp.Expression]:
@@ -261,20 +260,16 @@ def _refs(e: exp.Expression) -> set[str]:
 
 
 def _substitute(e: exp.Expression, mapping: dict[str, exp.Expression]) -> exp.Expression:
-    """``e`` with columns replaced; folded where a column became a constant (a union branch's
-    ``'s' AS sale_type`` turns ``sale_type = 'w'`` into FALSE)."""
-    constants = False
+    """``e`` with columns replaced. Nothing is folded here (sqlglot's folding types dates its own
+    way, see ``frontend._RULES``): a union branch's ``'s' AS sale_type`` turns ``sale_type = 'w'``
+    into ``'s' = 'w'``, which DuckDB folds to FALSE and so reads nothing for."""
 
     def visit(n: exp.Expression) -> exp.Expression:
-        nonlocal constants
         if isinstance(n, exp.Column) and not n.table and n.name in mapping:
-            replacement = mapping[n.name]
-            constants = constants or isinstance(replacement, exp.Literal)
-            return replacement.copy()
+            return mapping[n.name].copy()
         return n
 
-    out = e.copy().transform(visit, copy=False)
-    return simplify(out) if constants else out
+    return e.copy().transform(visit, copy=False)
 
 
 def _wrap(node: lp.Node, preds: list[exp.Expression]) -> lp.Node:
