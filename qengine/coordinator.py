@@ -30,10 +30,10 @@ from qengine.exchange.sampling import weighted_bounds
 from qengine.exchange.store import concat
 from qengine.planner import direct, estimates
 from qengine.planner import logical as lp
-from qengine.planner.render import SCAN_TABLE, render
+from qengine.planner.render import render
 from qengine.planner.stages import Stage, StagePlan
 from qengine.rpc import ClientPool
-from qengine.wire import schema_from_hex, table_from_hex, table_to_hex
+from qengine.wire import schema_from_hex, schema_to_hex, table_from_hex, table_to_hex
 
 _query_ids = itertools.count(1)
 
@@ -338,16 +338,19 @@ class _QueryRun:
     def _task_spec(self, run: _StageRun, index: int, sql: str, form: dict | None) -> dict:
         inputs: list[dict] = []
         stage = run.stage
-        if stage.scan is not None:
+        if stage.scans:
             assert run.splits is not None
-            inputs.append(
-                {
-                    "name": SCAN_TABLE,
-                    "kind": "scan",
-                    "split": run.splits[index],
-                    "columns": list(stage.scan.column_map.items()),
-                }
-            )
+            split = run.splits[index]
+            for branch, scan in enumerate(stage.scans):  # a concatenated union's other inputs are empty
+                mine = branch == split.get("branch", 0)
+                inputs.append(
+                    {
+                        "name": scan.table,
+                        "kind": "scan",
+                        "split": split if mine else {"kind": "empty", "schema": schema_to_hex(scan.source.schema)},
+                        "columns": list(scan.column_map.items()),
+                    }
+                )
         for read in stage.reads:
             source = self.runs[read.shuffle_id]
             sizes = None

@@ -87,6 +87,8 @@ def read_split(split: dict, columns: list[tuple[str, str]], fetch_memory: Callab
                 f.seek(split["offset"])
                 data = np.frombuffer(f.read(split["length"]), dtype=np.uint8)
             table = records.to_table(data.reshape(-1, records.RECORD)).select(sources)
+        elif kind == "empty":  # a concatenated union's input that another task reads
+            table = schema_from_hex(split["schema"]).empty_table().select(sources)
         elif kind == "memory":
             table = fetch_memory(split) if split["key"] else schema_from_hex(split["schema"]).empty_table()
             table = table.select(sources)

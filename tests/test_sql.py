@@ -98,6 +98,14 @@ QUERIES = {
         "SELECT cust_id % 7, 1 FROM customers) t GROUP BY k"
     ),
     "setop_order_limit": "SELECT item_id FROM items UNION SELECT item_id FROM sales ORDER BY item_id DESC LIMIT 7",
+    # UNION ALL of scans runs in one stage (each task reads one input's split): with a broadcast
+    # join above it, a three-way union, and the same table twice
+    "union_all_scans_joined": (
+        "SELECT i.category, count(*), sum(t.v) FROM (SELECT item_id AS k, qty AS v FROM sales WHERE store_id = 2 "
+        "UNION ALL SELECT item_id, 1 FROM items UNION ALL SELECT cust_id % 300, 2 FROM customers) t "
+        "JOIN items i ON t.k = i.item_id GROUP BY i.category"
+    ),
+    "union_all_same_table": "SELECT count(*), sum(x) FROM (SELECT qty AS x FROM sales UNION ALL SELECT -qty FROM sales WHERE qty > 50) t",
     # subqueries and CTEs
     "scalar_subquery": "SELECT sale_id FROM sales WHERE amount > (SELECT avg(amount) * 3 FROM sales)",
     "scalar_subquery_select": "SELECT item_id, (SELECT max(qty) FROM sales) AS mq FROM items WHERE item_id < 5",
@@ -201,6 +209,16 @@ def test_explain_shows_hash_and_range_exchanges(default_engine) -> None:
     assert len(stages) >= 3
     assert any("hash exchange" in line for line in stages)
     assert any("range exchange" in line for line in stages)
+
+
+def test_union_all_of_scans_reads_each_split_once_without_an_exchange(default_engine, oracle) -> None:
+    sql = "SELECT store_id, count(*) FROM (SELECT store_id FROM sales UNION ALL SELECT cust_id % 5 FROM customers) t GROUP BY 1"
+    lines = [r[0] for r in default_engine.execute("EXPLAIN " + sql).fetchall()]
+    assert not any("roundrobin" in line for line in lines), "\n".join(lines)
+    union_stage = next(line for line in lines if line.startswith("Stage ") and "hash exchange" in line)
+    sales_splits = len(default_engine.session.catalog.table("sales").splits(2, default_engine.session.coordinator.options.split_bytes))
+    assert union_stage.split(":")[1].strip().startswith(f"{sales_splits + 1} task"), union_stage
+    assert_same(default_engine, oracle, sql)
 
 
 def test_explain_analyze_reports_actuals(default_engine, oracle) -> None:

@@ -24,7 +24,6 @@ import sqlglot.expressions as exp
 
 from qengine.exchange.partitioner import byte_keys
 from qengine.planner import logical as lp
-from qengine.planner.render import SCAN_TABLE
 
 
 def plan(root: lp.Node) -> dict[str, Any] | None:
@@ -52,7 +51,7 @@ def plan(root: lp.Node) -> dict[str, Any] | None:
             break
         node = node.child
     if isinstance(node, lp.Scan):
-        name = SCAN_TABLE
+        name = node.table
         ops.append(["select", [[c, c] for c in node.columns]])
     elif isinstance(node, lp.ExchangeRead):
         name = node.table

@@ -64,6 +64,7 @@ class Scan(Node):
 
     source: Source
     column_map: dict[str, str]
+    table: str = "s"  # what the fragment calls the split it reads (see stages.cut)
 
     @property
     def columns(self) -> list[str]:
@@ -212,12 +213,17 @@ class Distinct(Unary):
 
 @dataclass(eq=False)
 class SetOp(Node):
-    """UNION / INTERSECT / EXCEPT; ``inputs`` line up positionally with ``names``."""
+    """UNION / INTERSECT / EXCEPT; ``inputs`` line up positionally with ``names``.
+
+    A ``concat`` UNION ALL runs in the stage of its inputs' scans: each task reads one split of
+    one input's table, the other inputs' tables being empty for it (see ``physical._setop``).
+    """
 
     kind: str
     distinct: bool
     inputs: list[Node]
     names: list[str]
+    concat: bool = False
 
     @property
     def children(self) -> list[Node]:

@@ -289,10 +289,33 @@ class PhysicalPlanner:
             node.inputs = [n for n, _ in planned]
             return node, SINGLE
         if node.kind == "union" and not node.distinct:
-            node.inputs = [self._exchange(n, "roundrobin")[0] for n, _ in planned]
+            node.inputs = [n for n, _ in planned]
+            if all(_scan_fragment(n) for n in node.inputs):
+                # Like Spark's UnionExec: no exchange, each task reads a split of one input.
+                node.concat = True
+                return node, Dist("any")
+            node.inputs = [self._exchange(n, "roundrobin")[0] for n in node.inputs]
             return node, Dist("any", (), self.partitions)
         node.inputs = [self._hash_to(n, d, n.columns)[0] for n, d in planned]
         return node, Dist("hash", tuple(node.names), self.partitions)
+
+
+def _scan_fragment(node: lp.Node) -> bool:
+    """True when ``node`` would run as part of a scan stage: it reads tables, and every
+    exchange in it is a broadcast (anything else would start a stage of its own)."""
+    scans = 0
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, Exchange):
+            if n.kind != "broadcast":
+                return False
+            continue
+        if isinstance(n, lp.SharedScan | lp.Values):
+            return False
+        scans += isinstance(n, lp.Scan)
+        stack.extend(n.children)
+    return scans > 0
 
 
 def _with_filter(original: exp.Expression, agg: exp.Expression) -> exp.Expression:

@@ -2,7 +2,7 @@
 
 Each operator becomes one SELECT over its child's SELECT; column names are query-unique, so no
 qualification is needed. The fragment reads its inputs as tables registered under the names in
-:func:`input_name`: ``s`` for the scan split, ``x<shuffle>`` for exchange inputs and the
+:func:`input_name`: ``s`` for the scan split (``s1``, ``s2``… for the others of a concatenated union), ``x<shuffle>`` for exchange inputs and the
 placeholder names of subqueries.
 """
 
@@ -14,7 +14,7 @@ from qengine.errors import InternalError
 from qengine.planner import logical as lp
 from qengine.planner.logical import col
 
-SCAN_TABLE = "s"
+SCAN_TABLE = lp.Scan.table  # a stage's (first) scan
 # Join kinds that can swap inputs: A LEFT JOIN B is B RIGHT JOIN A.
 _FLIPPED = {"inner": "INNER", "left": "RIGHT", "right": "LEFT", "full": "FULL"}
 
@@ -30,7 +30,7 @@ def _from(node: lp.Node) -> exp.Select:
 
 def _render(node: lp.Node) -> exp.Query:
     if isinstance(node, lp.Scan):
-        return exp.select(*[col(c) for c in node.columns] or ["*"]).from_(SCAN_TABLE)
+        return exp.select(*[col(c) for c in node.columns] or ["*"]).from_(exp.to_identifier(node.table))
     if isinstance(node, lp.ExchangeRead):
         if node.aliases:
             cols = [col(n).as_(a, quoted=False) for n, a in zip(node.names, node.aliases, strict=True)]

@@ -20,10 +20,16 @@ class Stage:
     root: lp.Node
     output: lp.Exchange | None
     reads: list[lp.ExchangeRead] = field(default_factory=list)
-    scan: lp.Scan | None = None
+    # the tables it scans: one, or one per input of a concatenated UNION ALL
+    scans: list[lp.Scan] = field(default_factory=list)
     # (scan source column, broadcast shuffle id, build-side column): inner/semi joins whose
     # build side is broadcast, so the scan can skip data outside the build keys' min/max.
     runtime_filters: list[tuple[str, int, str]] = field(default_factory=list)
+
+    @property
+    def scan(self) -> lp.Scan | None:
+        """The table a single-scan stage reads."""
+        return self.scans[0] if len(self.scans) == 1 else None
 
     @property
     def parents(self) -> list[int]:
@@ -50,8 +56,8 @@ class StagePlan:
         producer it reads."""
         out: list[tuple[list[dict] | None, int]] = []
         for stage in self.stages:
-            if stage.scan is not None:
-                splits = stage.scan.source.splits(workers, split_bytes)
+            if stage.scans:
+                splits = [dict(s, branch=b) for b, scan in enumerate(stage.scans) for s in scan.source.splits(workers, split_bytes)]
                 out.append((splits, max(1, len(splits))))
                 continue
             counts = {
@@ -105,9 +111,12 @@ def cut(root: lp.Node, names: list[str]) -> StagePlan:
         reads = [n for n in lp.walk(fragment) if isinstance(n, lp.ExchangeRead)]
         scans = [n for n in lp.walk(fragment) if isinstance(n, lp.Scan)]
         partitioned = [r for r in reads if r.kind != "broadcast"]
-        if len(scans) > 1 or (scans and partitioned):
+        concat = any(isinstance(n, lp.SetOp) and n.concat for n in lp.walk(fragment))
+        if (len(scans) > 1 and not concat) or (scans and partitioned):
             raise InternalError("a stage would read two differently partitioned inputs")
-        stage = Stage(len(stages), fragment, output, reads, scans[0] if scans else None)
+        for i, scan in enumerate(scans):
+            scan.table = "s" if i == 0 else f"s{i}"
+        stage = Stage(len(stages), fragment, output, reads, scans)
         if stage.scan is not None and (output is None or output.kind != "materialize"):
             stage.runtime_filters = _runtime_filters(fragment, stage.scan)
         stages.append(stage)
