@@ -19,6 +19,8 @@ def selectivity(cond: exp.Expression | None) -> float:
         return 1.0
     if isinstance(cond, exp.Paren):
         return selectivity(cond.this)
+    if isinstance(cond, exp.Boolean):
+        return 1.0 if cond.this else 0.0
     if isinstance(cond, exp.And):
         return selectivity(cond.left) * selectivity(cond.right)
     if isinstance(cond, exp.Or):

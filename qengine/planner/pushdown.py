@@ -240,11 +240,11 @@ def _weaken(p: exp.Expression, test) -> exp.Expression | None:
         return None
     branches = []
     for branch in _disjuncts(p):
-        kept = [c for c in conjuncts(branch) if test(_refs(c))]
+        kept = [c for c in conjuncts(branch) if _refs(c) and test(_refs(c))]
         if not kept:
             return None
         branches.append(exp.paren(exp.and_(*kept), copy=False) if len(kept) > 1 else kept[0])
-    return exp.or_(*branches)
+    return _fold(exp.or_(*branches))
 
 
 def _disjuncts(e: exp.Expression) -> list[exp.Expression]:
@@ -260,16 +260,46 @@ def _refs(e: exp.Expression) -> set[str]:
 
 
 def _substitute(e: exp.Expression, mapping: dict[str, exp.Expression]) -> exp.Expression:
-    """``e`` with columns replaced. Nothing is folded here (sqlglot's folding types dates its own
-    way, see ``frontend._RULES``): a union branch's ``'s' AS sale_type`` turns ``sale_type = 'w'``
-    into ``'s' = 'w'``, which DuckDB folds to FALSE and so reads nothing for."""
+    """``e`` with columns replaced, and comparisons of two constants folded (a union branch's
+    ``'s' AS sale_type`` turns ``sale_type = 'w'`` into FALSE, and the branch reads nothing)."""
 
     def visit(n: exp.Expression) -> exp.Expression:
         if isinstance(n, exp.Column) and not n.table and n.name in mapping:
             return mapping[n.name].copy()
         return n
 
-    return e.copy().transform(visit, copy=False)
+    return _fold(e.copy().transform(visit, copy=False))
+
+
+def _fold(e: exp.Expression) -> exp.Expression:
+    """Fold ``literal = literal`` and ``literal <> literal`` of one kind, then AND / OR / NOT
+    over the results. Nothing else: sqlglot's general folding types dates its own way (see
+    ``frontend._RULES``), and the estimates need a constant condition as TRUE or FALSE."""
+    if isinstance(e, exp.Paren):
+        inner = _fold(e.this)
+        return inner if isinstance(inner, exp.Boolean) else exp.paren(inner, copy=False)
+    if isinstance(e, exp.EQ | exp.NEQ):
+        a, b = e.this, e.expression
+        if isinstance(a, exp.Literal) and isinstance(b, exp.Literal) and a.is_string == b.is_string:
+            same = a.this == b.this if a.is_string else float(a.this) == float(b.this)
+            return exp.Boolean(this=same == isinstance(e, exp.EQ))
+        return e
+    if isinstance(e, exp.Not):
+        inner = _fold(e.this)
+        return exp.Boolean(this=not inner.this) if isinstance(inner, exp.Boolean) else exp.Not(this=inner)
+    if isinstance(e, exp.And | exp.Or):
+        absorbing = isinstance(e, exp.Or)  # TRUE absorbs an OR, FALSE an AND
+        parts = []
+        for part in (_fold(e.left), _fold(e.right)):
+            if isinstance(part, exp.Boolean):
+                if part.this == absorbing:
+                    return exp.Boolean(this=absorbing)
+                continue
+            parts.append(part)
+        if not parts:
+            return exp.Boolean(this=not absorbing)
+        return parts[0] if len(parts) == 1 else type(e)(this=parts[0], expression=parts[1])
+    return e
 
 
 def _wrap(node: lp.Node, preds: list[exp.Expression]) -> lp.Node:
