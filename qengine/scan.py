@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
+import sqlglot.expressions as exp
 
 from qengine import records
 from qengine.errors import OperationalError
@@ -48,11 +49,11 @@ def split_files(split: dict) -> tuple[str, ...]:
 
 
 def _ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+    return exp.to_identifier(name, quoted=True).sql(dialect="duckdb")
 
 
 def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
+    return exp.Literal.string(text).sql(dialect="duckdb")
 
 
 def read_split(split: dict, columns: list[tuple[str, str]], fetch_memory: Callable[[dict], pa.Table]) -> pa.Table:

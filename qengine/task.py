@@ -167,23 +167,23 @@ class TaskRunner:
     def run(self, spec: dict) -> dict[str, Any]:
         started = time.perf_counter()
         # A DuckDB fragment reads its Parquet splits itself; a direct one needs them as Arrow.
-        views = {} if spec.get("direct") else {
-            inp["name"]: (sql, scan.split_files(inp["split"]), inp["split"]["rows"])
+        scans = {} if spec.get("direct") else {
+            inp["name"]: sql
             for inp in spec["inputs"]
             if inp["kind"] == "scan" and (sql := scan.parquet_sql(inp["split"], inp["columns"])) is not None
         }
-        inputs = [inp for inp in spec["inputs"] if inp["name"] not in views]
-        readable = tuple(sorted({path for _, files, _ in views.values() for path in files}))
+        splits = [inp["split"] for inp in spec["inputs"] if inp["name"] in scans]
+        inputs = [inp for inp in spec["inputs"] if inp["name"] not in scans]
+        readable = tuple(sorted({path for split in splits for path in scan.split_files(split)}))
         with self.connections.connection(readable) as lease:
             loaded = list(self._inputs.map(self._load, inputs)) if len(inputs) > 1 else [self._load(i) for i in inputs]
             read_at = time.perf_counter()
-            rows_in = sum(t.num_rows for t in loaded) + sum(rows for _, _, rows in views.values())
+            rows_in = sum(t.num_rows for t in loaded) + sum(split["rows"] for split in splits)
             # Only this dict holds the inputs, so a direct fragment can free one as it copies it.
             named = {inp["name"]: table for inp, table in zip(inputs, loaded, strict=True)}
             del loaded
             result = direct.execute(spec["direct"], named) if spec.get("direct") else None
             if result is None:
-                scans = {name: sql for name, (sql, _, _) in views.items()}
                 result = _run_fragment(lease, spec["sql"], named, scans, readable, _hashing(spec["output"]))
             stats = self._write(lease.con, spec, result)
         stats.update(rows_in=rows_in, read_seconds=read_at - started, seconds=time.perf_counter() - started)

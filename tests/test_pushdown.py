@@ -5,7 +5,9 @@ other columns, the NULL-extended side of an outer join) stay."""
 from __future__ import annotations
 
 import pytest
+import sqlglot
 
+from qengine.planner.pushdown import _fold
 from tests.conftest import assert_same
 
 PER_STORE = "SELECT store_id, sum(qty) AS q, count(*) AS n FROM sales GROUP BY store_id"
@@ -126,8 +128,4 @@ def test_constant_comparisons_fold_so_estimates_see_them(default_engine) -> None
     ],
 )
 def test_only_comparisons_of_two_literals_fold(sql: str, folded: str) -> None:
-    import sqlglot
-
-    from qengine.planner.pushdown import _fold
-
     assert _fold(sqlglot.parse_one(sql, read="duckdb")).sql(dialect="duckdb") == folded

@@ -3,8 +3,9 @@
 Hash partitioning uses DuckDB's ``hash()``, which is unsalted and so gives the same answer in
 every process (Python's ``hash()`` does not). Numeric keys are cast to DOUBLE first, so an
 INTEGER key on one side of a join and a BIGINT or DECIMAL key on the other land in the same
-partition. The fragment itself computes the id (:func:`hash_sql`). Range partitioning places each row by its first sort key against sampled bounds;
-rows with equal keys always share a partition.
+partition. The fragment itself computes the id (:func:`hash_sql`). Range partitioning places
+each row by its first sort key against sampled bounds; rows with equal keys always share a
+partition.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import duckdb
 import numpy as np
 import pyarrow as pa
+import sqlglot.expressions as exp
 
 # The column a fragment with a hash output adds for the partition id of each row.
 PARTITION_COLUMN = "__qengine_partition"
@@ -20,13 +22,17 @@ _NUMERIC = frozenset(
 )
 
 
+def _quoted(name: str) -> str:
+    return exp.to_identifier(name, quoted=True).sql(dialect="duckdb")
+
+
 def hash_sql(types: dict[str, str], keys: list[str], partitions: int) -> str:
     """The partition id of a row as SQL, from the DuckDB types of the fragment's columns: the
     hash of the (type-canonical) keys modulo ``partitions``. The fragment computes it with its
     rows, which saves a second pass over them."""
     parts = []
     for key in keys:
-        quoted = '"' + key.replace('"', '""') + '"'
+        quoted = _quoted(key)
         numeric = types[key] in _NUMERIC or types[key].startswith("DECIMAL")
         parts.append(f"CAST({quoted} AS DOUBLE)" if numeric else quoted)
     return f"CAST(hash({', '.join(parts)}) % {partitions} AS BIGINT)"
@@ -59,7 +65,7 @@ def range_ids(
         if column.null_count:
             ids[column.is_null().to_numpy(zero_copy_only=False)] = 0 if nulls_first else partitions - 1
         return ids
-    quoted = '"' + key.replace('"', '""') + '"'
+    quoted = _quoted(key)
     con.register("__part_in", table.select([key]))
     con.register("__bounds", pa.table({"b": bounds, "i": pa.array(range(len(bounds)), pa.int64())}))
     try:

@@ -32,6 +32,10 @@ class Names:
         return f"c{next(self._counter)}"
 
 
+# What a fragment calls the split its (first) scan reads; a concatenated union's others are s1, s2…
+SCAN_TABLE = "s"
+
+
 def col(name: str) -> exp.Column:
     """A reference to an internal column."""
     return exp.column(name)
@@ -64,7 +68,7 @@ class Scan(Node):
 
     source: Source
     column_map: dict[str, str]
-    table: str = "s"  # what the fragment calls the split it reads (see stages.cut)
+    table: str = SCAN_TABLE  # what the fragment calls the split it reads (see stages.cut)
 
     @property
     def columns(self) -> list[str]:

@@ -26,7 +26,7 @@ import sqlglot.expressions as exp
 
 from qengine.planner import estimates
 from qengine.planner import logical as lp
-from qengine.planner.builder import conjuncts
+from qengine.planner.builder import and_all, conjuncts
 from qengine.planner.logical import col
 
 # Functions whose value differs between evaluations: a filter using one stays where it is.
@@ -239,20 +239,12 @@ def _weaken(p: exp.Expression, test) -> exp.Expression | None:
     if not isinstance(p, exp.Or):
         return None
     branches = []
-    for branch in _disjuncts(p):
+    for branch in p.flatten():  # the OR's branches
         kept = [c for c in conjuncts(branch) if _refs(c) and test(_refs(c))]
         if not kept:
             return None
         branches.append(exp.paren(exp.and_(*kept), copy=False) if len(kept) > 1 else kept[0])
     return _fold(exp.or_(*branches))
-
-
-def _disjuncts(e: exp.Expression) -> list[exp.Expression]:
-    if isinstance(e, exp.Paren):
-        return _disjuncts(e.this)
-    if isinstance(e, exp.Or):
-        return _disjuncts(e.left) + _disjuncts(e.right)
-    return [e]
 
 
 def _refs(e: exp.Expression) -> set[str]:
@@ -305,6 +297,6 @@ def _fold(e: exp.Expression) -> exp.Expression:
 def _wrap(node: lp.Node, preds: list[exp.Expression]) -> lp.Node:
     if not preds:
         return node
-    wrapped = lp.Filter(node, exp.and_(*preds) if len(preds) > 1 else preds[0])
+    wrapped = lp.Filter(node, and_all(preds))
     wrapped.est_rows = node.est_rows
     return wrapped

@@ -2,8 +2,8 @@
 
 Each operator becomes one SELECT over its child's SELECT; column names are query-unique, so no
 qualification is needed. The fragment reads its inputs as tables registered under the names in
-:func:`input_name`: ``s`` for the scan split (``s1``, ``s2``… for the others of a concatenated union), ``x<shuffle>`` for exchange inputs and the
-placeholder names of subqueries.
+:func:`input_name`: ``s`` for the scan split (``s1``, ``s2``… for the others of a concatenated
+union), ``x<shuffle>`` for exchange inputs and the placeholder names of subqueries.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from qengine.errors import InternalError
 from qengine.planner import logical as lp
 from qengine.planner.logical import col
 
-SCAN_TABLE = lp.Scan.table  # a stage's (first) scan
 # Join kinds that can swap inputs: A LEFT JOIN B is B RIGHT JOIN A.
 _FLIPPED = {"inner": "INNER", "left": "RIGHT", "right": "LEFT", "full": "FULL"}
 

@@ -115,7 +115,7 @@ def cut(root: lp.Node, names: list[str]) -> StagePlan:
         if (len(scans) > 1 and not concat) or (scans and partitioned):
             raise InternalError("a stage would read two differently partitioned inputs")
         for i, scan in enumerate(scans):
-            scan.table = "s" if i == 0 else f"s{i}"
+            scan.table = lp.SCAN_TABLE if i == 0 else f"{lp.SCAN_TABLE}{i}"
         stage = Stage(len(stages), fragment, output, reads, scans)
         if stage.scan is not None and (output is None or output.kind != "materialize"):
             stage.runtime_filters = _runtime_filters(fragment, stage.scan)
