@@ -56,6 +56,7 @@ def connect(
     workers: int = DEFAULT_WORKERS,
     dialect: str = SessionSettings.dialect,
     broadcast_threshold: int | str = SessionSettings.broadcast_threshold,
+    replicate_size: int | str = SessionSettings.replicate_size,
     partitions: int | None = SessionSettings.partitions,
     slots: int = SessionSettings.slots,
     split_size: int | str = SessionSettings.split_size,
@@ -70,8 +71,10 @@ def connect(
 ) -> Any:
     """Open a connection. With no ``target`` it starts a local cluster of ``workers`` processes.
 
-    ``broadcast_threshold`` (bytes; 0 turns broadcast joins off) and ``partitions`` (reducers
-    per shuffle, default 2 per worker) steer the planner; ``split_size`` is the uncompressed bytes
+    ``broadcast_threshold`` (bytes; 0 turns broadcast joins off), ``replicate_size`` (a broadcast
+    Parquet table of at most these bytes is read whole by every consuming task instead of by a
+    stage of its own; 0 never) and ``partitions`` (reducers per shuffle, default 2 per worker)
+    steer the planner; ``split_size`` is the uncompressed bytes
     one scan task reads (default 64MB); ``slots`` the tasks a worker runs at once. ``shuffle`` is
     "prefetch" (SCache: map output in memory, reducers placed ahead of time, blocks pushed while
     the map stage runs) or "pull" (Spark's sort-shuffle baseline: map output on disk, fetched
@@ -94,6 +97,7 @@ def connect(
     settings = SessionSettings(
         dialect=dialect,
         broadcast_threshold=broadcast_threshold,
+        replicate_size=replicate_size,
         partitions=partitions,
         slots=slots,
         split_size=split_size,

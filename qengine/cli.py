@@ -68,6 +68,7 @@ def connection_options(args: argparse.Namespace) -> dict[str, Any]:
         "workers": args.workers,
         "dialect": args.dialect,
         "broadcast_threshold": args.broadcast_threshold,
+        "replicate_size": args.replicate_size,
         "partitions": args.partitions,
         "shuffle": args.shuffle,
         "shuffle_memory": args.shuffle_memory,
@@ -80,6 +81,10 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partitions", type=int, default=None, help="reduce partitions per shuffle (default 2 per worker)")
     parser.add_argument(
         "--broadcast-threshold", default=10 << 20, help="max estimated bytes of a broadcast join side; 0 turns broadcast off"
+    )
+    parser.add_argument(
+        "--replicate-size", default=8 << 20,
+        help="a broadcast Parquet table up to these bytes is read whole by each task that joins it; 0 never",
     )
     parser.add_argument("--dialect", default="duckdb", help="SQL dialect of the input (default duckdb)")
     parser.add_argument("--shuffle", choices=["prefetch", "pull"], default="prefetch",

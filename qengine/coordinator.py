@@ -343,14 +343,8 @@ class _QueryRun:
             split = run.splits[index]
             for branch, scan in enumerate(stage.scans):  # a concatenated union's other inputs are empty
                 mine = branch == split.get("branch", 0)
-                inputs.append(
-                    {
-                        "name": scan.table,
-                        "kind": "scan",
-                        "split": split if mine else {"kind": "empty", "schema": schema_to_hex(scan.source.schema)},
-                        "columns": list(scan.column_map.items()),
-                    }
-                )
+                inputs.append(_scan_input(scan, split if mine else {"kind": "empty", "schema": schema_to_hex(scan.source.schema)}))
+        inputs += [_scan_input(scan, scan.source.whole()) for scan in stage.replicated]
         for read in stage.reads:
             source = self.runs[read.shuffle_id]
             sizes = None
@@ -386,6 +380,7 @@ class _QueryRun:
             "sql": sql,
             "direct": form,
             "inputs": inputs,
+            "readable": self.plan.readable if stage.scans or stage.replicated else (),
             "output": self._output_spec(run, index),
         }
 
@@ -512,7 +507,7 @@ class _QueryRun:
             if isinstance(node, lp.ExchangeRead):
                 rows = self.runs[node.shuffle_id].stats.rows
                 node.est_rows = float(rows if node.kind == "broadcast" else rows / tasks)
-            elif isinstance(node, lp.Scan) and run.splits:
+            elif isinstance(node, lp.Scan) and run.splits and not node.replicated:
                 node.est_rows = node.source.rows / len(run.splits)
         estimates.refresh(run.stage.root)
 
@@ -764,6 +759,11 @@ class _QueryRun:
                 pushed = ahead is not None and task in source.pushed
                 if produced == host_of[p] or pushed:
                     shuffle.blocks_local += 1
+
+
+def _scan_input(scan: lp.Scan, split: dict | None) -> dict:
+    """A task's input that reads ``split`` of a scanned table."""
+    return {"name": scan.table, "kind": "scan", "split": split, "columns": list(scan.column_map.items())}
 
 
 class _CancelledError(Exception):

@@ -42,6 +42,7 @@ class SessionSettings:
 
     dialect: str = "duckdb"
     broadcast_threshold: int | str = 10 << 20
+    replicate_size: int | str = 8 << 20
     partitions: int | None = None
     slots: int = 2
     split_size: int | str = DEFAULT_SPLIT_BYTES
@@ -69,6 +70,7 @@ class SessionSettings:
         if not isinstance(self.samples_per_partition, int) or self.samples_per_partition < 1:
             raise ProgrammingError(f"samples_per_partition must be a positive integer, not {self.samples_per_partition!r}")
         parse_size(self.broadcast_threshold, "broadcast_threshold")
+        parse_size(self.replicate_size, "replicate_size")
         parse_size(self.coalesce_size, "coalesce_size")
         if not parse_size(self.split_size, "split_size"):
             raise ProgrammingError("split_size must be positive")
@@ -77,8 +79,12 @@ class SessionSettings:
     def plan_options(self, workers: int) -> Any:
         from qengine.planner import PlanOptions
 
-        threshold = parse_size(self.broadcast_threshold, "broadcast_threshold")
-        return PlanOptions(dialect=self.dialect, partitions=self.partitions or default_partitions(workers), broadcast_threshold=threshold)
+        return PlanOptions(
+            dialect=self.dialect,
+            partitions=self.partitions or default_partitions(workers),
+            broadcast_threshold=parse_size(self.broadcast_threshold, "broadcast_threshold"),
+            replicate_bytes=parse_size(self.replicate_size, "replicate_size"),
+        )
 
     def execution_options(self) -> Any:
         from qengine.coordinator import ExecutionOptions

@@ -13,8 +13,9 @@ import duckdb
 def safe_connection(threads: int = 1, readable: tuple[str, ...] = ()) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection that cannot reach files, the network or extensions.
 
-    ``readable`` names the only files it may read: the Parquet files of a scan split, which
-    qengine's scan hands to DuckDB so that filters and projections reach the Parquet reader.
+    ``readable`` names the only files it may read: the Parquet files of the registered tables,
+    whose splits qengine's scan hands to DuckDB so that filters and projections reach the
+    Parquet reader.
     They can only be allowed once the database is open, so the lock comes after them.
     """
     con = duckdb.connect(

@@ -3,7 +3,8 @@
 It runs in workers, turning a split from :mod:`qengine.catalog` into an Arrow table whose
 columns carry the query's internal names, or, for a Parquet split that a DuckDB fragment
 consumes, into the SQL that reads exactly that split (:func:`parquet_sql`). The fragment's
-connection may then read that split's files and nothing else (``sandbox.safe_connection``).
+connection may read the registered tables' Parquet files and nothing else
+(``sandbox.safe_connection``, ``Catalog.parquet_files``).
 """
 
 from __future__ import annotations

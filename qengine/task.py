@@ -68,7 +68,7 @@ class Lease:
 class ConnectionPool:
     """Reusable safe DuckDB connections: opening one per task costs about 10 ms.
 
-    Connections are kept per set of readable files (none, or a scan split's Parquet files), at
+    Connections are kept per set of readable files (none, or the catalog's Parquet files), at
     most ``IDLE`` in all. A task has its connection to itself for the length of its lease.
     """
 
@@ -174,8 +174,8 @@ class TaskRunner:
         }
         splits = [inp["split"] for inp in spec["inputs"] if inp["name"] in scans]
         inputs = [inp for inp in spec["inputs"] if inp["name"] not in scans]
-        readable = tuple(sorted({path for split in splits for path in scan.split_files(split)}))
-        with self.connections.connection(readable) as lease:
+        files = tuple(sorted({path for split in splits for path in scan.split_files(split)}))
+        with self.connections.connection(tuple(spec.get("readable") or ()) if scans else ()) as lease:
             loaded = list(self._inputs.map(self._load, inputs)) if len(inputs) > 1 else [self._load(i) for i in inputs]
             read_at = time.perf_counter()
             rows_in = sum(t.num_rows for t in loaded) + sum(split["rows"] for split in splits)
@@ -184,7 +184,7 @@ class TaskRunner:
             del loaded
             result = direct.execute(spec["direct"], named) if spec.get("direct") else None
             if result is None:
-                result = _run_fragment(lease, spec["sql"], named, scans, readable, _hashing(spec["output"]))
+                result = _run_fragment(lease, spec["sql"], named, scans, files, _hashing(spec["output"]))
             stats = self._write(lease.con, spec, result)
         stats.update(rows_in=rows_in, read_seconds=read_at - started, seconds=time.perf_counter() - started)
         return stats

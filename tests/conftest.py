@@ -129,6 +129,8 @@ def _engine(data_paths: dict[str, str], **options: object):
 
 MODES = {
     "default": {},
+    # broadcast joins from stages of their own, with no table read whole by every task
+    "broadcast": {"replicate_size": 0},
     # every join shuffles
     "shuffle": {"broadcast_threshold": 0},
     # the Spark-like baseline exchange: map output on disk, pulled after the map stage

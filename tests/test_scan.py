@@ -1,5 +1,5 @@
 """qengine's Parquet scan as DuckDB runs it inside fragments: the splits' row runs, the
-fragment connection that may read only its split's files, and scan failures that say so."""
+fragment connection that may read only the registered tables' files, and scan failures that say so."""
 
 from __future__ import annotations
 

@@ -1,11 +1,14 @@
 """Differential SQL tests: each query runs on a 2-worker qengine cluster and on DuckDB.
 
-The ``engine`` fixture runs every query twice: with default settings and with broadcast joins
-off, so each join also takes the shuffle path.
+The ``engine`` fixture runs every query in each mode of ``conftest.MODES``: with default
+settings (small tables read whole by the tasks that join them), with broadcasts from stages of
+their own, and with broadcast joins off, so each join also takes the shuffle path.
 """
 
 from __future__ import annotations
 
+import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 import qengine
@@ -228,3 +231,31 @@ def test_explain_analyze_reports_actuals(default_engine, oracle) -> None:
     assert actual and all("rows=" in line and "bytes=" in line and "time=" in line for line in actual)
     groups = oracle.execute("SELECT count(*) FROM (SELECT DISTINCT note FROM sales)").fetchone()[0]
     assert f"rows={groups} " in actual[0]  # the result stage is listed first
+
+
+REPLICATED_JOIN = (
+    "SELECT c.city, count(*) AS n, sum(s.amount) AS total FROM sales s JOIN customers c ON s.cust_id = c.cust_id "
+    "WHERE c.city <> 'Oslo' GROUP BY c.city"
+)
+
+
+def test_small_table_is_read_whole_by_every_joining_task(default_engine, oracle) -> None:
+    lines = [r[0] for r in default_engine.execute("EXPLAIN " + REPLICATED_JOIN).fetchall()]
+    text = "\n".join(lines)
+    assert "Scan customers" in text and "whole, in every task" in text, text
+    assert not any("broadcast exchange" in line for line in lines if line.startswith("Stage ")), text
+    assert_same(default_engine, oracle, REPLICATED_JOIN)
+
+
+def test_a_replicated_table_of_many_splits_is_read_whole(data_paths, oracle, tmp_path) -> None:
+    # customers in three files of many row groups, so it has several splits; every task that
+    # joins it must still see all of them.
+    customers = pq.read_table(data_paths["customers"])
+    for i, part in enumerate(np.array_split(np.arange(customers.num_rows), 3)):
+        pq.write_table(customers.take(part), tmp_path / f"part-{i}.parquet", row_group_size=40)
+    with qengine.connect(workers=2, split_size="1KB", replicate_size="1GB") as con:
+        con.register_parquet("sales", data_paths["sales"])
+        con.register_parquet("customers", str(tmp_path))
+        assert len(con.session.catalog.table("customers").splits(2, 1024)) > 3
+        assert any("whole, in every task" in r[0] for r in con.execute("EXPLAIN " + REPLICATED_JOIN).fetchall())
+        assert_same(con, oracle, REPLICATED_JOIN)

@@ -23,6 +23,8 @@ class PlanOptions:
     dialect: str = "duckdb"
     partitions: int = 4
     broadcast_threshold: int = 10 << 20
+    # A broadcast table of at most this many bytes is read whole by each consumer task instead.
+    replicate_bytes: int = 0
 
 
 def plan_query(query: exp.Expression, catalog: Catalog, options: PlanOptions) -> StagePlan:
@@ -37,4 +39,6 @@ def plan_query(query: exp.Expression, catalog: Catalog, options: PlanOptions) ->
             node.column_map[first] = builder.names.new()
     physical = PhysicalPlanner(options.partitions, options.broadcast_threshold, builder.widths, builder.names)
     root, _ = physical.plan(push_down(rel.node))
-    return cut(root, rel.names)
+    plan = cut(root, rel.names, options.replicate_bytes)
+    plan.readable = catalog.parquet_files()
+    return plan

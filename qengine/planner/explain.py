@@ -19,7 +19,7 @@ def describe(node: lp.Node) -> str:
     """One line for an operator."""
     if isinstance(node, lp.Scan):
         cols = ", ".join(f"{s} AS {i}" for s, i in node.column_map.items())
-        return f"Scan {node.source.name} [{cols}]"
+        return f"Scan {node.source.name} [{cols}]" + (" whole, in every task" if node.replicated else "")
     if isinstance(node, lp.Values):
         return f"Values {len(node.rows.expressions)} row(s)"
     if isinstance(node, lp.ExchangeRead):

@@ -69,6 +69,8 @@ class Scan(Node):
     source: Source
     column_map: dict[str, str]
     table: str = SCAN_TABLE  # what the fragment calls the split it reads (see stages.cut)
+    # Read whole by every task of its stage, in place of a broadcast of it (see stages.cut).
+    replicated: bool = False
 
     @property
     def columns(self) -> list[str]:

@@ -19,7 +19,8 @@ _FLIPPED = {"inner": "INNER", "left": "RIGHT", "right": "LEFT", "full": "FULL"}
 
 
 def render(node: lp.Node) -> str:
-    return _render(node).sql(dialect="duckdb")
+    # The tree is built here and thrown away, so the generator need not copy it first.
+    return _render(node).sql(dialect="duckdb", copy=False)
 
 
 def _from(node: lp.Node) -> exp.Select:
@@ -43,7 +44,7 @@ def _render(node: lp.Node) -> exp.Query:
     if isinstance(node, lp.Filter):
         return _from(node.child).where(node.condition.copy(), copy=False)
     if isinstance(node, lp.Project):
-        exprs = [e.copy().as_(n, quoted=False) for n, e in node.exprs]
+        exprs = [e.copy().as_(n, quoted=False, copy=False) for n, e in node.exprs]
         if node.passthrough:
             exprs.insert(0, exp.Star())
         inner = node.child
@@ -73,8 +74,8 @@ def _render(node: lp.Node) -> exp.Query:
         join_type = {"inner": "INNER", "left": "LEFT", "right": "RIGHT", "full": "FULL", "semi": "SEMI", "anti": "ANTI"}[node.kind]
         return exp.select("*").from_(left, copy=False).join(right, on=on, join_type=join_type, copy=False)
     if isinstance(node, lp.Aggregate):
-        keys = [e.copy().as_(n, quoted=False) for n, e in node.keys]
-        aggs = [e.copy().as_(n, quoted=False) for n, e in node.aggs]
+        keys = [e.copy().as_(n, quoted=False, copy=False) for n, e in node.keys]
+        aggs = [e.copy().as_(n, quoted=False, copy=False) for n, e in node.aggs]
         select = exp.select(*keys, *aggs).from_(_render(node.child).subquery("t", copy=False), copy=False)
         key_exprs = [e.copy() for _, e in node.keys]
         if node.grouping_sets is not None:
@@ -86,7 +87,7 @@ def _render(node: lp.Node) -> exp.Query:
             select.group_by(*key_exprs, copy=False)
         return select
     if isinstance(node, lp.Window):
-        exprs = [e.copy().as_(n, quoted=False) for n, e in node.exprs]
+        exprs = [e.copy().as_(n, quoted=False, copy=False) for n, e in node.exprs]
         return exp.select("*", *exprs).from_(_render(node.child).subquery("t", copy=False), copy=False)
     if isinstance(node, lp.Sort | lp.Limit):
         order, limit = _ordering(node)

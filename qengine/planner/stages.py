@@ -22,6 +22,8 @@ class Stage:
     reads: list[lp.ExchangeRead] = field(default_factory=list)
     # the tables it scans: one, or one per input of a concatenated UNION ALL
     scans: list[lp.Scan] = field(default_factory=list)
+    # small tables every task reads whole, where a broadcast of them would have been
+    replicated: list[lp.Scan] = field(default_factory=list)
     # (scan source column, broadcast shuffle id, build-side column): inner/semi joins whose
     # build side is broadcast, so the scan can skip data outside the build keys' min/max.
     runtime_filters: list[tuple[str, int, str]] = field(default_factory=list)
@@ -45,6 +47,8 @@ class Stage:
 class StagePlan:
     stages: list[Stage]
     names: list[str]
+    # the Parquet files its fragments may read (catalog.parquet_files)
+    readable: tuple[str, ...] = ()
 
     @property
     def result(self) -> Stage:
@@ -70,8 +74,16 @@ class StagePlan:
         return out
 
 
-def cut(root: lp.Node, names: list[str]) -> StagePlan:
-    """Split the plan into stages; stage ids are in dependency order, the result stage last."""
+def cut(root: lp.Node, names: list[str], replicate_bytes: int = 0) -> StagePlan:
+    """Split the plan into stages; stage ids are in dependency order, the result stage last.
+
+    A broadcast of a small Parquet table, filtered and projected at most, is not made a stage
+    of its own: every task of the consumer reads the table whole instead (up to
+    ``replicate_bytes`` of the columns it reads). A broadcast stage costs a task, a round of
+    Flight fetches and a stage's latency on the query's critical path; re-reading a table of a
+    few MB costs each consumer task a millisecond or two, and DuckDB then pushes the join's
+    filters into the fact scan as it would for the broadcast.
+    """
     stages: list[Stage] = []
     produced: dict[int, int] = {}
     shared_reads = itertools.count()  # a table name per reader of a shared producer
@@ -101,22 +113,32 @@ def cut(root: lp.Node, names: list[str]) -> StagePlan:
                 node.subqueries[name] = read_of(sub, name)
         if isinstance(node, lp.SharedScan):
             return shared_read(node)
-        children = [read_of(c) if isinstance(c, lp.Exchange) else visit(c) for c in node.children]
+        children = [below(c) for c in node.children]
         if children:
             node.replace_children(children)
         return node
 
+    def below(child: lp.Node) -> lp.Node:
+        """A child in the same stage: itself, a replicated broadcast's input, or a read."""
+        if not isinstance(child, lp.Exchange):
+            return visit(child)
+        return visit(child.child) if _replicate(child, replicate_bytes) else read_of(child)
+
     def make_stage(fragment: lp.Node, output: lp.Exchange | None) -> int:
         fragment = visit(fragment)
         reads = [n for n in lp.walk(fragment) if isinstance(n, lp.ExchangeRead)]
-        scans = [n for n in lp.walk(fragment) if isinstance(n, lp.Scan)]
+        every = [n for n in lp.walk(fragment) if isinstance(n, lp.Scan)]
+        scans = [n for n in every if not n.replicated]
+        replicated = [n for n in every if n.replicated]
         partitioned = [r for r in reads if r.kind != "broadcast"]
         concat = any(isinstance(n, lp.SetOp) and n.concat for n in lp.walk(fragment))
         if (len(scans) > 1 and not concat) or (scans and partitioned):
             raise InternalError("a stage would read two differently partitioned inputs")
         for i, scan in enumerate(scans):
             scan.table = lp.SCAN_TABLE if i == 0 else f"{lp.SCAN_TABLE}{i}"
-        stage = Stage(len(stages), fragment, output, reads, scans)
+        for i, scan in enumerate(replicated):
+            scan.table = f"{lp.SCAN_TABLE}_whole{i}"
+        stage = Stage(len(stages), fragment, output, reads, scans, replicated)
         if stage.scan is not None and (output is None or output.kind != "materialize"):
             stage.runtime_filters = _runtime_filters(fragment, stage.scan)
         stages.append(stage)
@@ -124,6 +146,21 @@ def cut(root: lp.Node, names: list[str]) -> StagePlan:
 
     make_stage(root, None)
     return StagePlan(stages, names)
+
+
+def _replicate(ex: lp.Exchange, limit: int) -> bool:
+    """Whether every consumer task should read this broadcast's table whole instead (see
+    :func:`cut`); marks the scan so when it should."""
+    if ex.kind != "broadcast":
+        return False
+    node = ex.child
+    while isinstance(node, lp.Filter | lp.Project) and not node.subqueries:
+        node = node.child
+    if not isinstance(node, lp.Scan) or node.source.whole() is None:
+        return False
+    width = sum(node.source.column_width(c) for c in node.column_map)
+    node.replicated = node.source.rows * width <= limit
+    return node.replicated
 
 
 def _runtime_filters(fragment: lp.Node, scan: lp.Scan) -> list[tuple[str, int, str]]:
