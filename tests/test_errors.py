@@ -340,6 +340,8 @@ def _children() -> set[int]:
         {"slots": 0},
         {"broadcast_threshold": "lots"},
         {"broadcast_threshold": -1},
+        {"replicate_size": "big"},
+        {"replicate_size": -1},
     ],
 )
 def test_bad_connect_arguments(kwargs: dict) -> None:
