@@ -124,6 +124,7 @@ class ParquetSource(Source):
             self._file_rows[path] = first
         self._rows = sum(rg.rows for rg in self.row_groups)
         self._widths = {k: v / max(1, self._rows) for k, v in widths.items()}
+        self._whole: dict | None = None
 
     @property
     def rows(self) -> int:
@@ -155,7 +156,10 @@ class ParquetSource(Source):
         return [self._split(group) for group in splits]
 
     def whole(self) -> dict:
-        return self._split(self.row_groups)
+        # Every task of a stage that reads the table whole gets this split: make it once.
+        if self._whole is None:
+            self._whole = self._split(self.row_groups)
+        return self._whole
 
     def _split(self, groups: list[_RowGroup]) -> dict:
         """A split of these row groups: their indexes per file, and the same rows as runs of

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 import qengine
 from qengine.errors import Error
-from qengine.options import DEFAULT_WORKERS
+from qengine.options import DEFAULT_WORKERS, SessionSettings
 
 HISTORY = os.path.expanduser("~/.qengine_history")
 
@@ -80,10 +80,10 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help=f"worker processes of the local cluster (default {DEFAULT_WORKERS})")
     parser.add_argument("--partitions", type=int, default=None, help="reduce partitions per shuffle (default 2 per worker)")
     parser.add_argument(
-        "--broadcast-threshold", default=10 << 20, help="max estimated bytes of a broadcast join side; 0 turns broadcast off"
+        "--broadcast-threshold", default=SessionSettings.broadcast_threshold, help="max estimated bytes of a broadcast join side; 0 turns broadcast off"
     )
     parser.add_argument(
-        "--replicate-size", default=8 << 20,
+        "--replicate-size", default=SessionSettings.replicate_size,
         help="a broadcast Parquet table up to these bytes is read whole by each task that joins it; 0 never",
     )
     parser.add_argument("--dialect", default="duckdb", help="SQL dialect of the input (default duckdb)")

@@ -174,7 +174,6 @@ class TaskRunner:
         }
         splits = [inp["split"] for inp in spec["inputs"] if inp["name"] in scans]
         inputs = [inp for inp in spec["inputs"] if inp["name"] not in scans]
-        files = tuple(sorted({path for split in splits for path in scan.split_files(split)}))
         with self.connections.connection(tuple(spec.get("readable") or ()) if scans else ()) as lease:
             loaded = list(self._inputs.map(self._load, inputs)) if len(inputs) > 1 else [self._load(i) for i in inputs]
             read_at = time.perf_counter()
@@ -184,7 +183,7 @@ class TaskRunner:
             del loaded
             result = direct.execute(spec["direct"], named) if spec.get("direct") else None
             if result is None:
-                result = _run_fragment(lease, spec["sql"], named, scans, files, _hashing(spec["output"]))
+                result = _run_fragment(lease, spec["sql"], named, scans, splits, _hashing(spec["output"]))
             stats = self._write(lease.con, spec, result)
         stats.update(rows_in=rows_in, read_seconds=read_at - started, seconds=time.perf_counter() - started)
         return stats
@@ -350,7 +349,7 @@ def _run_fragment(
     sql: str,
     inputs: dict[str, pa.Table],
     scans: dict[str, str],
-    files: tuple[str, ...],
+    splits: list[dict],
     hashing: tuple[list[str], int] | None,
 ) -> pa.Table:
     """Run a fragment over its Arrow inputs and Parquet scans.
@@ -367,6 +366,7 @@ def _run_fragment(
     the fragment then runs again with the inputs copied into DuckDB tables. Copying always would
     cost more: those copies take longer than most fragments do.
 
+    ``splits`` are the Parquet splits the scans read (a missing file is looked for among theirs);
     ``hashing`` (keys, partitions) adds the partition id column of a hash output.
     """
     if scans:
@@ -390,8 +390,9 @@ def _run_fragment(
         lease.add_inputs(inputs, copy=True)
         return execute()
     except (duckdb.IOException, duckdb.PermissionException) as e:
-        if not files:
+        if not splits:
             raise
+        files = sorted({path for split in splits for path in scan.split_files(split)})  # only on failure
         missing = [path for path in files if not os.path.isfile(path)]
         reason = f"{missing[0]} no longer exists" if missing else str(e).splitlines()[0]
         raise OperationalError(f"scan failed: {reason}") from e

@@ -24,7 +24,7 @@ class PlanOptions:
     partitions: int = 4
     broadcast_threshold: int = 10 << 20
     # A broadcast table of at most this many bytes is read whole by each consumer task instead.
-    replicate_bytes: int = 0
+    replicate_bytes: int = 8 << 20
 
 
 def plan_query(query: exp.Expression, catalog: Catalog, options: PlanOptions) -> StagePlan:

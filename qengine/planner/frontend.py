@@ -1,8 +1,9 @@
 """SQL text → optimized sqlglot AST: parse, bind parameters, expand views, optimize.
 
 sqlglot's optimizer qualifies every column, decorrelates subqueries into joins and pushes
-projections down; the logical planner then only sees fully qualified, mostly flat SELECTs. Every sqlglot failure is turned into a qengine ProgrammingError that names the
-spot (line and column for syntax errors, the name for unknown tables and columns).
+projections down; the logical planner then only sees fully qualified, mostly flat SELECTs.
+Every sqlglot failure is turned into a qengine ProgrammingError that names the spot (line and
+column for syntax errors, the name for unknown tables and columns).
 """
 
 from __future__ import annotations

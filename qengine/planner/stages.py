@@ -156,10 +156,10 @@ def _replicate(ex: lp.Exchange, limit: int) -> bool:
     node = ex.child
     while isinstance(node, lp.Filter | lp.Project) and not node.subqueries:
         node = node.child
-    if not isinstance(node, lp.Scan) or node.source.whole() is None:
+    if not isinstance(node, lp.Scan):
         return False
     width = sum(node.source.column_width(c) for c in node.column_map)
-    node.replicated = node.source.rows * width <= limit
+    node.replicated = node.source.rows * width <= limit and node.source.whole() is not None
     return node.replicated
 
 
