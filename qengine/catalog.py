@@ -142,8 +142,11 @@ class ParquetSource(Source):
         if not groups:
             return [self._split([])]
         wanted = math.ceil(total / split_bytes)
-        if total >= split_bytes / 8:  # big enough to be worth spreading over every worker
-            wanted = max(wanted, 2 * workers)
+        if total >= split_bytes / 8:
+            # Big enough to spread: a split per worker at least. Scan tasks read files and never
+            # wait on inputs, so more than one per worker only adds per-task costs (each task
+            # re-reads the small tables it joins whole and emits its own partial aggregates).
+            wanted = max(wanted, workers)
         wanted = max(1, min(wanted, len(groups)))
         per_split = total / wanted
         splits: list[list[_RowGroup]] = [[]]

@@ -151,6 +151,9 @@ class _Placement:
     groups: list[list[int]]
     hosts: list[int]
     addresses: InitVar[list[str]]
+    # False when every map task had finished by the time the reducers were placed: a push would
+    # then overlap nothing and only hold the reducers back, so they read the blocks where they are.
+    push: bool = True
     _by_partition: dict[int, int] = field(init=False, repr=False)
     # partition → its reducer's host address, as finalize and push requests carry it
     destinations: dict[str, str] = field(init=False, repr=False)
@@ -234,6 +237,9 @@ class _QueryRun:
         self.addresses = list(self.cluster.addresses)
         if not self.addresses:
             raise OperationalError("no live workers: none has joined the coordinator, or all were marked dead")
+        # A query may need only some workers; one that is known dead still fails it at once,
+        # rather than only when a task happens to be placed there.
+        self.cluster.check_alive(self.addresses)
         self.workers = len(self.addresses)
         self.slots = [threading.Semaphore(coordinator.options.slots) for _ in self.addresses]
         self.failed = threading.Event()
@@ -283,7 +289,7 @@ class _QueryRun:
     def _groups(self, run: _StageRun, sizes: list[float]) -> list[list[int]]:
         if not self._coalescable(run):
             return [[p] for p in range(run.tasks)]
-        return coalesce(sizes, self.options.coalesce_bytes)
+        return coalesce(sizes, self.options.coalesce_bytes, self.workers)
 
     def _apply_groups(self, run: _StageRun, groups: list[list[int]]) -> None:
         run.groups = groups
@@ -646,9 +652,10 @@ class _QueryRun:
         return prediction + [Reducer(p, 0.0) for p in range(len(prediction), ex.partitions)]
 
     def _destinations(self, run: _StageRun) -> dict[str, str] | None:
-        """Where this shuffle's partitions go, once its reducers are placed (prefetch only)."""
+        """Where this shuffle's partitions are pushed, once its reducers are placed (prefetch
+        only, and only while there is a map stage to overlap)."""
         ahead = self.placements.get(self.consumer_of.get(run.stage.id, -1))
-        return ahead.destinations if ahead is not None else None
+        return ahead.destinations if ahead is not None and ahead.push else None
 
     def _finalize(self, run: _StageRun, tasks: list[int]) -> None:
         """Partition staged range output with the bounds (and push it, once placed)."""
@@ -698,9 +705,12 @@ class _QueryRun:
                 for g in range(len(groups))
             }
         assert placed is not None
-        self.placements[consumer_id] = _Placement(groups, [placed.hosts[g] for g in range(len(groups))], self.addresses)
+        push = any(source.pending for source in inputs)
+        self.placements[consumer_id] = _Placement(groups, [placed.hosts[g] for g in range(len(groups))], self.addresses, push)
         for source in inputs:
             source.shuffle.placement = "minheap"
+        if not push:
+            return
         mine = {host: [p for g, members in enumerate(groups) if placed.hosts[g] == host for p in members] for host in hosts}
         for source in inputs:
             key = self._key(source.stage.id)
@@ -735,6 +745,7 @@ class _QueryRun:
         if shuffle is None:
             return
         shuffle.actual = self._actual(source)
+        shuffle.pushed_tasks = len(source.pushed)
         groups = consumer.groups or [[p] for p in range(consumer.tasks)]
         host_of = {p: consumer.placement[g] for g, members in enumerate(groups) for p in members}
         ahead = self.placements.get(consumer.stage.id)

@@ -219,6 +219,15 @@ def test_grouped_hand_worked():
     assert got[2].prob == pytest.approx(0.25)
 
 
+def test_coalesce_keeps_a_group_per_worker_while_groups_hold_a_megabyte():
+    mb = 1 << 20
+    assert coalesce([4 * mb] * 4, 32 * mb, workers=2) == [[0, 1], [2, 3]]
+    assert coalesce([4 * mb] * 4, 32 * mb) == [[0, 1, 2, 3]]
+    assert coalesce([100_000] * 4, 32 * mb, workers=2) == [[0, 1, 2, 3]]  # too small to spread
+    assert coalesce([40 * mb] * 4, 32 * mb, workers=2) == [[0], [1], [2], [3]]
+    assert len(coalesce([3 * mb] * 8, 64 * mb, workers=4)) == 4
+
+
 def test_coalesce_then_grouped_keeps_total():
     sizes = [30.0, 5.0, 5.0, 40.0, 2.0, 3.0]
     reducers = [Reducer(i, b, 1.0, i % 2) for i, b in enumerate(sizes)]

@@ -129,3 +129,14 @@ def test_constant_comparisons_fold_so_estimates_see_them(default_engine) -> None
 )
 def test_only_comparisons_of_two_literals_fold(sql: str, folded: str) -> None:
     assert _fold(sqlglot.parse_one(sql, read="duckdb")).sql(dialect="duckdb") == folded
+
+
+def test_of_two_equally_selective_joins_the_smaller_side_goes_first(default_engine, oracle) -> None:
+    # Both are key joins of sales with an unfiltered dimension, so both keep every sale: the tie
+    # goes to the smaller dimension (items), whatever the FROM order says.
+    sql = ("SELECT count(*), max(c.name), max(i.brand) FROM sales s, customers c, items i "
+           "WHERE s.cust_id = c.cust_id AND s.item_id = i.item_id")
+    lines = _plan(default_engine, sql)
+    scans = {name: _depth(line) for line in lines for name in ("customers", "items") if line.strip().startswith(f"Scan {name}")}
+    assert scans["items"] > scans["customers"], "\n".join(lines)
+    assert_same(default_engine, oracle, sql)

@@ -29,6 +29,9 @@ class ShuffleStats:
     # range map tasks that started after the bounds and placement, so partitioned and pushed
     # their own output instead of staging it
     self_pushed_tasks: int = 0
+    # map tasks whose blocks were pushed to their reducers' hosts (prefetch); none when every
+    # map task had finished before the reducers were placed
+    pushed_tasks: int = 0
 
     def prediction_errors(self) -> tuple[float | None, float | None]:
         """(max, mean) relative error of predicted vs actual reducer sizes, over non-empty reducers."""
@@ -63,6 +66,7 @@ class ShuffleStats:
             "prefetch_hits": self.blocks_local,
             "blocks": self.blocks_total,
             "self_pushed_map_tasks": self.self_pushed_tasks,
+            "pushed_map_tasks": self.pushed_tasks,
         }
 
 

@@ -63,8 +63,19 @@ def grouped(reducers: list[Reducer], groups: list[list[int]]) -> list[Reducer]:
     return out
 
 
-def coalesce(sizes: list[float], target: float) -> list[list[int]]:
-    """Group consecutive partitions until a group holds about ``target`` bytes (Spark AQE)."""
+# Coalescing keeps a group per worker until the groups would hold less than this (Spark AQE's
+# parallelismFirst, with its 1 MB minPartitionSize).
+MIN_COALESCED_BYTES = 1 << 20
+
+
+def coalesce(sizes: list[float], target: float, workers: int = 1) -> list[list[int]]:
+    """Group consecutive partitions until a group holds about ``target`` bytes (Spark AQE).
+
+    With ``workers``, the target shrinks so there are about as many groups as workers while each
+    still holds ``MIN_COALESCED_BYTES``: merging a 20 MB shuffle into one task would leave every
+    other worker idle for the whole stage.
+    """
+    target = min(target, max(MIN_COALESCED_BYTES, sum(sizes) / max(1, workers)))
     groups: list[list[int]] = [[]]
     acc = 0.0
     for p, b in enumerate(sizes):

@@ -389,18 +389,24 @@ class Builder:
         """Order a group of inner-joined relations greedily by result size (GOO): repeatedly join
         the connected pair with the smallest estimated result, key joins before many-to-many
         ones. Filtered dimensions so shrink each fact table before fact tables meet, and the
-        tree may be bushy, which keeps a big fact table from being shuffled unfiltered."""
+        tree may be bushy, which keeps a big fact table from being shuffled unfiltered. Between
+        joins of the same estimated result, the one with the smaller side goes first: it builds
+        the smaller hash table and is the likelier to be broadcast, so the fact rows it keeps
+        are shuffled (if at all) after the cheap joins, not before them. (A filter pushed into a
+        CTE from its readers arrives after this ordering, so such ties are common: TPC-DS q4,
+        q11 and q74 joined customer before their year-filtered date_dim.)"""
         items = [self._apply_ready(it, pool, scopes) for it in items]
         keys: dict[int, float | None] = {}  # id(column expression) → its table's rows if a key
         while len(items) > 1:
-            best: tuple[tuple[bool, float], _Item, _Item, tuple[str, float] | None] | None = None
+            best: tuple[tuple[bool, float, float], _Item, _Item, tuple[str, float] | None] | None = None
             for i, a in enumerate(items):
                 for b in items[i + 1 :]:
                     edges = [s for c in pool if not c.used and (s := _equi_sides(c, a.aliases, b.aliases))]
                     if edges:
                         key = self._join_key(a, b, edges, scopes, keys)
                         ra, rb = a.node.est_rows, b.node.est_rows
-                        rank = (key is None, max(1.0, estimates.keyed_rows(ra, rb, key)) if key else max(ra, rb))
+                        result = max(1.0, estimates.keyed_rows(ra, rb, key)) if key else max(ra, rb)
+                        rank = (key is None, result, min(ra, rb))
                         if best is None or rank < best[0]:
                             best = (rank, a, b, key)
             if best is None:  # nothing left is connected by an equi-join: cross the two smallest

@@ -161,12 +161,14 @@ class PhysicalPlanner:
         return node, ldist
 
     def _broadcastable(self, small: float, big: float) -> bool:
-        """Broadcast when the side is under the threshold, or when copying it to every reducer
-        still moves far fewer bytes than shuffling the other side (up to 8× the threshold)."""
+        """Broadcast when the side is under the threshold, or when copying it to every task that
+        joins it (about ``partitions`` of them) moves fewer bytes than shuffling the other side,
+        up to 8× the threshold. A shuffled byte costs more than a broadcast one: it is hashed,
+        split and sent by the map side, then gathered again by its reducer."""
         threshold = self.broadcast_threshold
         if small <= threshold:
             return True
-        return small <= 8 * threshold and small * 2 * self.partitions < big
+        return small <= 8 * threshold and small * self.partitions < big
 
     # ---- aggregation -------------------------------------------------------------------
 
