@@ -20,6 +20,8 @@ import sqlglot.errors
 import sqlglot.expressions as exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.optimizer import RULES, optimize
+from sqlglot.optimizer.annotate_types import annotate_types
+from sqlglot.optimizer.canonicalize import canonicalize
 from sqlglot.optimizer.pushdown_predicates import pushdown_predicates
 from sqlglot.optimizer.simplify import simplify
 
@@ -44,8 +46,11 @@ class _Rule:
 # DuckDB returns a TIMESTAMP), so it is left out: DuckDB folds constants itself, with its types.
 # Its predicate pushdown is left to qengine's own (planner/pushdown.py), which does all it did
 # (comma joins' WHERE conditions become join keys there too) and more; it took a sixth of
-# planning time.
-_RULES = tuple(_Rule(rule) for rule in RULES if rule not in (simplify, pushdown_predicates))
+# planning time. Type annotation and canonicalize, which needs the types, rewrite SQL for
+# engines that lack DuckDB's implicit casts (string literals compared with dates, integers as
+# booleans); the fragments run on DuckDB itself, which reads the query the way the user meant
+# it, so they are left out too, and no node carries a type for every copy to deep-copy.
+_RULES = tuple(_Rule(rule) for rule in RULES if rule not in (simplify, pushdown_predicates, annotate_types, canonicalize))
 
 _TABLE_FUNCTIONS = {"read_parquet": "parquet", "parquet_scan": "parquet", "read_csv": "csv", "read_csv_auto": "csv"}
 _counter = itertools.count()
@@ -254,10 +259,8 @@ def optimize_query(query: exp.Expression, catalog: Catalog, dialect: str) -> exp
         raise NotSupportedError(f"cannot plan this query: {message}") from e
     except sqlglot.errors.SqlglotError as e:
         raise ProgrammingError(str(e)) from e
-    # The type annotations and parser positions the optimizer leaves on every node are not used
-    # past this point, and every copy of a node deep-copies them in Python: dropping them makes
-    # the planner's copies several times cheaper.
+    # The parser's positions on every identifier are not used past this point, and every copy
+    # of a node deep-copies them in Python: dropping them makes the planner's copies cheaper.
     for node in optimized.walk():
-        node.type = None
         node._meta = None
     return optimized
