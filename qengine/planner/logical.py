@@ -76,6 +76,11 @@ class Scan(Node):
     def columns(self) -> list[str]:
         return list(self.column_map.values())
 
+    @property
+    def read_bytes(self) -> float:
+        """Bytes of the columns it reads, for the whole table (a size from the catalog, not a guess)."""
+        return self.source.rows * sum(self.source.column_width(c) for c in self.column_map)
+
 
 @dataclass(eq=False)
 class SharedScan(Node):
@@ -284,3 +289,10 @@ def walk(node: Node):
         yield from walk(child)
     for sub in node.subqueries.values():
         yield from walk(sub)
+
+
+def table_read(node: Node) -> Scan | None:
+    """The table ``node`` reads when it only filters and projects one table, else None."""
+    while isinstance(node, Filter | Project) and not node.subqueries:
+        node = node.child
+    return node if isinstance(node, Scan) else None

@@ -144,7 +144,9 @@ class PhysicalPlanner:
             node.left, node.right = self._gather(left, ldist), self._gather(right, rdist)
             return node, SINGLE
         if threshold > 0:
-            if can_right and self._broadcastable(rbytes, lbytes) and (rbytes <= lbytes or not can_left):
+            if can_right and self._broadcastable(rbytes, lbytes) and (
+                not can_left or not self._broadcastable(lbytes, rbytes) or _prefer_right(left, right, lbytes, rbytes, threshold)
+            ):
                 node.left, node.right = left, self._exchange(right, "broadcast")[0]
                 return node, ldist
             if can_left and self._broadcastable(lbytes, rbytes):
@@ -300,6 +302,26 @@ class PhysicalPlanner:
             return node, Dist("any", (), self.partitions)
         node.inputs = [self._hash_to(n, d, n.columns)[0] for n, d in planned]
         return node, Dist("hash", tuple(node.names), self.partitions)
+
+
+def _prefer_right(left: lp.Node, right: lp.Node, lbytes: float, rbytes: float, threshold: int) -> bool:
+    """Of two sides that could both be broadcast, whether to broadcast the right one.
+
+    A small table, filtered and projected, has the size the catalog says; what a filter or join
+    leaves of a table bigger than the threshold is a guess, and a guess that comes out too low
+    would copy a fact table to every task and run the whole join in as many tasks as the small
+    table has splits (often one). So the known small table is broadcast; otherwise the smaller.
+    """
+    lknown, rknown = _small_table(left, threshold), _small_table(right, threshold)
+    if lknown != rknown:
+        return rknown
+    return rbytes <= lbytes
+
+
+def _small_table(node: lp.Node, threshold: int) -> bool:
+    """True when ``node`` only filters and projects one table of at most ``threshold`` bytes."""
+    scan = lp.table_read(node)
+    return scan is not None and scan.read_bytes <= threshold
 
 
 def _scan_fragment(node: lp.Node) -> bool:

@@ -153,13 +153,10 @@ def _replicate(ex: lp.Exchange, limit: int) -> bool:
     :func:`cut`); marks the scan so when it should."""
     if ex.kind != "broadcast":
         return False
-    node = ex.child
-    while isinstance(node, lp.Filter | lp.Project) and not node.subqueries:
-        node = node.child
-    if not isinstance(node, lp.Scan):
+    node = lp.table_read(ex.child)
+    if node is None:
         return False
-    width = sum(node.source.column_width(c) for c in node.column_map)
-    node.replicated = node.source.rows * width <= limit and node.source.whole() is not None
+    node.replicated = node.read_bytes <= limit and node.source.whole() is not None
     return node.replicated
 
 
