@@ -153,7 +153,7 @@ class _Placement:
     addresses: InitVar[list[str]]
     # False when every map task had finished by the time the reducers were placed: a push would
     # then overlap nothing and only hold the reducers back, so they read the blocks where they are.
-    push: bool = True
+    push: bool
     _by_partition: dict[int, int] = field(init=False, repr=False)
     # partition → its reducer's host address, as finalize and push requests carry it
     destinations: dict[str, str] = field(init=False, repr=False)

@@ -155,6 +155,11 @@ def default_engine(data_paths: dict[str, str]):
     con.close()
 
 
+def plan_lines(con, sql: str) -> list[str]:
+    """The lines of ``EXPLAIN sql``."""
+    return [r[0] for r in con.execute("EXPLAIN " + sql).fetchall()]
+
+
 def assert_same(con, oracle: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> None:
     """Run ``sql`` on qengine and DuckDB and require the same answer."""
     got = con.execute(sql, params).fetch_arrow_table()

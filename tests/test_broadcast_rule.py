@@ -6,7 +6,7 @@ import pytest
 
 from qengine.planner import logical as lp
 from qengine.planner.physical import PhysicalPlanner
-from tests.conftest import _engine, assert_same
+from tests.conftest import _engine, assert_same, plan_lines
 
 MB = 1 << 20
 
@@ -33,7 +33,7 @@ def test_a_small_table_is_broadcast_rather_than_a_guessed_small_filter_of_a_big_
            "WHERE s.qty > 5 AND s.store_id = 3 AND s.note = 'gift' GROUP BY i.category")
     con = _engine(data_paths, broadcast_threshold="100KB")
     try:
-        lines = [r[0] for r in con.execute("EXPLAIN " + sql).fetchall()]
+        lines = plan_lines(con, sql)
         stage_of_sales = next(i for i in range(len(lines)) if lines[i].strip().startswith("Scan sales"))
         header = next(lines[i] for i in range(stage_of_sales, -1, -1) if lines[i].startswith("Stage"))
         assert "broadcast" not in header, "\n".join(lines)

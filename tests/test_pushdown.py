@@ -8,7 +8,7 @@ import pytest
 import sqlglot
 
 from qengine.planner.pushdown import _fold
-from tests.conftest import assert_same
+from tests.conftest import assert_same, plan_lines
 
 PER_STORE = "SELECT store_id, sum(qty) AS q, count(*) AS n FROM sales GROUP BY store_id"
 PER_ITEM = "SELECT item_id, sum(amount) AS a FROM sales GROUP BY item_id"
@@ -57,16 +57,12 @@ def test_same_answer_as_duckdb(engine, oracle, sql: str) -> None:
     assert_same(engine, oracle, sql)
 
 
-def _plan(con, sql: str) -> list[str]:
-    return [r[0] for r in con.execute("EXPLAIN " + sql).fetchall()]
-
-
 def _depth(line: str) -> int:
     return len(line) - len(line.lstrip())
 
 
 def test_filter_on_a_grouping_key_runs_before_the_aggregation(default_engine) -> None:
-    lines = _plan(default_engine, f"SELECT * FROM ({PER_STORE}) t WHERE store_id = 3")
+    lines = plan_lines(default_engine, f"SELECT * FROM ({PER_STORE}) t WHERE store_id = 3")
     filters = [i for i, line in enumerate(lines) if line.strip().startswith("Filter")]
     assert len(filters) == 1, "\n".join(lines)
     i = filters[0]
@@ -77,7 +73,7 @@ def test_filter_on_a_grouping_key_runs_before_the_aggregation(default_engine) ->
 
 def test_key_filter_is_copied_to_the_other_side_of_a_join(default_engine) -> None:
     sql = f"SELECT a.store_id, a.q, b.n FROM ({PER_STORE}) a LEFT JOIN ({PER_STORE}) b ON a.store_id = b.store_id WHERE a.store_id = 5"
-    lines = _plan(default_engine, sql)
+    lines = plan_lines(default_engine, sql)
     filtered_scans = [i for i, line in enumerate(lines) if line.strip().startswith("Filter") and "= 5" in line
                       and lines[i + 1].strip().startswith("Scan sales")]
     assert len(filtered_scans) == 2, "\n".join(lines)
@@ -86,21 +82,21 @@ def test_key_filter_is_copied_to_the_other_side_of_a_join(default_engine) -> Non
 def test_filter_on_the_outer_side_is_not_copied(default_engine) -> None:
     # b.n > 3 is about the NULL-extended side: it must not move into b (or a)
     sql = f"SELECT a.store_id, b.n FROM ({PER_STORE}) a LEFT JOIN ({PER_STORE}) b ON a.store_id = b.store_id WHERE b.n > 3"
-    lines = _plan(default_engine, sql)
+    lines = plan_lines(default_engine, sql)
     assert not any(line.strip().startswith("Filter") and lines[i + 1].strip().startswith("Scan")
                    for i, line in enumerate(lines[:-1])), "\n".join(lines)
 
 
 def test_a_cte_read_by_filtering_readers_computes_only_the_rows_they_keep(default_engine) -> None:
     sql = f"WITH t AS ({PER_STORE}) SELECT a.store_id, a.q, b.q FROM t a, t b WHERE a.store_id = 4 AND b.store_id = 6"
-    lines = _plan(default_engine, sql)
+    lines = plan_lines(default_engine, sql)
     below = [i for i, line in enumerate(lines) if line.strip().startswith("Filter") and lines[i + 1].strip().startswith("Scan sales")]
     assert len(below) == 1 and "4" in lines[below[0]] and "6" in lines[below[0]] and " OR " in lines[below[0]], "\n".join(lines)
 
 
 def test_a_union_branch_a_constant_filter_excludes_reads_nothing(default_engine) -> None:
     sql = "SELECT * FROM (SELECT cust_id, 'a' AS kind FROM sales UNION ALL SELECT cust_id, 'b' FROM customers) u WHERE kind = 'b'"
-    lines = _plan(default_engine, sql)
+    lines = plan_lines(default_engine, sql)
     below = [lines[i] for i, line in enumerate(lines) if lines[i + 1:i + 2] and lines[i + 1].strip().startswith("Scan sales")]
     assert below and below[0].strip() == "Filter FALSE", "\n".join(lines)
 
@@ -109,7 +105,7 @@ def test_constant_comparisons_fold_so_estimates_see_them(default_engine) -> None
     # 'b' = 'b' in the second branch is TRUE: nothing is left to filter there, so no filter
     # (whose guessed selectivity would shrink the branch's estimate) sits on its scan
     sql = "SELECT * FROM (SELECT cust_id, 'a' AS kind FROM sales UNION ALL SELECT cust_id, 'b' FROM customers) u WHERE kind = 'b'"
-    lines = _plan(default_engine, sql)
+    lines = plan_lines(default_engine, sql)
     i = next(i for i, line in enumerate(lines) if line.strip().startswith("Scan customers"))
     assert not lines[i - 1].strip().startswith("Filter"), "\n".join(lines)
 
@@ -136,7 +132,7 @@ def test_of_two_equally_selective_joins_the_smaller_side_goes_first(default_engi
     # goes to the smaller dimension (items), whatever the FROM order says.
     sql = ("SELECT count(*), max(c.name), max(i.brand) FROM sales s, customers c, items i "
            "WHERE s.cust_id = c.cust_id AND s.item_id = i.item_id")
-    lines = _plan(default_engine, sql)
+    lines = plan_lines(default_engine, sql)
     scans = {name: _depth(line) for line in lines for name in ("customers", "items") if line.strip().startswith(f"Scan {name}")}
     assert scans["items"] > scans["customers"], "\n".join(lines)
     assert_same(default_engine, oracle, sql)

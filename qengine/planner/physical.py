@@ -144,12 +144,12 @@ class PhysicalPlanner:
             node.left, node.right = self._gather(left, ldist), self._gather(right, rdist)
             return node, SINGLE
         if threshold > 0:
-            if can_right and self._broadcastable(rbytes, lbytes) and (
-                not can_left or not self._broadcastable(lbytes, rbytes) or _prefer_right(left, right, lbytes, rbytes, threshold)
-            ):
+            right_ok = can_right and self._broadcastable(rbytes, lbytes)
+            left_ok = can_left and self._broadcastable(lbytes, rbytes)
+            if right_ok and (not left_ok or _prefer_right(left, right, lbytes, rbytes, threshold)):
                 node.left, node.right = left, self._exchange(right, "broadcast")[0]
                 return node, ldist
-            if can_left and self._broadcastable(lbytes, rbytes):
+            if left_ok:
                 node.left, node.right = self._exchange(left, "broadcast")[0], right
                 return node, rdist
         lkeys = [k.name for k in node.left_keys]
