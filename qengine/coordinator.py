@@ -2,7 +2,8 @@
 
 Stages start as soon as every stage they read from has finished, so independent stages (the
 two sides of a join) run at the same time. Each task is one ``run_task`` call to the worker it
-is placed on; at most ``slots`` tasks run on a worker at once. The first failing task fails the
+is placed on, or, if its inputs are as near to every worker (a scan split), to the first worker
+with a free slot; at most ``slots`` tasks run on a worker at once. The first failing task fails the
 query at once; the rest of its tasks are cancelled and its blocks released.
 """
 
@@ -33,6 +34,7 @@ from qengine.planner import logical as lp
 from qengine.planner.render import render
 from qengine.planner.stages import Stage, StagePlan
 from qengine.rpc import ClientPool
+from qengine.slots import Slots
 from qengine.wire import schema_from_hex, schema_to_hex, table_from_hex, table_to_hex
 
 _query_ids = itertools.count(1)
@@ -117,7 +119,8 @@ class _StageRun:
     tasks: int
     splits: list[dict] | None
     stats: StageStats
-    placement: list[int] = field(default_factory=list)
+    # Each task's worker; a task free to run anywhere has None until it takes a slot.
+    placement: list[Any] = field(default_factory=list)
     groups: list[list[int]] | None = None
     holders: set[int] = field(default_factory=set)
     schema: str | None = None
@@ -241,7 +244,7 @@ class _QueryRun:
         # rather than only when a task happens to be placed there.
         self.cluster.check_alive(self.addresses)
         self.workers = len(self.addresses)
-        self.slots = [threading.Semaphore(coordinator.options.slots) for _ in self.addresses]
+        self.slots = Slots(self.workers, coordinator.options.slots)
         self.failed = threading.Event()
         self.runs: list[_StageRun] = []
         self.consumer_of: dict[int, int] = {}
@@ -261,7 +264,8 @@ class _QueryRun:
 
     # ---- placement and specs -----------------------------------------------------------
 
-    def _place(self, run: _StageRun, index: int) -> int:
+    def _place(self, run: _StageRun, index: int) -> int | None:
+        """The worker a task must run on, or None for a task any worker's free slot may take."""
         split = run.splits[index] if run.splits is not None else None
         if split is not None and split.get("kind") == "memory" and split.get("address") is not None:
             if split["address"] not in self.addresses:
@@ -273,9 +277,10 @@ class _QueryRun:
         ahead = self.placements.get(run.stage.id)
         if ahead is not None:
             return ahead.hosts[index]
-        if run.tasks == 1:
-            return run.stage.id % self.workers
-        return index % self.workers
+        if not run.stage.partitioned_reads:  # scans and broadcasts read as well from anywhere
+            return None
+        # A shuffle's reducers are placed now: the shuffle's metrics (_measure) need their hosts.
+        return self.slots.least_busy() if run.tasks == 1 else index % self.workers
 
     def _coalescable(self, run: _StageRun) -> bool:
         """Partition i must stay task i where data is read or written as materialized."""
@@ -392,20 +397,24 @@ class _QueryRun:
 
     # ---- execution ---------------------------------------------------------------------
 
-    def _call(self, worker: int, name: str, body: dict | Callable[[], dict], limited: bool = True) -> Any:
-        """One call to a worker; a callable ``body`` is built once the call has its slot."""
+    def _call(self, worker: int, name: str, body: dict) -> Any:
+        """One call to a worker."""
         if self.failed.is_set():
             raise _CancelledError()
-        with self.slots[worker] if limited else contextlib.nullcontext():
-            if self.failed.is_set():
-                raise _CancelledError()
-            if callable(body):
-                body = body()
-            try:
-                return self.cluster.pool.get(self.addresses[worker]).action(name, body)
-            except OperationalError:
-                self.cluster.check_alive(self.addresses)
-                raise
+        try:
+            return self.cluster.pool.get(self.addresses[worker]).action(name, body)
+        except OperationalError:
+            self.cluster.check_alive(self.addresses)
+            raise
+
+    def _run_task(self, run: _StageRun, index: int, body: dict | Callable[[], dict]) -> dict:
+        """Run a task in a slot of its worker, or of whichever worker frees one first if it has
+        none yet; a callable ``body`` is built once the task has its slot."""
+        if self.failed.is_set():
+            raise _CancelledError()
+        with self.slots.hold(run.placement[index]) as worker:
+            run.placement[index] = worker
+            return self._call(worker, "run_task", body() if callable(body) else body)
 
     def execute(self) -> tuple[list[tuple[str, dict]], QueryStats, str]:
         started = time.perf_counter()
@@ -463,7 +472,7 @@ class _QueryRun:
         assert not any(self.runs[c].submitted for c in [self.consumer_of.get(run.stage.id, -1)] if c >= 0)
         run.aux_pending += 1
         run.done = False
-        fut = self.aux_pool.submit(self._call, worker, kind, body, False)
+        fut = self.aux_pool.submit(self._call, worker, kind, body)
         self.futures[fut] = (kind, run, None)
 
     def _submit(self, run: _StageRun) -> None:
@@ -496,7 +505,7 @@ class _QueryRun:
         for index in range(run.tasks):
             spec = self._task_spec(run, index, sql, form)
             body = functools.partial(self._map_spec, run, spec) if spec["output"]["kind"] == "range" else spec
-            fut = self.pool.submit(self._call, run.placement[index], "run_task", body)
+            fut = self.pool.submit(self._run_task, run, index, body)
             self.futures[fut] = ("task", run, index)
 
     @staticmethod

@@ -1,0 +1,74 @@
+"""Task slots: a task free to run anywhere takes the first free slot; a pinned one waits for its
+worker's; and, end to end, scan tasks spread over both workers by where slots free up."""
+
+from __future__ import annotations
+
+import threading
+
+import qengine.coordinator as coordinator
+from qengine.slots import Slots
+from tests.conftest import wait_until
+
+
+def test_a_free_task_takes_the_worker_with_a_free_slot() -> None:
+    slots = Slots(workers=2, per_worker=1)
+    with slots.hold(0) as pinned:
+        assert pinned == 0
+        with slots.hold(None) as free:
+            assert free == 1  # worker 0's only slot is taken
+        assert slots.least_busy() == 1
+
+
+def test_a_pinned_task_waits_for_its_own_worker_while_free_tasks_go_elsewhere() -> None:
+    slots = Slots(workers=2, per_worker=1)
+    release = threading.Event()
+    got: list[int] = []
+
+    def hold_worker_0() -> None:
+        with slots.hold(0):
+            release.wait(10)
+
+    def pinned_to_0() -> None:
+        with slots.hold(0) as worker:
+            got.append(worker)
+
+    holder = threading.Thread(target=hold_worker_0)
+    holder.start()
+    wait_until(lambda: slots.least_busy() == 1, 5, "worker 0's slot to be taken")
+    waiter = threading.Thread(target=pinned_to_0)
+    waiter.start()
+    with slots.hold(None) as free:
+        assert free == 1
+    waiter.join(0.2)
+    assert waiter.is_alive() and not got, "a task pinned to worker 0 ran while its slot was held"
+    release.set()
+    holder.join(5)
+    waiter.join(5)
+    assert got == [0]
+
+
+def test_scan_tasks_run_on_whichever_worker_frees_a_slot(default_engine) -> None:
+    # The scan's tasks are placed nowhere ahead; they fill both workers' slots as they start.
+    placed: list[int | None] = []
+    ran: list[int] = []
+    original_place, original_record = coordinator._QueryRun._place, coordinator._QueryRun._record
+
+    def place(self, run, index):
+        worker = original_place(self, run, index)
+        if run.stage.scans:
+            placed.append(worker)
+        return worker
+
+    def record(self, run, index, result):
+        if run.stage.scans:
+            ran.append(run.placement[index])
+        return original_record(self, run, index, result)
+
+    coordinator._QueryRun._place, coordinator._QueryRun._record = place, record
+    try:
+        count = default_engine.execute("SELECT count(*) FROM sales WHERE qty > 10").fetchone()[0]
+    finally:
+        coordinator._QueryRun._place, coordinator._QueryRun._record = original_place, original_record
+    assert count > 0
+    assert len(placed) >= 4 and set(placed) == {None}, placed
+    assert set(ran) == {0, 1}, ran
