@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import sqlglot.expressions as exp
 
+from qengine.planner import estimates
 from qengine.planner import logical as lp
 from qengine.planner.logical import Exchange, col
 
@@ -175,6 +176,7 @@ class PhysicalPlanner:
     # ---- aggregation -------------------------------------------------------------------
 
     def _aggregate(self, node: lp.Aggregate) -> tuple[lp.Node, Dist]:
+        node = self._aggregate_before_join(node) or node
         child, dist = self.plan(node.child)
         key_cols = [e.name for _, e in node.keys]
         out_keys = tuple(n for n, _ in node.keys)
@@ -204,6 +206,50 @@ class PhysicalPlanner:
         if out.kind == "single":
             return final, SINGLE
         return final, Dist("hash", tuple(n for n, _ in final_keys), out.partitions)
+
+    def _aggregate_before_join(self, node: lp.Aggregate) -> lp.Aggregate | None:
+        """Eager aggregation: a GROUP BY over a join with a whole table (a dimension read with no
+        filter) on that table's key first aggregates the other side by its join keys and its own
+        grouping columns, then joins, then combines the partial aggregates by the full keys.
+
+        TPC-DS's per-customer totals (q4, q11, q74) group store sales by up to eight customer
+        columns: aggregated first by customer key and year, millions of sales become a few
+        hundred thousand groups, and the customer table's wide strings join those instead of
+        every sale. The answer is the same for any join, even one whose key repeats, as each
+        partial row stands for its fact rows at every dimension row they would have met. It is
+        applied only where it pays: the dimension is not filtered (a filtered one would drop
+        fact rows the pre-aggregation had already paid for), and the pre-aggregation groups by
+        fewer columns than the dimension contributes to the GROUP BY.
+        """
+        join = node.child
+        if node.grouping_sets is not None or not isinstance(join, lp.Join) or join.kind != "inner":
+            return None
+        if join.residual is not None or not join.left_keys or join.key is None:
+            return None
+        fact_is_left = join.key[0] == "right"
+        fact, dimension = (join.left, join.right) if fact_is_left else (join.right, join.left)
+        if not _whole_table(dimension):
+            return None
+        fact_keys = join.left_keys if fact_is_left else join.right_keys
+        owned = set(fact.columns)
+        used = {c.name for _, e in node.aggs for c in e.find_all(exp.Column)}
+        if isinstance(fact, lp.Aggregate) or not used <= owned or not all(isinstance(k, exp.Column) for k in fact_keys):
+            return None
+        keep = list(dict.fromkeys([k.name for k in fact_keys] + [e.name for _, e in node.keys if e.name in owned]))
+        if len(keep) >= sum(e.name not in owned for _, e in node.keys):
+            return None  # grouping by the key first is no narrower than by the dimension's columns
+        split = self._split_aggregates(node)
+        if split is None:
+            return None
+        partial_aggs, final_aggs = split
+        partial = lp.Aggregate(fact, [(name, col(name)) for name in keep], partial_aggs)
+        partial.est_rows = estimates.rows(partial)
+        left, right = (partial, join.right) if fact_is_left else (join.left, partial)
+        joined = lp.Join(left, right, "inner", join.left_keys, join.right_keys, key=join.key)
+        joined.est_rows = estimates.rows(joined)
+        final = lp.Aggregate(joined, node.keys, final_aggs)
+        final.est_rows = node.est_rows
+        return final
 
     def _split_aggregates(
         self, node: lp.Aggregate
@@ -322,6 +368,13 @@ def _small_table(node: lp.Node, threshold: int) -> bool:
     """True when ``node`` only filters and projects one table of at most ``threshold`` bytes."""
     scan = lp.table_read(node)
     return scan is not None and scan.read_bytes <= threshold
+
+
+def _whole_table(node: lp.Node) -> bool:
+    """Whether ``node`` reads every row of one table (it only projects it)."""
+    while isinstance(node, lp.Project) and not node.subqueries:
+        node = node.child
+    return isinstance(node, lp.Scan) and not node.subqueries
 
 
 def _scan_fragment(node: lp.Node) -> bool:
