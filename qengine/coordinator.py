@@ -359,8 +359,10 @@ class _QueryRun:
         for read in stage.reads:
             source = self.runs[read.shuffle_id]
             sizes = None
-            if read.kind in ("broadcast",):
+            if read.kind == "broadcast" or (read.kind == "once" and index == 0):
                 partitions, hosts = [0], sorted(source.holders)
+            elif read.kind == "once":  # the first task reads it
+                partitions, hosts = [], []
             elif read.kind == "materialized":
                 partitions, hosts = [index], [source.placement[index]]
             else:

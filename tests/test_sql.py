@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import qengine
-from tests.conftest import assert_same
+from tests.conftest import assert_same, plan_lines
 
 QUERIES = {
     # scans, filters, projections
@@ -109,6 +109,11 @@ QUERIES = {
         "JOIN items i ON t.k = i.item_id GROUP BY i.category"
     ),
     "union_all_same_table": "SELECT count(*), sum(x) FROM (SELECT qty AS x FROM sales UNION ALL SELECT -qty FROM sales WHERE qty > 50) t",
+    # a scan beside an aggregate: the aggregate's rows join the scan's splits in one task
+    "union_all_scan_and_aggregate": (
+        "SELECT k, count(*), sum(v) FROM (SELECT store_id AS k, qty AS v FROM sales UNION ALL "
+        "SELECT store_id, count(*) FROM sales GROUP BY store_id UNION ALL SELECT cust_id % 9, 1 FROM customers) t GROUP BY k"
+    ),
     # subqueries and CTEs
     "scalar_subquery": "SELECT sale_id FROM sales WHERE amount > (SELECT avg(amount) * 3 FROM sales)",
     "scalar_subquery_select": "SELECT item_id, (SELECT max(qty) FROM sales) AS mq FROM items WHERE item_id < 5",
@@ -221,6 +226,19 @@ def test_union_all_of_scans_reads_each_split_once_without_an_exchange(default_en
     union_stage = next(line for line in lines if line.startswith("Stage ") and "hash exchange" in line)
     sales_splits = len(default_engine.session.catalog.table("sales").splits(2, default_engine.session.coordinator.options.split_bytes))
     assert union_stage.split(":")[1].strip().startswith(f"{sales_splits + 1} task"), union_stage
+    assert_same(default_engine, oracle, sql)
+
+
+def test_a_small_union_input_that_is_not_a_scan_is_read_by_one_task_of_the_scans(default_engine, oracle) -> None:
+    # The aggregate's few rows are not shuffled round-robin with every sales row: the union
+    # runs in the scan stage, and only its first task reads them (each row once).
+    sql = ("SELECT k, count(*), sum(v) FROM (SELECT store_id AS k, qty AS v FROM sales UNION ALL "
+           "SELECT store_id, count(*) FROM sales GROUP BY store_id) t GROUP BY k")
+    lines = plan_lines(default_engine, sql)
+    assert not any("roundrobin" in line for line in lines), "\n".join(lines)
+    assert any("ExchangeRead" in line and "first task only" in line for line in lines), "\n".join(lines)
+    union_stage = next(line for line in lines if line.startswith("Stage ") and "hash exchange" in line and "reads stages" in line)
+    assert int(union_stage.split(":")[1].split("task")[0]) > 1, union_stage  # several tasks, one reads the aggregate
     assert_same(default_engine, oracle, sql)
 
 

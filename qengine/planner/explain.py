@@ -23,7 +23,8 @@ def describe(node: lp.Node) -> str:
     if isinstance(node, lp.Values):
         return f"Values {len(node.rows.expressions)} row(s)"
     if isinstance(node, lp.ExchangeRead):
-        return f"ExchangeRead stage {node.shuffle_id} ({node.kind}) as {node.table}"
+        kind = "broadcast, first task only" if node.kind == "once" else node.kind
+        return f"ExchangeRead stage {node.shuffle_id} ({kind}) as {node.table}"
     if isinstance(node, lp.Filter):
         return f"Filter {_sql(node.condition)}"
     if isinstance(node, lp.Project):
@@ -88,7 +89,7 @@ def explain_lines(plan: StagePlan, workers: int, split_bytes: int, stats: QueryS
         elif ex.kind == "materialize":
             target = "materialized for its readers (computed once)"
         elif ex.kind == "broadcast":
-            target = "broadcast exchange to every reading task"
+            target = "broadcast exchange to " + ("the first reading task" if ex.once else "every reading task")
         else:
             target = f"{ex.kind} exchange into {ex.partitions} partition(s)"
         deps = f" reads stages {stage.parents}" if stage.parents else ""

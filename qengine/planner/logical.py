@@ -257,7 +257,9 @@ class Exchange(Unary):
     materialize (keep each task's output as its own partition, for shared readers).
 
     ``keys`` are child columns for hash; ``order`` the sort keys for range (the first one drives
-    partitioning, the bounds come from a sample). ``partitions`` is the reducer count.
+    partitioning, the bounds come from a sample). ``partitions`` is the reducer count. A
+    broadcast ``once`` is read by one task of its consumer only: a UNION ALL input that joins
+    scan splits in their stage (see ``PhysicalPlanner._setop``).
     """
 
     kind: str
@@ -265,11 +267,13 @@ class Exchange(Unary):
     keys: list[str] = field(default_factory=list)
     order: list[exp.Ordered] = field(default_factory=list)
     shuffle_id: int = -1
+    once: bool = False
 
 
 @dataclass(eq=False)
 class ExchangeRead(Node):
-    """The reading side of an exchange inside a consumer stage's fragment."""
+    """The reading side of an exchange inside a consumer stage's fragment; ``kind`` is the
+    exchange's, or "once" for a broadcast that only the stage's first task reads."""
 
     shuffle_id: int
     kind: str

@@ -68,9 +68,11 @@ class PhysicalPlanner:
     def _bytes(self, node: lp.Node) -> float:
         return node.est_rows * sum(self.widths.get(c, 8.0) for c in node.columns)
 
-    def _exchange(self, node: lp.Node, kind: str, keys: list[str] | tuple[str, ...] = ()) -> tuple[lp.Node, Dist]:
+    def _exchange(
+        self, node: lp.Node, kind: str, keys: list[str] | tuple[str, ...] = (), once: bool = False
+    ) -> tuple[lp.Node, Dist]:
         partitions = 1 if kind in ("single", "broadcast") else self.partitions
-        ex = Exchange(node, kind, partitions, keys=list(keys))
+        ex = Exchange(node, kind, partitions, keys=list(keys), once=once)
         ex.est_rows = node.est_rows
         return ex, Dist("any" if kind == "roundrobin" else kind, tuple(keys), partitions)
 
@@ -340,8 +342,13 @@ class PhysicalPlanner:
             return node, SINGLE
         if node.kind == "union" and not node.distinct:
             node.inputs = [n for n, _ in planned]
-            if all(_scan_fragment(n) for n in node.inputs):
-                # Like Spark's UnionExec: no exchange, each task reads a split of one input.
+            scanned = [_scan_fragment(n) for n in node.inputs]
+            if any(scanned) and all(s or self._bytes(n) <= self.broadcast_threshold for n, s in zip(node.inputs, scanned, strict=True)):
+                # Like Spark's UnionExec: no exchange, each task reads a split of one input. A
+                # small input that is not a scan joins them whole in one task (TPC-DS q5's
+                # returns joined to sales, beside the raw sales it would otherwise have made
+                # every split shuffle).
+                node.inputs = [n if s else self._exchange(n, "broadcast", once=True)[0] for n, s in zip(node.inputs, scanned, strict=True)]
                 node.concat = True
                 return node, Dist("any")
             node.inputs = [self._exchange(n, "roundrobin")[0] for n in node.inputs]

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from qengine.errors import InternalError
 from qengine.planner import logical as lp
 
+# Reads of a whole exchange output rather than of one partition per task.
+WHOLE_READS = ("broadcast", "once")
+
 
 @dataclass
 class Stage:
@@ -40,7 +43,7 @@ class Stage:
 
     @property
     def partitioned_reads(self) -> list[lp.ExchangeRead]:
-        return [r for r in self.reads if r.kind != "broadcast"]
+        return [r for r in self.reads if r.kind not in WHOLE_READS]
 
 
 @dataclass
@@ -103,7 +106,7 @@ def cut(root: lp.Node, names: list[str], replicate_bytes: int = 0) -> StagePlan:
     def read_of(ex: lp.Exchange, table: str | None = None) -> lp.ExchangeRead:
         sid = make_stage(ex.child, ex)
         ex.shuffle_id = sid
-        read = lp.ExchangeRead(sid, ex.kind, list(ex.child.columns), table or f"x{sid}")
+        read = lp.ExchangeRead(sid, "once" if ex.once else ex.kind, list(ex.child.columns), table or f"x{sid}")
         read.est_rows = ex.est_rows
         return read
 
@@ -130,7 +133,7 @@ def cut(root: lp.Node, names: list[str], replicate_bytes: int = 0) -> StagePlan:
         every = [n for n in lp.walk(fragment) if isinstance(n, lp.Scan)]
         scans = [n for n in every if not n.replicated]
         replicated = [n for n in every if n.replicated]
-        partitioned = [r for r in reads if r.kind != "broadcast"]
+        partitioned = [r for r in reads if r.kind not in WHOLE_READS]
         concat = any(isinstance(n, lp.SetOp) and n.concat for n in lp.walk(fragment))
         if (len(scans) > 1 and not concat) or (scans and partitioned):
             raise InternalError("a stage would read two differently partitioned inputs")
@@ -151,7 +154,7 @@ def cut(root: lp.Node, names: list[str], replicate_bytes: int = 0) -> StagePlan:
 def _replicate(ex: lp.Exchange, limit: int) -> bool:
     """Whether every consumer task should read this broadcast's table whole instead (see
     :func:`cut`); marks the scan so when it should."""
-    if ex.kind != "broadcast":
+    if ex.kind != "broadcast" or ex.once:  # a table read whole by every task is not read once
         return False
     node = lp.table_read(ex.child)
     if node is None:
