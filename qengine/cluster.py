@@ -54,6 +54,9 @@ class LocalCluster:
         self.pool = ClientPool(self.token)
         self._own_log_dir = log_dir is None
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="qengine-logs-")
+        # Each worker's spill directory is made here and removed on close as well as by the
+        # worker itself: a worker that was killed cannot remove its own.
+        self.spill_dirs: list[str] = []
         self.workers: list[WorkerHandle] = []
         self._procs: list[subprocess.Popen] = []
         self.failed = False
@@ -73,9 +76,12 @@ class LocalCluster:
     def _spawn(self, worker_id: int, host: str) -> subprocess.Popen:
         env = {**ALLOCATOR_ENV, **os.environ, "QENGINE_TOKEN": self.token}
         log = os.path.join(self.log_dir, f"worker-{worker_id}.log")
+        spill_dir = tempfile.mkdtemp(prefix="qengine-shuffle-")
+        self.spill_dirs.append(spill_dir)
         with open(log, "ab") as err:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "qengine.worker", "--id", str(worker_id), "--host", host, "--log", log]
+                [sys.executable, "-m", "qengine.worker", "--id", str(worker_id), "--host", host, "--log", log,
+                 "--spill-dir", spill_dir]
                 + (["--shuffle-memory", str(self.shuffle_memory)] if self.shuffle_memory is not None else []),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -138,6 +144,8 @@ class LocalCluster:
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
+        for spill_dir in self.spill_dirs:
+            shutil.rmtree(spill_dir, ignore_errors=True)
         if self._own_log_dir and not self.failed:
             shutil.rmtree(self.log_dir, ignore_errors=True)
         _live_clusters.discard(self)

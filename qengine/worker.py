@@ -40,11 +40,12 @@ class WorkerServer(ActionServer):
         shuffle_memory: int | None = None,
         tls: tuple[bytes, bytes] | None = None,
         tls_root: bytes | None = None,
+        spill_dir: str | None = None,
     ) -> None:
         super().__init__(host, port, token, tls)
         load_converters()
         self.worker_id = worker_id
-        self.store = BlockStore(budget=shuffle_memory)
+        self.store = BlockStore(budget=shuffle_memory, spill_dir=spill_dir)
         self.pool = ClientPool(token, tls_root)
         self.runner = TaskRunner(self.store, self.address, self.pool)
         self.tasks_run = 0
@@ -177,11 +178,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--log", required=True)
     parser.add_argument("--shuffle-memory", type=int, default=None, help="shuffle memory budget in bytes")
+    parser.add_argument("--spill-dir", default=None, help="where shuffle blocks spill (default: a new temporary directory)")
     args = parser.parse_args(argv)
     token = os.environ.pop("QENGINE_TOKEN", "")
     if not token:
         sys.exit("qengine worker: QENGINE_TOKEN is not set")
-    server = WorkerServer(args.host, args.port, token, args.id, args.shuffle_memory)
+    if args.spill_dir:
+        os.makedirs(args.spill_dir, exist_ok=True)
+    server = WorkerServer(args.host, args.port, token, args.id, args.shuffle_memory, spill_dir=args.spill_dir)
     print(f"READY {server.port}", flush=True)
     _log_to(args.log)
     threading.Thread(target=_exit_when_parent_goes, args=(server.store,), daemon=True).start()

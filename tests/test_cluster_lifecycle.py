@@ -234,9 +234,12 @@ def test_killed_worker_makes_the_next_query_fail_fast(data_paths, oracle) -> Non
 
 
 def test_worker_killed_during_a_query_fails_it_fast(data_paths) -> None:
-    """A worker dies while a query runs (after its first task finished): the query fails, it does not hang."""
+    """A worker dies while a query runs (after its first task finished): the query fails, it does
+    not hang; and closing the cluster removes the killed worker's spill directory too."""
     with cluster_connection(workers=2, broadcast_threshold=0) as con:
         log_dir = con._cluster.log_dir
+        spill_dirs = list(con._cluster.spill_dirs)
+        assert len(spill_dirs) == 2 and all(os.path.isdir(d) for d in spill_dirs)
         for name in ("sales", "customers"):
             con.register_parquet(name, data_paths[name])
         victim = con._cluster.workers[1].process
@@ -252,6 +255,8 @@ def test_worker_killed_during_a_query_fails_it_fast(data_paths) -> None:
         with pytest.raises(qengine.OperationalError):
             with_deadline(lambda: con.cursor().execute(sql, progress=progress).fetchall())
         assert killed.is_set()
+        assert os.path.isdir(spill_dirs[1])  # the killed worker could not remove it
+    assert not any(os.path.exists(d) for d in spill_dirs)
     remove_log_dir(log_dir)
 
 

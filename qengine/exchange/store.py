@@ -73,7 +73,6 @@ class _Shuffle:
 class BlockStore:
     def __init__(self, budget: int | None = None, spill_dir: str | None = None) -> None:
         self.budget = budget
-        self._own_dir = spill_dir is None
         self.spill_dir = spill_dir or tempfile.mkdtemp(prefix="qengine-shuffle-")
         self._blocks: dict[tuple[str, int], list[Block]] = defaultdict(list)
         self._schemas: dict[str, pa.Schema] = {}
@@ -273,5 +272,5 @@ class BlockStore:
         return self.memory
 
     def close(self) -> None:
-        if self._own_dir:
-            shutil.rmtree(self.spill_dir, ignore_errors=True)
+        """Remove the spill directory (its own, or the one it was given) with every file in it."""
+        shutil.rmtree(self.spill_dir, ignore_errors=True)
