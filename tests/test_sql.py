@@ -80,6 +80,23 @@ QUERIES = {
         "rank() OVER (PARTITION BY note ORDER BY sum(qty) DESC) AS r FROM sales GROUP BY store_id, note"
     ),
     "window_lag": "SELECT item_id, sold_date, lag(amount) OVER (PARTITION BY item_id ORDER BY sold_date, sale_id) FROM sales WHERE item_id < 30",
+    # a rank filter lets each task drop what no partition keeps before the shuffle; with ties,
+    # reversed comparisons, QUALIFY, no partition at all, and a second window function that
+    # must still see every row
+    "window_rank_top": (
+        "SELECT store_id, sale_id, amount, r FROM (SELECT store_id, sale_id, amount, "
+        "rank() OVER (PARTITION BY store_id ORDER BY amount DESC) AS r FROM sales) t WHERE r <= 3"
+    ),
+    "window_dense_rank_ties": (
+        "SELECT g, qty, d FROM (SELECT item_id % 5 AS g, qty, dense_rank() OVER (PARTITION BY item_id % 5 "
+        "ORDER BY qty DESC) AS d FROM sales) t WHERE 3 > d AND qty > 10"
+    ),
+    "window_qualify_rank": "SELECT cust_id, amount FROM sales QUALIFY rank() OVER (PARTITION BY cust_id ORDER BY amount) <= 1",
+    "window_rank_top_global": "SELECT sale_id, amount, r FROM (SELECT sale_id, amount, rank() OVER (ORDER BY amount) AS r FROM sales) t WHERE r < 6",
+    "window_rank_beside_sum": (
+        "SELECT store_id, amount, r, s FROM (SELECT store_id, amount, rank() OVER (PARTITION BY store_id ORDER BY amount) AS r, "
+        "sum(amount) OVER (PARTITION BY store_id) AS s FROM sales) t WHERE r <= 2"
+    ),
     "qualify": "SELECT cust_id, sale_id FROM sales QUALIFY row_number() OVER (PARTITION BY cust_id ORDER BY sale_id) <= 2",
     # sorting and limits
     "order_by": "SELECT sale_id, amount FROM sales ORDER BY amount DESC, sale_id",
@@ -240,6 +257,21 @@ def test_a_small_union_input_that_is_not_a_scan_is_read_by_one_task_of_the_scans
     union_stage = next(line for line in lines if line.startswith("Stage ") and "hash exchange" in line and "reads stages" in line)
     assert int(union_stage.split(":")[1].split("task")[0]) > 1, union_stage  # several tasks, one reads the aggregate
     assert_same(default_engine, oracle, sql)
+
+
+def test_a_rank_filter_drops_rows_before_the_window_s_shuffle(default_engine, oracle) -> None:
+    sql = ("SELECT store_id, sale_id, r FROM (SELECT store_id, sale_id, rank() OVER (PARTITION BY store_id "
+           "ORDER BY amount DESC) AS r FROM sales) t WHERE r <= 3")
+    def map_stage(query: str) -> str:
+        stages = "\n".join(plan_lines(default_engine, query)).split("\nStage ")
+        return next(s for s in stages if "hash exchange on" in s.splitlines()[0])
+
+    assert "Window RANK()" in map_stage(sql) and "Scan sales" in map_stage(sql), map_stage(sql)
+    assert_same(default_engine, oracle, sql)
+    # with a second window function over the same partition every row must reach it
+    both = sql.replace("r FROM (", "r, n FROM (").replace("AS r FROM", "AS r, count(*) OVER (PARTITION BY store_id) AS n FROM")
+    assert "Window" not in map_stage(both), map_stage(both)
+    assert_same(default_engine, oracle, both)
 
 
 def test_explain_analyze_reports_actuals(default_engine, oracle) -> None:

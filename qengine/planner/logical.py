@@ -196,10 +196,15 @@ class Aggregate(Unary):
 
 @dataclass(eq=False)
 class Window(Unary):
-    """Adds window-function columns; every expression shares ``partition_by``."""
+    """Adds window-function columns; every expression shares ``partition_by``.
+
+    ``keep`` is set (by the physical planner) when a filter above keeps only the rows ranked at
+    most ``keep`` in their partition by the window's one RANK or DENSE_RANK.
+    """
 
     exprs: list[tuple[str, exp.Expression]]
     partition_by: list[str]
+    keep: int | None = None
 
     @property
     def columns(self) -> list[str]:

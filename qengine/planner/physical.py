@@ -109,6 +109,8 @@ class PhysicalPlanner:
         return node, SINGLE
 
     def _filter(self, node: lp.Filter) -> tuple[lp.Node, Dist]:
+        if isinstance(node.child, lp.Window):
+            node.child.keep = _rank_bound(node.condition, node.child)
         node.child, dist = self.plan(node.child)
         return node, dist
 
@@ -301,8 +303,24 @@ class PhysicalPlanner:
         if dist.hashed_within(node.partition_by):
             node.child = child
             return node, dist
+        if node.keep is not None:
+            child = self._top_ranked(child, node)
         node.child, out = self._hash_to(child, dist, node.partition_by)
         return node, out
+
+    def _top_ranked(self, child: lp.Node, window: lp.Window) -> lp.Node:
+        """Each task keeps the rows ranked at most ``window.keep`` among its own rows of their
+        partition before the shuffle (Spark's WindowGroupLimit): a row's rank among all rows of
+        its partition is at least its rank among one task's, so no row the query keeps is
+        dropped. TPC-DS q67 ranks half a million rollup rows in a dozen categories, keeping 100
+        of each: the shuffle then moves a few thousand rows to a few skewed reducers."""
+        rank = self.names.new()
+        ranked = lp.Window(child, [(rank, window.exprs[0][1].copy())], window.partition_by)
+        kept = lp.Filter(ranked, exp.LTE(this=col(rank), expression=exp.Literal.number(window.keep)))
+        top = lp.Project(kept, [(c, col(c)) for c in child.columns])
+        for node in (ranked, kept, top):
+            node.est_rows = child.est_rows
+        return top
 
     def _sort(self, node: lp.Sort) -> tuple[lp.Node, Dist]:
         child, dist = self.plan(node.child)
@@ -375,6 +393,26 @@ def _small_table(node: lp.Node, threshold: int) -> bool:
     """True when ``node`` only filters and projects one table of at most ``threshold`` bytes."""
     scan = lp.table_read(node)
     return scan is not None and scan.read_bytes <= threshold
+
+
+def _rank_bound(condition: exp.Expression, window: lp.Window) -> int | None:
+    """N when ``condition`` keeps only rows with ``rank <= N`` (or ``< N + 1``) of a window whose
+    one function is RANK or DENSE_RANK; None otherwise (other functions would see fewer rows)."""
+    if len(window.exprs) != 1:
+        return None
+    name, e = window.exprs[0]
+    if not isinstance(e, exp.Window) or not isinstance(e.this, exp.Rank | exp.DenseRank) or e.args.get("spec"):
+        return None
+    bounds = []
+    for c in condition.flatten() if isinstance(condition, exp.And) else [condition]:
+        if isinstance(c, exp.LTE | exp.LT | exp.GTE | exp.GT) and isinstance(c.this, exp.Literal):
+            c = {exp.GTE: exp.LTE, exp.GT: exp.LT}[type(c)](this=c.expression, expression=c.this)  # N >= r → r <= N
+        if not isinstance(c, exp.LTE | exp.LT) or not isinstance(c.this, exp.Column) or c.this.name != name:
+            continue
+        value = c.expression
+        if isinstance(value, exp.Literal) and value.is_int:
+            bounds.append(int(value.this) - (1 if isinstance(c, exp.LT) else 0))
+    return min(bounds) if bounds else None
 
 
 def _whole_table(node: lp.Node) -> bool:
