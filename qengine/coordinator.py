@@ -283,13 +283,18 @@ class _QueryRun:
         return self.slots.least_busy() if run.tasks == 1 else index % self.workers
 
     def _coalescable(self, run: _StageRun) -> bool:
-        """Partition i must stay task i where data is read or written as materialized."""
+        """Partition i must stay task i where data is read as materialized; a materialized
+        output may have fewer partitions only if its readers read nothing else partitioned
+        (their task count then follows it, see :meth:`_submit`)."""
         reads = run.stage.partitioned_reads
         if not reads or self.options.coalesce_bytes <= 0 or run.tasks <= 1:
             return False
         if any(r.kind not in SHUFFLE_KINDS for r in reads):
             return False
-        return not (run.stage.output and run.stage.output.kind == "materialize")
+        if run.stage.output and run.stage.output.kind == "materialize":
+            readers = [r.stage for r in self.runs if any(x.shuffle_id == run.stage.id for x in r.stage.reads)]
+            return all(all(x.shuffle_id == run.stage.id for x in reader.partitioned_reads) for reader in readers)
+        return True
 
     def _groups(self, run: _StageRun, sizes: list[float]) -> list[list[int]]:
         if not self._coalescable(run):
@@ -486,6 +491,9 @@ class _QueryRun:
             if source.shuffle is not None and source.maps_done_at is not None:
                 source.shuffle.push_tail_seconds = now - source.maps_done_at
         self._prune_scan(run)
+        shared = [r for r in run.stage.reads if r.kind == "materialized"]
+        if shared:  # one task per partition of the shared output, however many it was cut to
+            self._set_tasks(run, self.runs[shared[0].shuffle_id].tasks)
         ahead = self.placements.get(run.stage.id)
         if ahead is not None:
             self._apply_groups(run, ahead.groups)

@@ -274,6 +274,26 @@ def test_a_rank_filter_drops_rows_before_the_window_s_shuffle(default_engine, or
     assert_same(default_engine, oracle, both)
 
 
+def test_a_small_shared_cte_runs_in_fewer_tasks_and_its_readers_follow(default_engine, oracle) -> None:
+    # A CTE read twice is computed once, one partition per task; its few rows need not fill
+    # every partition, so it is cut to fewer tasks, and each reader runs one task per partition.
+    sql = ("WITH t AS (SELECT store_id, count(*) AS n, sum(qty) AS q FROM sales GROUP BY store_id) "
+           "SELECT a.store_id, a.n, b.q FROM t a JOIN t b ON a.store_id = b.store_id + 1")
+    lines = [r[0] for r in default_engine.execute("EXPLAIN ANALYZE " + sql).fetchall()]
+    actual = {}
+    for header, detail in zip(lines, lines[1:], strict=False):
+        if header.startswith("Stage "):
+            stage = int(header.split()[1].rstrip(":"))
+            actual[stage] = (int(header.split(":")[1].split("task")[0]), int(detail.split("tasks=")[1].split()[0]), header)
+    shared = [s for s, (_, _, header) in actual.items() if "materialized for its readers" in header]
+    assert len(shared) == 1, "\n".join(lines)
+    planned, ran, _ = actual[shared[0]]
+    assert ran < planned, "\n".join(lines)
+    readers = [s for s, (_, _, header) in actual.items() if f"reads stages [{shared[0]}]" in header]
+    assert readers and all(actual[s][1] == ran for s in readers), "\n".join(lines)
+    assert_same(default_engine, oracle, sql)
+
+
 def test_explain_analyze_reports_actuals(default_engine, oracle) -> None:
     sql = "SELECT note, count(*) FROM sales GROUP BY note ORDER BY note"
     lines = [r[0] for r in default_engine.execute("EXPLAIN ANALYZE " + sql).fetchall()]
