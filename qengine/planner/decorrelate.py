@@ -1,4 +1,6 @@
-"""Decorrelate scalar aggregate subqueries that sqlglot's optimizer leaves in place.
+"""Decorrelate what sqlglot's optimizer leaves correlated, or decorrelates expensively.
+
+Scalar aggregate subqueries that sqlglot's optimizer leaves in place:
 
 sqlglot declines any correlated subquery whose WHERE contains an OR (TPC-DS q41). The classic
 rewrite still applies when the correlation is a set of equalities ``outer = inner`` among the
@@ -11,6 +13,20 @@ WHERE's conjuncts and the subquery returns one aggregate:
 
 The value over no rows is the aggregate expression with COUNT as 0 and every other aggregate
 NULL, which is what the subquery returns when no inner row matches.
+
+EXISTS with an inequality beside its equalities (TPC-DS q16, q94: another row of the same
+order from a different warehouse) is decorrelated by sqlglot into every group's ARRAY_AGG of
+the compared column, tested with ARRAY_ANY: raw rows are shuffled for the non-decomposable
+aggregate and the lists are built and searched. Whether some value of a group compares true
+with ``w`` needs only the group's bounds, so the lists become MIN and MAX, which aggregate
+partially before the shuffle:
+
+    ARRAY_ANY(u.a, _x -> w <> _x)   →   (w <> u.a_lo OR w <> u.a_hi)
+    ARRAY_ANY(u.a, _x -> w < _x)    →   w < u.a_hi        (and so on for >, <=, >=)
+
+MIN and MAX skip NULLs as the comparison with a NULL does, and a group of NULLs only gives
+NULL bounds, so the test is NULL where no element compared true; that equals false only
+where the test is a conjunct of a WHERE, so only there is it rewritten.
 """
 
 from __future__ import annotations
@@ -48,7 +64,8 @@ def _empty_value(e: exp.Expression) -> exp.Expression:
 
 
 def decorrelate(query: exp.Expression) -> exp.Expression:
-    """Rewrite every eligible correlated scalar subquery under a SELECT's WHERE."""
+    """Rewrite every eligible correlated scalar subquery under a SELECT's WHERE, and every
+    eligible list search in a WHERE's conjuncts into a comparison with bounds."""
     for select in list(query.find_all(exp.Select)):
         where = select.args.get("where")
         if where is None:
@@ -56,7 +73,78 @@ def decorrelate(query: exp.Expression) -> exp.Expression:
         for sub in list(where.find_all(exp.Subquery)):
             if sub.find_ancestor(exp.Select) is select:
                 _rewrite(select, sub)
+        for test in conjuncts(where):
+            if isinstance(test, exp.ArrayAny):
+                _by_bounds(query, select, test)
     return query
+
+
+# For ``w op x`` true for some x of a group: the bound it suffices to compare w with.
+_BOUND = {exp.LT: "hi", exp.LTE: "hi", exp.GT: "lo", exp.GTE: "lo"}
+_MIRROR = {exp.LT: exp.GT, exp.LTE: exp.GTE, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.NEQ: exp.NEQ}
+
+
+def _by_bounds(query: exp.Expression, outer: exp.Select, test: exp.ArrayAny) -> None:
+    """``ARRAY_ANY(u.a, _x -> w op _x)`` over ``u.a = ARRAY_AGG(v)`` of a grouped CTE or
+    derived table, where nothing else reads ``a``: compare ``w`` with MIN(v)/MAX(v) instead."""
+    lists, fn = test.this, test.expression
+    if not isinstance(lists, exp.Column) or not lists.table or not isinstance(fn, exp.Lambda) or len(fn.expressions) != 1:
+        return
+    var = fn.expressions[0].name
+    compare = fn.this
+    if type(compare) not in _MIRROR:
+        return
+
+    def is_var(e: exp.Expression) -> bool:
+        return isinstance(e, exp.Identifier | exp.Column) and e.name == var and not (isinstance(e, exp.Column) and e.table)
+
+    if is_var(compare.expression) and not is_var(compare.this):
+        op, value = type(compare), compare.this
+    elif is_var(compare.this) and not is_var(compare.expression):
+        op, value = _MIRROR[type(compare)], compare.expression
+    else:
+        return
+    if any(is_var(e) for e in value.walk()):
+        return
+    producer = _producer(query, outer, lists.table)
+    if producer is None or not producer.args.get("group"):
+        return
+    name = lists.name
+    owned = [p for p in producer.expressions if p.alias_or_name == name]
+    if len(owned) != 1 or not isinstance(owned[0], exp.Alias) or type(owned[0].this) is not exp.ArrayAgg:
+        return
+    if sum(1 for c in query.find_all(exp.Column) if c.name == name) != 1:
+        return  # the list itself is read elsewhere
+    listed = owned[0].this.this
+    lo, hi = f"{name}_lo", f"{name}_hi"
+    owned[0].replace(exp.Min(this=listed.copy()).as_(lo, quoted=True))
+    producer.select(exp.Max(this=listed.copy()).as_(hi, quoted=True), copy=False)
+
+    def bound(which: str) -> exp.Column:
+        return exp.column(lo if which == "lo" else hi, lists.table, quoted=True)
+
+    if op is exp.NEQ:
+        rewritten = exp.paren(exp.or_(exp.NEQ(this=value.copy(), expression=bound("lo")), exp.NEQ(this=value.copy(), expression=bound("hi"))))
+    else:
+        rewritten = op(this=value.copy(), expression=bound(_BOUND[op]))
+    test.replace(rewritten)
+
+
+def _producer(query: exp.Expression, outer: exp.Select, alias: str) -> exp.Select | None:
+    """The SELECT behind ``alias`` in ``outer``'s FROM or joins: a derived table, or the CTE a
+    table reference names."""
+    sources = [outer.args["from_"].this] if outer.args.get("from_") is not None else []
+    sources += [j.this for j in outer.args.get("joins") or []]
+    for source in sources:
+        if source.alias_or_name != alias:
+            continue
+        if isinstance(source, exp.Subquery):
+            return source.this if isinstance(source.this, exp.Select) else None
+        if isinstance(source, exp.Table) and not source.db:
+            for cte in query.find_all(exp.CTE):
+                if cte.alias_or_name == source.name:
+                    return cte.this if isinstance(cte.this, exp.Select) else None
+    return None
 
 
 def _rewrite(outer: exp.Select, sub: exp.Subquery) -> None:
