@@ -26,6 +26,13 @@ QUERIES = [
     "SELECT c.cust_id, s.sale_id FROM customers c LEFT JOIN sales s ON c.cust_id = s.cust_id WHERE s.sale_id IS NULL",
     "SELECT c.cust_id, s.qty FROM sales s RIGHT JOIN customers c ON c.cust_id = s.cust_id WHERE c.cust_id < 20 AND s.qty IS NULL",
     "SELECT c.cust_id, s.qty FROM sales s FULL JOIN customers c ON c.cust_id = s.cust_id WHERE c.cust_id < 20 OR s.qty > 98",
+    # a filter no NULL-padded row passes makes the outer join inner on that side; one they can pass does not
+    "SELECT s.sale_id, c.name FROM sales s LEFT JOIN customers c ON s.cust_id = c.cust_id WHERE c.segment = 'corp'",
+    "SELECT s.sale_id, c.name FROM sales s LEFT JOIN customers c ON s.cust_id = c.cust_id WHERE NOT c.name IS NULL AND s.qty > 90",
+    "SELECT s.sale_id, c.name FROM sales s LEFT JOIN customers c ON s.cust_id = c.cust_id WHERE coalesce(c.segment, 'none') = 'none'",
+    "SELECT c.cust_id, s.qty FROM sales s RIGHT JOIN customers c ON c.cust_id = s.cust_id AND s.qty > 90 WHERE s.qty + 1 > 95",
+    "SELECT c.cust_id, s.qty FROM sales s FULL JOIN customers c ON c.cust_id = s.cust_id WHERE s.qty > 98",
+    "SELECT c.cust_id, s.qty FROM sales s FULL JOIN customers c ON c.cust_id = s.cust_id WHERE s.qty > 98 AND c.city IN ('Oslo', 'Lima')",
     # semi and anti joins
     "SELECT count(*) FROM sales s WHERE s.item_id IN (SELECT item_id FROM items WHERE category = 'Books') AND s.item_id > 200",
     "SELECT count(*) FROM sales s WHERE NOT EXISTS (SELECT 1 FROM items i WHERE i.item_id = s.item_id AND i.category = 'Home') AND s.item_id < 100",
@@ -80,11 +87,28 @@ def test_key_filter_is_copied_to_the_other_side_of_a_join(default_engine) -> Non
 
 
 def test_filter_on_the_outer_side_is_not_copied(default_engine) -> None:
-    # b.n > 3 is about the NULL-extended side: it must not move into b (or a)
-    sql = f"SELECT a.store_id, b.n FROM ({PER_STORE}) a LEFT JOIN ({PER_STORE}) b ON a.store_id = b.store_id WHERE b.n > 3"
+    # coalesce(b.n, 0) > 3 is about the NULL-extended side and true for NULL: it must not move into b (or a)
+    sql = f"SELECT a.store_id, b.n FROM ({PER_STORE}) a LEFT JOIN ({PER_STORE}) b ON a.store_id = b.store_id WHERE coalesce(b.n, 0) > 3"
     lines = plan_lines(default_engine, sql)
     assert not any(line.strip().startswith("Filter") and lines[i + 1].strip().startswith("Scan")
                    for i, line in enumerate(lines[:-1])), "\n".join(lines)
+
+
+@pytest.mark.parametrize(("where", "join"), [
+    ("c.segment = 'corp'", "Join INNER"),
+    ("NOT c.name IS NULL", "Join INNER"),
+    ("c.segment IS NULL", "Join LEFT"),
+    ("coalesce(c.segment, 'none') = 'none'", "Join LEFT"),
+    ("c.segment = 'corp' OR s.qty > 90", "Join LEFT"),
+])
+def test_a_filter_no_padded_row_passes_makes_an_outer_join_inner(default_engine, oracle, where: str, join: str) -> None:
+    sql = f"SELECT s.sale_id, c.name FROM sales s LEFT JOIN customers c ON s.cust_id = c.cust_id WHERE {where}"
+    lines = plan_lines(default_engine, sql)
+    assert sum(join in line for line in lines) == 1, "\n".join(lines)
+    if join == "Join INNER":  # and the filter then reads customers' rows as they are scanned
+        assert any(line.strip().startswith("Filter") and lines[i + 1].strip().startswith("Scan customers")
+                   for i, line in enumerate(lines[:-1])), "\n".join(lines)
+    assert_same(default_engine, oracle, sql)
 
 
 def test_a_cte_read_by_filtering_readers_computes_only_the_rows_they_keep(default_engine) -> None:

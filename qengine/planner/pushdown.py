@@ -10,7 +10,8 @@ data it then throws away. This pass moves every filter conjunct as low as it can
 - below an aggregate, when it uses only grouping keys (and there are no grouping sets),
 - below a window, when it uses only the PARTITION BY columns,
 - into every input of a set operation,
-- into the side of a join it belongs to, where the join kind allows;
+- into the side of a join it belongs to, where the join kind allows (a filter that no row
+  padded with NULLs passes first makes an outer join inner on that side);
 
 and copies a comparison of a join key with a constant to the other side's key, where the join
 kind keeps that correct (an inner join both ways; a left, semi or anti join from left to right).
@@ -123,6 +124,7 @@ class _Pusher:
 
     def _join(self, node: lp.Join, preds: list[exp.Expression]) -> lp.Node:
         left_cols, right_cols = set(node.left.columns), set(node.right.columns)
+        node.kind = _without_null_rows(node.kind, preds, left_cols, right_cols)
         to_left, rest = _split(preds, lambda r: r <= left_cols and node.kind in ("inner", "cross", "left", "semi", "anti"))
         to_right, keep = _split(rest, lambda r: r <= right_cols and node.kind in ("inner", "cross", "right"))
         pairs = [
@@ -139,6 +141,34 @@ class _Pusher:
             if derived:
                 node.left = self.push(node.left, derived)
         return _wrap(node, keep)
+
+
+def _without_null_rows(kind: str, preds: list[exp.Expression], left: set[str], right: set[str]) -> str:
+    """The join kind once a filter above it drops the rows an outer join pads with NULLs: a
+    filter that is never true when one side's columns are NULL (``returned_amount > 10000``
+    over ``sales LEFT JOIN returns``) turns that side from optional into required, as
+    DuckDB's and Spark's optimizers do; the filter can then go into that side's scan."""
+    drops_right = kind in ("left", "full") and any(_null_rejecting(p, right) for p in preds)
+    drops_left = kind in ("right", "full") and any(_null_rejecting(p, left) for p in preds)
+    if kind == "full":
+        return "inner" if drops_left and drops_right else "left" if drops_left else "right" if drops_right else kind
+    return "inner" if drops_left or drops_right else kind
+
+
+# Expressions that are NULL whenever an operand is: a filter built only of these, over a column
+# of the padded side, is NULL (so false) on every padded row.
+_STRICT = (exp.Column, exp.Identifier, exp.Literal, exp.Paren, exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Div,
+           exp.Mod, exp.Cast, exp.DataType, exp.DataTypeParam, *_COMPARISONS, exp.Between, exp.Like, exp.ILike)
+
+
+def _null_rejecting(p: exp.Expression, padded: set[str]) -> bool:
+    if isinstance(p, exp.Not) and isinstance(p.this, exp.Is) and isinstance(p.this.expression, exp.Null):
+        p = p.this.this  # x IS NOT NULL
+    elif isinstance(p, exp.In) and not p.args.get("query"):
+        p = p.this  # x IN (...) is NULL for a NULL x
+    elif not isinstance(p, (*_COMPARISONS, exp.Between, exp.Like, exp.ILike)):
+        return False
+    return bool(_refs(p) & padded) and all(isinstance(n, _STRICT) for n in p.walk())
 
 
 def implied(node: lp.Node) -> list[exp.Expression]:
