@@ -598,6 +598,9 @@ class Builder:
         aggs: list[exp.Expression],
     ) -> tuple[Node, dict[exp.Expression, str], Callable[[exp.Expression], exp.Expression]]:
         key_exprs, sets = _grouping_sets(group)
+        # GROUPING(k) is read off the grouping id after the aggregate (``grouping`` below), not
+        # computed by it: left in, it would make the aggregate impossible to split.
+        aggs = [a for a in aggs if not isinstance(a, exp.Grouping)]
         resolved_keys = [self.rewrite(k, scopes, what="GROUP BY") for k in key_exprs]
         resolved_aggs = [self.rewrite(a, scopes, what="aggregate") for a in aggs]
         node, key_cols = self._project_passthrough(node, resolved_keys)
