@@ -306,6 +306,19 @@ def test_a_small_shared_cte_runs_in_fewer_tasks_and_its_readers_follow(default_e
     assert_same(default_engine, oracle, sql)
 
 
+@pytest.mark.parametrize("op", ["INTERSECT", "EXCEPT"])
+def test_a_set_operation_drops_each_task_s_duplicates_before_its_shuffle(default_engine, oracle, op: str) -> None:
+    sql = f"SELECT store_id, note FROM sales WHERE qty > 10 {op} SELECT store_id, note FROM sales WHERE qty < 60"
+    stages = "\n".join(plan_lines(default_engine, sql)).split("\nStage ")
+    maps = [s for s in stages if "Scan sales" in s]
+    assert maps and all("hash exchange" in s.splitlines()[0] and "Distinct" in s for s in maps), "\n".join(stages)
+    assert_same(default_engine, oracle, sql)
+    # ALL keeps duplicates: nothing to drop
+    every = sql.replace(op, f"{op} ALL")
+    assert "Distinct" not in "\n".join(s for s in "\n".join(plan_lines(default_engine, every)).split("\nStage ") if "Scan sales" in s)
+    assert_same(default_engine, oracle, every)
+
+
 def test_a_rollup_with_grouping_still_aggregates_before_its_shuffle(default_engine, oracle) -> None:
     # GROUPING() is read off the grouping id the partial aggregate emits, so raw rows are
     # not gathered for it (TPC-DS q70 gathered 48 MB)
