@@ -292,7 +292,7 @@ class _QueryRun:
         if any(r.kind not in SHUFFLE_KINDS for r in reads):
             return False
         if run.stage.output and run.stage.output.kind == "materialize":
-            readers = [r.stage for r in self.runs if any(x.shuffle_id == run.stage.id for x in r.stage.reads)]
+            readers = [r.stage for r in self.runs if run.stage.id in r.stage.parents]
             return all(all(x.shuffle_id == run.stage.id for x in reader.partitioned_reads) for reader in readers)
         return True
 

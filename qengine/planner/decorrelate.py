@@ -40,12 +40,14 @@ from qengine.planner.builder import conjuncts
 _ids = itertools.count()
 
 
+def _sources(select: exp.Select) -> list[exp.Expression]:
+    """The tables and derived tables of a SELECT's FROM and joins."""
+    sources = [select.args["from_"].this] if select.args.get("from_") is not None else []
+    return sources + [j.this for j in select.args.get("joins") or []]
+
+
 def _aliases(select: exp.Select) -> set[str]:
-    sources = []
-    if select.args.get("from_") is not None:
-        sources.append(select.args["from_"].this)
-    sources += [j.this for j in select.args.get("joins") or []]
-    return {s.alias_or_name.lower() for s in sources}
+    return {s.alias_or_name.lower() for s in _sources(select)}
 
 
 def _tables(e: exp.Expression) -> set[str]:
@@ -116,12 +118,11 @@ def _by_bounds(query: exp.Expression, outer: exp.Select, test: exp.ArrayAny) -> 
     if sum(1 for c in query.find_all(exp.Column) if c.name == name) != 1:
         return  # the list itself is read elsewhere
     listed = owned[0].this.this
-    lo, hi = f"{name}_lo", f"{name}_hi"
-    owned[0].replace(exp.Min(this=listed.copy()).as_(lo, quoted=True))
-    producer.select(exp.Max(this=listed.copy()).as_(hi, quoted=True), copy=False)
+    owned[0].replace(exp.Min(this=listed.copy()).as_(f"{name}_lo", quoted=True))
+    producer.select(exp.Max(this=listed.copy()).as_(f"{name}_hi", quoted=True), copy=False)
 
     def bound(which: str) -> exp.Column:
-        return exp.column(lo if which == "lo" else hi, lists.table, quoted=True)
+        return exp.column(f"{name}_{which}", lists.table, quoted=True)
 
     if op is exp.NEQ:
         rewritten = exp.paren(exp.or_(exp.NEQ(this=value.copy(), expression=bound("lo")), exp.NEQ(this=value.copy(), expression=bound("hi"))))
@@ -133,9 +134,7 @@ def _by_bounds(query: exp.Expression, outer: exp.Select, test: exp.ArrayAny) -> 
 def _producer(query: exp.Expression, outer: exp.Select, alias: str) -> exp.Select | None:
     """The SELECT behind ``alias`` in ``outer``'s FROM or joins: a derived table, or the CTE a
     table reference names."""
-    sources = [outer.args["from_"].this] if outer.args.get("from_") is not None else []
-    sources += [j.this for j in outer.args.get("joins") or []]
-    for source in sources:
+    for source in _sources(outer):
         if source.alias_or_name != alias:
             continue
         if isinstance(source, exp.Subquery):

@@ -155,10 +155,12 @@ def _without_null_rows(kind: str, preds: list[exp.Expression], left: set[str], r
     return "inner" if drops_left or drops_right else kind
 
 
-# Expressions that are NULL whenever an operand is: a filter built only of these, over a column
-# of the padded side, is NULL (so false) on every padded row.
+# Tests that are NULL for a NULL operand, and expressions that are NULL whenever an operand is:
+# a filter built only of these, over a column of the padded side, is NULL (so false) on every
+# padded row.
+_STRICT_TESTS = (*_COMPARISONS, exp.Between, exp.Like, exp.ILike)
 _STRICT = (exp.Column, exp.Identifier, exp.Literal, exp.Paren, exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Div,
-           exp.Mod, exp.Cast, exp.DataType, exp.DataTypeParam, *_COMPARISONS, exp.Between, exp.Like, exp.ILike)
+           exp.Mod, exp.Cast, exp.DataType, exp.DataTypeParam, *_STRICT_TESTS)
 
 
 def _null_rejecting(p: exp.Expression, padded: set[str]) -> bool:
@@ -166,7 +168,7 @@ def _null_rejecting(p: exp.Expression, padded: set[str]) -> bool:
         p = p.this.this  # x IS NOT NULL
     elif isinstance(p, exp.In) and not p.args.get("query"):
         p = p.this  # x IN (...) is NULL for a NULL x
-    elif not isinstance(p, (*_COMPARISONS, exp.Between, exp.Like, exp.ILike)):
+    elif not isinstance(p, _STRICT_TESTS):
         return False
     return bool(_refs(p) & padded) and all(isinstance(n, _STRICT) for n in p.walk())
 

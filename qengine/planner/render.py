@@ -15,12 +15,12 @@ from qengine.planner import logical as lp
 from qengine.planner.logical import col
 
 # Join kinds that can swap inputs: A LEFT JOIN B is B RIGHT JOIN A.
-_FLIPPED = {"inner": "INNER", "left": "RIGHT", "right": "LEFT", "full": "FULL"}
-# What sqlglot's Select.join makes of each join type, built directly: parsing the type's text on
+_FLIPPED = {"inner": "inner", "left": "right", "right": "left", "full": "full"}
+# What sqlglot's Select.join makes of each join kind, built directly: parsing the type's text on
 # every join (and "*" on every SELECT *) was a third of the time rendering a stage took.
 _JOIN_ARGS = {
-    "INNER": {"kind": "INNER"}, "SEMI": {"kind": "SEMI"}, "ANTI": {"kind": "ANTI"}, "CROSS": {"kind": "CROSS"},
-    "LEFT": {"side": "LEFT"}, "RIGHT": {"side": "RIGHT"}, "FULL": {"side": "FULL"},
+    "inner": {"kind": "INNER"}, "semi": {"kind": "SEMI"}, "anti": {"kind": "ANTI"}, "cross": {"kind": "CROSS"},
+    "left": {"side": "LEFT"}, "right": {"side": "RIGHT"}, "full": {"side": "FULL"},
 }
 
 
@@ -33,9 +33,9 @@ def _select_all() -> exp.Select:
     return exp.Select(expressions=[exp.Star()])
 
 
-def _join(select: exp.Select, other: exp.Expression, join_type: str, on: exp.Expression | None = None) -> exp.Select:
-    """``select`` joined to ``other``, as ``Select.join(other, on=on, join_type=join_type)``."""
-    select.append("joins", exp.Join(this=other, on=on, **_JOIN_ARGS[join_type]))
+def _join(select: exp.Select, other: exp.Expression, kind: str, on: exp.Expression | None = None) -> exp.Select:
+    """``select`` joined to ``other``, as ``Select.join(other, on=on, join_type=kind)``."""
+    select.append("joins", exp.Join(this=other, on=on, **_JOIN_ARGS[kind]))
     return select
 
 
@@ -81,14 +81,13 @@ def _render(node: lp.Node) -> exp.Query:
             if node.kind not in ("cross", "inner"):
                 on = exp.true()
             else:
-                return _join(_select_all().from_(left, copy=False), right, "CROSS")
+                return _join(_select_all().from_(left, copy=False), right, "cross")
         if node.kind in _FLIPPED and node.left.est_rows < node.right.est_rows:
             # DuckDB builds its hash table on the right input, and fragments run with its join
             # reordering off (it sees no sizes of Arrow inputs), so the smaller side goes right.
             cols = [col(c) for c in node.columns]
             return _join(exp.select(*cols).from_(right, copy=False), left, _FLIPPED[node.kind], on)
-        join_type = {"inner": "INNER", "left": "LEFT", "right": "RIGHT", "full": "FULL", "semi": "SEMI", "anti": "ANTI"}[node.kind]
-        return _join(_select_all().from_(left, copy=False), right, join_type, on)
+        return _join(_select_all().from_(left, copy=False), right, node.kind, on)
     if isinstance(node, lp.Aggregate):
         keys = [e.copy().as_(n, quoted=False, copy=False) for n, e in node.keys]
         aggs = [e.copy().as_(n, quoted=False, copy=False) for n, e in node.aggs]

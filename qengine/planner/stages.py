@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from qengine.errors import InternalError
 from qengine.planner import logical as lp
 
-# Reads of a whole exchange output rather than of one partition per task.
-WHOLE_READS = ("broadcast", "once")
+
+def partitioned(reads: list[lp.ExchangeRead]) -> list[lp.ExchangeRead]:
+    """The reads of one partition per task, not of a whole exchange output (a broadcast)."""
+    return [r for r in reads if r.kind not in ("broadcast", "once")]
 
 
 @dataclass
@@ -43,7 +45,7 @@ class Stage:
 
     @property
     def partitioned_reads(self) -> list[lp.ExchangeRead]:
-        return [r for r in self.reads if r.kind not in WHOLE_READS]
+        return partitioned(self.reads)
 
 
 @dataclass
@@ -133,9 +135,8 @@ def cut(root: lp.Node, names: list[str], replicate_bytes: int = 0) -> StagePlan:
         every = [n for n in lp.walk(fragment) if isinstance(n, lp.Scan)]
         scans = [n for n in every if not n.replicated]
         replicated = [n for n in every if n.replicated]
-        partitioned = [r for r in reads if r.kind not in WHOLE_READS]
         concat = any(isinstance(n, lp.SetOp) and n.concat for n in lp.walk(fragment))
-        if (len(scans) > 1 and not concat) or (scans and partitioned):
+        if (len(scans) > 1 and not concat) or (scans and partitioned(reads)):
             raise InternalError("a stage would read two differently partitioned inputs")
         for i, scan in enumerate(scans):
             scan.table = lp.SCAN_TABLE if i == 0 else f"{lp.SCAN_TABLE}{i}"
