@@ -56,12 +56,22 @@ class PhysicalPlanner:
         self.names = names
         self._producers: dict[int, tuple[Exchange, Dist]] = {}
 
-    def plan(self, node: lp.Node) -> tuple[lp.Node, Dist]:
+    def plan(self, node: lp.Node, want: tuple[str, ...] = ()) -> tuple[lp.Node, Dist]:
+        """Plan ``node`` and say how its output is spread.
+
+        ``want`` names output columns that an operator above needs rows hashed within (a
+        window's PARTITION BY, a join's or a GROUP BY's keys). An exchange this node needs
+        anyway hashes on them when they are all among its own keys, so one shuffle serves both
+        operators: TPC-DS q51 shuffles each daily total by item alone for the cumulative window
+        by item and the join by item and date, and q47's monthly totals by the four columns of
+        its windows. Since the operator above needs those very rows together, a shuffle on them
+        is no more skewed than that operator already is.
+        """
         for name, sub in list(node.subqueries.items()):
             planned, _ = self.plan(sub)
             node.subqueries[name] = self._exchange(planned, "broadcast")[0]
         method = getattr(self, "_" + type(node).__name__.lower())
-        return method(node)
+        return method(node, want)
 
     # ---- helpers -----------------------------------------------------------------------
 
@@ -90,12 +100,19 @@ class PhysicalPlanner:
         """Whether rows so distributed are already hashed exactly as a shuffle on ``keys`` would."""
         return dist.kind == "hash" and list(dist.keys) == keys and dist.partitions == self.partitions
 
+    def _positions(self, dist: Dist, keys: list[str]) -> list[int] | None:
+        """Which of a join side's ``keys`` its rows are hashed on, in hash order, if only on
+        keys (a shuffle of the other side on the matching keys then pairs them up)."""
+        if dist.kind != "hash" or not dist.keys or dist.partitions != self.partitions or not set(dist.keys) <= set(keys):
+            return None
+        return [keys.index(k) for k in dist.keys]
+
     # ---- leaves and pass-through operators ---------------------------------------------
 
-    def _scan(self, node: lp.Scan) -> tuple[lp.Node, Dist]:
+    def _scan(self, node: lp.Scan, want: tuple[str, ...]) -> tuple[lp.Node, Dist]:
         return node, Dist("any")
 
-    def _sharedscan(self, node: lp.SharedScan) -> tuple[lp.Node, Dist]:
+    def _sharedscan(self, node: lp.SharedScan, want: tuple[str, ...]) -> tuple[lp.Node, Dist]:
         """Plan the shared producer once; readers keep its partitioning under their own names."""
         key = id(node.producer)
         if key not in self._producers:
@@ -109,17 +126,22 @@ class PhysicalPlanner:
             return node, Dist("hash", tuple(node.column_map[k] for k in dist.keys), dist.partitions)
         return node, Dist(dist.kind if dist.kind == "single" else "any", (), dist.partitions)
 
-    def _values(self, node: lp.Values) -> tuple[lp.Node, Dist]:
+    def _values(self, node: lp.Values, want: tuple[str, ...]) -> tuple[lp.Node, Dist]:
         return node, SINGLE
 
-    def _filter(self, node: lp.Filter) -> tuple[lp.Node, Dist]:
+    def _filter(self, node: lp.Filter, want: tuple[str, ...]) -> tuple[lp.Node, Dist]:
         if isinstance(node.child, lp.Window):
             node.child.keep = _rank_bound(node.condition, node.child)
-        node.child, dist = self.plan(node.child)
+        node.child, dist = self.plan(node.child, want)
         return node, dist
 
-    def _project(self, node: lp.Project) -> tuple[lp.Node, Dist]:
-        node.child, dist = self.plan(node.child)
+    def _project(self, node: lp.Project, want: tuple[str, ...]) -> tuple[lp.Node, Dist]:
+        source = {n: e.name for n, e in node.exprs if isinstance(e, exp.Column) and not e.table}
+        if node.passthrough:
+            source.update({c: c for c in node.child.columns})
+        # A wanted column the projection computes cannot be asked of its input.
+        wanted = tuple(source[w] for w in want) if all(w in source for w in want) else ()
+        node.child, dist = self.plan(node.child, wanted)
         if dist.kind != "hash":
             return node, dist
         renamed = {e.name: n for n, e in node.exprs if isinstance(e, exp.Column) and not e.table}
@@ -131,45 +153,68 @@ class PhysicalPlanner:
 
     # ---- joins -------------------------------------------------------------------------
 
-    def _join(self, node: lp.Join) -> tuple[lp.Node, Dist]:
-        left, ldist = self.plan(node.left)
-        right, rdist = self.plan(node.right)
-        kind = node.kind
-        lbytes, rbytes = self._bytes(left), self._bytes(right)
-        threshold = self.broadcast_threshold
-        can_right = kind in ("inner", "cross", "left", "semi", "anti")
-        can_left = kind in ("inner", "cross", "right")
+    def _join(self, node: lp.Join, want: tuple[str, ...]) -> tuple[lp.Node, Dist]:
+        lkeys = [k.name for k in node.left_keys]
+        rkeys = [k.name for k in node.right_keys]
+        side = self._broadcast_side(node)
+        wanted = list(range(len(lkeys)))
+        if side is not None:  # the other side's rows stay where they are: it gets the want
+            lwant, rwant = (want, ()) if side == "right" else ((), want)
+        else:
+            shared = [i for i, (lk, rk) in enumerate(zip(lkeys, rkeys, strict=True)) if lk in want or rk in want]
+            if want and set(want) <= {lkeys[i] for i in shared} | {rkeys[i] for i in shared}:
+                wanted = shared
+            lwant, rwant = tuple(lkeys[i] for i in wanted), tuple(rkeys[i] for i in wanted)
+        left, ldist = self.plan(node.left, lwant)
+        right, rdist = self.plan(node.right, rwant)
         if ldist.kind == "single" and rdist.kind == "single":
             node.left, node.right = left, right
             return node, SINGLE
-        if not node.left_keys:
-            # No equi-keys: a nested-loop join, so one side must be everywhere.
-            if can_right and (not can_left or rbytes <= lbytes):
-                node.left, node.right = left, self._exchange(right, "broadcast")[0]
-                return node, ldist
-            if can_left:
-                node.left, node.right = self._exchange(left, "broadcast")[0], right
-                return node, rdist
+        if side == "right":
+            node.left, node.right = left, self._exchange(right, "broadcast")[0]
+            return node, ldist
+        if side == "left":
+            node.left, node.right = self._exchange(left, "broadcast")[0], right
+            return node, rdist
+        if not lkeys:  # a nested-loop join neither side of which may be copied
             node.left, node.right = self._gather(left, ldist), self._gather(right, rdist)
             return node, SINGLE
+        # Both sides hashed on the same key positions: those one side is hashed on already
+        # (the other is shuffled to match), else the wanted ones.
+        positions = self._positions(ldist, lkeys) or self._positions(rdist, rkeys) or wanted
+        node.left, ldist = self._hash_to(left, ldist, [lkeys[i] for i in positions])
+        node.right, rdist = self._hash_to(right, rdist, [rkeys[i] for i in positions])
+        if node.kind == "right":
+            return node, rdist
+        if node.kind == "full":
+            return node, Dist("any", (), self.partitions)
+        return node, ldist
+
+    def _broadcast_side(self, node: lp.Join) -> str | None:
+        """The side to copy to every task ("left" or "right"), or None to shuffle both.
+
+        Without equi-keys the join is a nested loop, so one side must be everywhere if it may
+        be; otherwise a side is copied when it is small enough (:meth:`_broadcastable`).
+        Decided from the sides' estimates before they are planned, so that only the side
+        whose rows stay put is asked to suit the operators above.
+        """
+        kind = node.kind
+        lbytes, rbytes = self._bytes(node.left), self._bytes(node.right)
+        threshold = self.broadcast_threshold
+        can_right = kind in ("inner", "cross", "left", "semi", "anti")
+        can_left = kind in ("inner", "cross", "right")
+        if not node.left_keys:
+            if can_right and (not can_left or rbytes <= lbytes):
+                return "right"
+            return "left" if can_left else None
         if threshold > 0:
             right_ok = can_right and self._broadcastable(rbytes, lbytes)
             left_ok = can_left and self._broadcastable(lbytes, rbytes)
-            if right_ok and (not left_ok or _prefer_right(left, right, lbytes, rbytes, threshold)):
-                node.left, node.right = left, self._exchange(right, "broadcast")[0]
-                return node, ldist
+            if right_ok and (not left_ok or _prefer_right(node.left, node.right, lbytes, rbytes, threshold)):
+                return "right"
             if left_ok:
-                node.left, node.right = self._exchange(left, "broadcast")[0], right
-                return node, rdist
-        lkeys = [k.name for k in node.left_keys]
-        rkeys = [k.name for k in node.right_keys]
-        node.left, ldist = self._hash_to(left, ldist, lkeys)
-        node.right, rdist = self._hash_to(right, rdist, rkeys)
-        if kind == "right":
-            return node, rdist
-        if kind == "full":
-            return node, Dist("any", (), self.partitions)
-        return node, ldist
+                return "left"
+        return None
 
     def _broadcastable(self, small: float, big: float) -> bool:
         """Broadcast when the side is under the threshold, or when copying it to every task that
@@ -183,37 +228,55 @@ class PhysicalPlanner:
 
     # ---- aggregation -------------------------------------------------------------------
 
-    def _aggregate(self, node: lp.Aggregate) -> tuple[lp.Node, Dist]:
+    def _aggregate(self, node: lp.Aggregate, want: tuple[str, ...]) -> tuple[lp.Node, Dist]:
         node = self._aggregate_before_join(node) or node
-        child, dist = self.plan(node.child)
+        split = self._split_aggregates(node)
+        # The keys a shuffle would hash on: the wanted ones if they are all plain grouping columns
+        # (not with grouping sets, whose rolled-up rows must also be told apart by level).
+        columns = {n: e.name for n, e in node.keys if isinstance(e, exp.Column) and not e.table}
+        hashed = [n for n, _ in node.keys]
+        wanted = bool(want) and node.grouping_sets is None and set(want) <= set(columns)
+        if wanted:
+            hashed = [n for n in hashed if n in want]
+        # The input is asked for them when it would move every row anyway: the operator above
+        # will (a window, a join), or this aggregate, which cannot be split. A split one moves
+        # only its partial rows, often few; hashing all of its input on fewer columns to save
+        # that could load a few tasks with most of it (TPC-DS q65: sales by store and item,
+        # then averaged by store).
+        plain = node.grouping_sets is None and all(n in columns for n in hashed)
+        ask = plain and (wanted or split is None)
+        child, dist = self.plan(node.child, tuple(columns[n] for n in hashed) if ask else ())
         key_cols = [e.name for _, e in node.keys]
-        out_keys = tuple(n for n, _ in node.keys)
         if node.grouping_sets is None and dist.hashed_within(key_cols):
             node.child = child
-            return node, Dist("hash", out_keys, dist.partitions) if dist.kind == "hash" else dist
-        split = self._split_aggregates(node)
+            if dist.kind != "hash":
+                return node, dist
+            output = {e.name: n for n, e in reversed(node.keys)}  # the rows stay hashed on those keys
+            return node, Dist("hash", tuple(output[k] for k in dist.keys), dist.partitions)
         if split is None:
             # Not decomposable (DISTINCT, STDDEV, ...): move raw rows, aggregate once.
             if node.grouping_sets is not None:
                 node.child = self._gather(child, dist)
                 return node, SINGLE
-            node.child, out = self._hash_to(child, dist, key_cols)
-            return node, Dist("hash", out_keys, out.partitions) if out.kind == "hash" else out
+            inputs = dict(node.keys)
+            node.child, out = self._hash_to(child, dist, [inputs[n].name for n in hashed])
+            return node, Dist("hash", tuple(hashed), out.partitions) if out.kind == "hash" else out
         partial_aggs, final_aggs = split
         partial_keys = [(self.names.new(), e) for _, e in node.keys]
         partial_gid = self.names.new() if node.grouping_sets is not None else None
         partial = lp.Aggregate(child, partial_keys, partial_aggs, node.grouping_sets, partial_gid)
         partial.est_rows = node.est_rows
-        shuffle_keys = [n for n, _ in partial_keys] + ([partial_gid] if partial_gid else [])
+        renamed = {n: p for (n, _), (p, _) in zip(node.keys, partial_keys, strict=True)}
+        shuffle_keys = [renamed[n] for n in hashed] + ([partial_gid] if partial_gid else [])
         moved, out = self._hash_to(partial, dist, shuffle_keys)
-        final_keys = [(n, col(p)) for (n, _), (p, _) in zip(node.keys, partial_keys, strict=True)]
+        final_keys = [(n, col(renamed[n])) for n, _ in node.keys]
         if partial_gid:
             final_keys.append((node.grouping_id, col(partial_gid)))
         final = lp.Aggregate(moved, final_keys, final_aggs)
         final.est_rows = node.est_rows
         if out.kind == "single":
             return final, SINGLE
-        return final, Dist("hash", tuple(n for n, _ in final_keys), out.partitions)
+        return final, Dist("hash", tuple(hashed) + ((node.grouping_id,) if partial_gid else ()), out.partitions)
 
     def _aggregate_before_join(self, node: lp.Aggregate) -> lp.Aggregate | None:
         """Eager aggregation: a GROUP BY over a join with a whole table (a dimension read with no
@@ -289,7 +352,7 @@ class PhysicalPlanner:
             final.append((name, combined))
         return partial, final
 
-    def _distinct(self, node: lp.Distinct) -> tuple[lp.Node, Dist]:
+    def _distinct(self, node: lp.Distinct, want: tuple[str, ...]) -> tuple[lp.Node, Dist]:
         child, dist = self.plan(node.child)
         if dist.hashed_within(node.columns):
             node.child = child
@@ -308,14 +371,17 @@ class PhysicalPlanner:
 
     # ---- windows, sorting, limits ------------------------------------------------------
 
-    def _window(self, node: lp.Window) -> tuple[lp.Node, Dist]:
-        child, dist = self.plan(node.child)
+    def _window(self, node: lp.Window, want: tuple[str, ...]) -> tuple[lp.Node, Dist]:
+        keys = node.partition_by
+        if want and set(want) <= set(keys):
+            keys = [k for k in keys if k in want]
+        child, dist = self.plan(node.child, tuple(keys))
         if dist.hashed_within(node.partition_by):
             node.child = child
             return node, dist
         if node.keep is not None:
             child = self._top_ranked(child, node)
-        node.child, out = self._hash_to(child, dist, node.partition_by)
+        node.child, out = self._hash_to(child, dist, keys)
         return node, out
 
     def _top_ranked(self, child: lp.Node, window: lp.Window) -> lp.Node:
@@ -332,7 +398,7 @@ class PhysicalPlanner:
             node.est_rows = child.est_rows
         return top
 
-    def _sort(self, node: lp.Sort) -> tuple[lp.Node, Dist]:
+    def _sort(self, node: lp.Sort, want: tuple[str, ...]) -> tuple[lp.Node, Dist]:
         child, dist = self.plan(node.child)
         if dist.kind == "single":
             node.child = child
@@ -342,7 +408,7 @@ class PhysicalPlanner:
         node.child = ex
         return node, Dist("range", (), self.partitions)
 
-    def _limit(self, node: lp.Limit) -> tuple[lp.Node, Dist]:
+    def _limit(self, node: lp.Limit, want: tuple[str, ...]) -> tuple[lp.Node, Dist]:
         sort = node.child if isinstance(node.child, lp.Sort) else None
         child, dist = self.plan(sort.child if sort else node.child)
         if dist.kind == "single":
@@ -363,7 +429,7 @@ class PhysicalPlanner:
 
     # ---- set operations ----------------------------------------------------------------
 
-    def _setop(self, node: lp.SetOp) -> tuple[lp.Node, Dist]:
+    def _setop(self, node: lp.SetOp, want: tuple[str, ...]) -> tuple[lp.Node, Dist]:
         planned = [self.plan(c) for c in node.inputs]
         if all(d.kind == "single" for _, d in planned):
             node.inputs = [n for n, _ in planned]

@@ -1,0 +1,83 @@
+"""One shuffle for two operators: an exchange an operator needs anyway hashes on the keys an
+operator above it needs too, when they are among its own (``PhysicalPlanner.plan``'s ``want``),
+and a join pairs its sides up on whichever of its keys one side is already hashed on.
+
+Answers are checked against DuckDB; the plan checks count the shuffles and their keys.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.conftest import _engine, assert_same, plan_lines
+
+# TPC-DS q51's shape: daily totals, a running total per item, and the two channels joined by
+# item and day. One shuffle per channel, on the item alone, serves all three.
+RUNNING_TOTALS = """
+WITH a AS (SELECT item_id, sold_date, sum(amount) AS s FROM sales WHERE store_id < 4 GROUP BY item_id, sold_date),
+     b AS (SELECT item_id, sold_date, sum(qty) AS q FROM sales WHERE store_id >= 4 GROUP BY item_id, sold_date),
+     wa AS (SELECT item_id, sold_date, sum(s) OVER (PARTITION BY item_id ORDER BY sold_date
+            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cs FROM a),
+     wb AS (SELECT item_id, sold_date, sum(q) OVER (PARTITION BY item_id ORDER BY sold_date
+            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cq FROM b)
+SELECT coalesce(wa.item_id, wb.item_id) AS item, coalesce(wa.sold_date, wb.sold_date) AS day, cs, cq
+FROM wa FULL OUTER JOIN wb ON wa.item_id = wb.item_id AND wa.sold_date = wb.sold_date
+"""
+
+
+@pytest.fixture(scope="module")
+def shuffling(data_paths):
+    """Every join shuffles, and no partitions are merged, so a join whose sides are hashed
+    differently gives wrong answers instead of hiding it in one task."""
+    con = _engine(data_paths, broadcast_threshold=0, coalesce_size=0)
+    yield con
+    con.close()
+
+
+def _hash_exchanges(con, sql: str) -> list[list[str]]:
+    """The keys of each hash exchange in ``sql``'s plan."""
+    keys = []
+    for line in plan_lines(con, sql):
+        found = re.search(r"hash exchange on \(([^)]*)\)", line)
+        if found:
+            keys.append(found.group(1).split(", "))
+    return keys
+
+
+def test_a_window_over_an_aggregate_shares_its_shuffle(default_engine, oracle) -> None:
+    sql = ("SELECT item_id, store_id, sum(qty) AS q, sum(sum(qty)) OVER (PARTITION BY store_id) AS store_total "
+           "FROM sales GROUP BY item_id, store_id")
+    keys = _hash_exchanges(default_engine, sql)
+    assert len(keys) == 1 and len(keys[0]) == 1, keys  # partial aggregates hashed on the store alone
+    stages = "\n".join(plan_lines(default_engine, sql)).split("\nStage ")
+    final = next(s for s in stages if "Window" in s)
+    assert "Aggregate" in final, final  # the final aggregate and the window run in one stage
+    assert_same(default_engine, oracle, sql)
+
+
+def test_a_join_over_windows_is_paired_up_on_the_windows_keys(shuffling, oracle) -> None:
+    keys = _hash_exchanges(shuffling, RUNNING_TOTALS)
+    assert len(keys) == 2 and all(len(k) == 1 for k in keys), keys
+    assert_same(shuffling, oracle, RUNNING_TOTALS)
+
+
+def test_a_join_on_more_keys_than_one_side_is_hashed_on(shuffling, oracle) -> None:
+    # The aggregate's input is hashed on item_id by the join below it, so its output is too,
+    # by item_id alone: the join above must hash its other side on item_id alone to match.
+    sql = ("SELECT count(*), sum(t.n * u.m) FROM (SELECT s.item_id, s.cust_id, count(*) AS n FROM sales s "
+           "JOIN items i ON s.item_id = i.item_id GROUP BY s.item_id, s.cust_id) t "
+           "JOIN (SELECT item_id, cust_id, count(*) AS m FROM sales WHERE qty > 30 GROUP BY item_id, cust_id) u "
+           "ON t.item_id = u.item_id AND t.cust_id = u.cust_id")
+    assert_same(shuffling, oracle, sql)
+    assert any(len(k) == 1 for k in _hash_exchanges(shuffling, sql))
+
+
+def test_a_split_aggregate_keeps_all_its_keys_for_the_one_above(default_engine, oracle) -> None:
+    # TPC-DS q65: per store and item, then averaged per store. The averages need only the
+    # partial rows by store; hashing every sale by store alone would load a task per store.
+    sql = ("SELECT store_id, avg(q) FROM (SELECT store_id, item_id, sum(qty) AS q FROM sales "
+           "GROUP BY store_id, item_id) t GROUP BY store_id")
+    assert sorted(len(k) for k in _hash_exchanges(default_engine, sql)) == [1, 2]
+    assert_same(default_engine, oracle, sql)
