@@ -108,6 +108,32 @@ class ConnectionPool:
             evicted.close()
 
 
+class PartitionIds:
+    """The partition id column of each hash output, as SQL, kept per stage.
+
+    The expression depends on the fragment's column types (:func:`partitioner.hash_sql`), and
+    learning them binds the whole fragment, which for a wide one costs a few milliseconds: a
+    stage's tasks on one worker learn them once. Only the latest ``KEPT`` stages are kept.
+    """
+
+    KEPT = 256
+
+    def __init__(self) -> None:
+        self._known: dict[str, str] = {}
+
+    def select(self, con: duckdb.DuckDBPyConnection, sql: str, output: dict) -> str:
+        """``sql`` with the partition id of each row added as its last column."""
+        expr = self._known.get(output["key"])
+        if expr is None:
+            rel = con.sql(sql)
+            types = {name: str(t) for name, t in zip(rel.columns, rel.types, strict=True)}
+            expr = partitioner.hash_sql(types, output["keys"], output["partitions"])
+            self._known[output["key"]] = expr
+            while len(self._known) > self.KEPT:
+                self._known.pop(next(iter(self._known)), None)
+        return f"SELECT *, {expr} AS {partitioner.PARTITION_COLUMN} FROM ({sql})"
+
+
 class TaskRunner:
     """Executes task specs against a worker's block store, fetching remote blocks over Flight."""
 
@@ -117,6 +143,7 @@ class TaskRunner:
         self.pool = pool
         self.connections = ConnectionPool(threads or int(os.environ.get("QENGINE_TASK_THREADS", "1")))
         self.limiter = FetchLimiter()
+        self.partition_ids = PartitionIds()
         # Two pools: loading a task's inputs waits on per-source fetches, so they must not share one.
         self._inputs = ThreadPoolExecutor(max_workers=8, thread_name_prefix="input")
         self._fetches = ThreadPoolExecutor(max_workers=16, thread_name_prefix="fetch")
@@ -183,7 +210,8 @@ class TaskRunner:
             del loaded
             result = direct.execute(spec["direct"], named) if spec.get("direct") else None
             if result is None:
-                result = _run_fragment(lease, spec["sql"], named, scans, splits, _hashing(spec["output"]))
+                hashing = self.partition_ids if spec["output"]["kind"] == "hash" else None
+                result = _run_fragment(lease, spec["sql"], named, scans, splits, hashing, spec["output"])
             stats = self._write(lease.con, spec, result)
         stats.update(rows_in=rows_in, read_seconds=read_at - started, seconds=time.perf_counter() - started)
         return stats
@@ -339,18 +367,14 @@ class FetchLimiter:
                     self._cond.notify_all()
 
 
-def _hashing(out: dict) -> tuple[list[str], int] | None:
-    """(keys, partitions) of a hash output: its fragment adds each row's partition id."""
-    return (out["keys"], out["partitions"]) if out["kind"] == "hash" else None
-
-
 def _run_fragment(
     lease: Lease,
     sql: str,
     inputs: dict[str, pa.Table],
     scans: dict[str, str],
     splits: list[dict],
-    hashing: tuple[list[str], int] | None,
+    hashing: PartitionIds | None,
+    output: dict,
 ) -> pa.Table:
     """Run a fragment over its Arrow inputs and Parquet scans.
 
@@ -367,17 +391,13 @@ def _run_fragment(
     cost more: those copies take longer than most fragments do.
 
     ``splits`` are the Parquet splits the scans read (a missing file is looked for among theirs);
-    ``hashing`` (keys, partitions) adds the partition id column of a hash output.
+    ``hashing`` adds the partition id column of a hash ``output``.
     """
     if scans:
         sql = "WITH " + ", ".join(f'"{name}" AS ({query})' for name, query in scans.items()) + " " + sql
 
     def execute() -> pa.Table:
-        rel = lease.con.sql(sql)
-        if hashing is not None:
-            types = {name: str(t) for name, t in zip(rel.columns, rel.types, strict=True)}
-            rel = rel.project(f"*, {partitioner.hash_sql(types, *hashing)} AS {partitioner.PARTITION_COLUMN}")
-        return rel.to_arrow_table()
+        return lease.con.sql(sql if hashing is None else hashing.select(lease.con, sql, output)).to_arrow_table()
 
     lease.add_inputs(inputs)
     try:

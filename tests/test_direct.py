@@ -129,11 +129,13 @@ def test_numpy_range_ids_match_the_duckdb_join(t: pa.Table, desc: bool, nulls_fi
     assert len(set(fast.tolist())) > 3
 
 
-def test_split_gives_each_partition_its_own_buffers(t: pa.Table) -> None:
-    ids = np.arange(t.num_rows) % 3
-    parts = partitioner.split(t, ids, 3)
-    assert [p.num_rows for p in parts] == [2000, 2000, 2000]
-    assert parts[1].column("row").to_pylist() == list(range(1, ROWS, 3))
+@pytest.mark.parametrize("partitions", [3, 40])  # rows found partition by partition, or by a sort
+def test_split_gives_each_partition_its_own_buffers(t: pa.Table, partitions: int) -> None:
+    ids = np.arange(t.num_rows) * 7 % partitions
+    parts = partitioner.split(t, ids, partitions)
+    assert [p.column("row").to_pylist() for p in parts] == [
+        [r for r in range(ROWS) if r * 7 % partitions == p] for p in range(partitions)
+    ]
     # A partition gathered on its own holds only its rows' bytes, not a slice of a full copy.
     assert all(p.get_total_buffer_size() < t.get_total_buffer_size() / 2 for p in parts)
 

@@ -99,8 +99,13 @@ def roundrobin_ids(rows: int, partitions: int, offset: int) -> np.ndarray:
     return (np.arange(rows, dtype=np.int64) + offset) % partitions
 
 
+# Up to this many partitions, finding each one's rows in a pass of its own beats sorting the ids:
+# for 1M rows into 2 to 8 partitions about 7 ms against 12 ms (at 12 partitions, 20 against 11).
+_SCANNED_PARTITIONS = 8
+
+
 def split(table: pa.Table, ids: np.ndarray, partitions: int) -> list[pa.Table]:
-    """Cut ``table`` into one table per partition id (a stable counting sort).
+    """Cut ``table`` into one table per partition id, each keeping its rows in table order.
 
     Each partition is gathered into buffers of its own, not sliced out of one reordered copy:
     a slice would keep the whole copy alive until the last partition of it is freed, so a
@@ -112,10 +117,14 @@ def split(table: pa.Table, ids: np.ndarray, partitions: int) -> list[pa.Table]:
     if np.count_nonzero(counts) == 1:
         target = int(np.flatnonzero(counts)[0])
         return [table if p == target else table.slice(0, 0) for p in range(partitions)]
-    # A stable sort of 16-bit ids is a radix sort: four times faster than on the int64 ids.
-    narrow = ids.astype(np.uint16) if partitions <= 1 << 16 else ids
-    order = np.argsort(narrow, kind="stable")
-    offsets = np.concatenate([[0], np.cumsum(counts)])
+    if partitions <= _SCANNED_PARTITIONS:
+        rows = [np.flatnonzero(ids == p) for p in range(partitions)]
+    else:
+        # A stable sort of 16-bit ids is a radix sort: four times faster than on the int64 ids.
+        narrow = ids.astype(np.uint16) if partitions <= 1 << 16 else ids
+        order = np.argsort(narrow, kind="stable")
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        rows = [order[offsets[p]:offsets[p + 1]] for p in range(partitions)]
     # One gather per column and partition: take on a many-chunk table costs several times more.
     combined = table.combine_chunks()
-    return [combined.take(order[offsets[p]:offsets[p + 1]]) for p in range(partitions)]
+    return [combined.take(r) for r in rows]
