@@ -7,6 +7,8 @@ expressions (tasks, range partitioning, size prediction) comes from here.
 
 from __future__ import annotations
 
+import threading
+
 import duckdb
 
 
@@ -34,3 +36,22 @@ def safe_connection(threads: int = 1, readable: tuple[str, ...] = ()) -> duckdb.
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con
+
+
+_scratch: duckdb.DuckDBPyConnection | None = None
+_scratch_lock = threading.Lock()
+
+
+def scratch_connection() -> duckdb.DuckDBPyConnection:
+    """A connection of its own to one sandboxed in-memory database per process that reads no
+    files, for short computations over Arrow data the caller registers (range predictions,
+    sort orders, type checks); the caller closes it.
+
+    It is a cursor of that database: it opens in a fraction of a millisecond, where a new
+    database takes 10 to 20 ms, and what one cursor registers the others do not see.
+    """
+    global _scratch
+    with _scratch_lock:
+        if _scratch is None:
+            _scratch = safe_connection()
+        return _scratch.cursor()

@@ -25,7 +25,7 @@ from qengine.planner import PlanOptions, plan_query
 from qengine.planner.explain import explain_lines
 from qengine.planner.frontend import bind, expand_sources, name_outputs, normalize_null_ordering, parse
 from qengine.planner.stages import StagePlan
-from qengine.sandbox import safe_connection
+from qengine.sandbox import scratch_connection
 from qengine.wire import schema_from_hex, schema_to_hex
 
 _EXPLAIN = re.compile(r"^\s*EXPLAIN(\s+ANALYZE)?\s+(.*)$", re.IGNORECASE | re.DOTALL)
@@ -310,7 +310,7 @@ def _schema_of(schema: exp.Schema) -> pa.Schema:
     if len(casts.split(" AS ")) // 2 != len(defs):
         raise ProgrammingError("every column in CREATE TABLE needs a type")
     try:
-        con = safe_connection()
+        con = scratch_connection()
         try:
             return con.execute(f"SELECT {casts} LIMIT 0").to_arrow_table().schema
         finally:

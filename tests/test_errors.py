@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 
+import duckdb
 import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -354,3 +355,23 @@ def test_bad_connect_arguments(kwargs: dict) -> None:
 def test_connect_to_a_remote_target_is_not_supported() -> None:
     with pytest.raises(qengine.NotSupportedError):
         qengine.connect("grpc://example.invalid:1234")
+
+
+def test_scratch_connections_are_sandboxed_and_see_only_their_own_inputs(tmp_path) -> None:
+    from qengine.sandbox import scratch_connection
+
+    secret = tmp_path / "secret.csv"
+    secret.write_text("a\n1\n")
+    first, second = scratch_connection(), scratch_connection()
+    try:
+        with pytest.raises(duckdb.Error, match="disabled"):
+            first.execute(f"SELECT * FROM read_csv('{secret}')").fetchall()
+        with pytest.raises(duckdb.Error, match="locked"):
+            first.execute("SET enable_external_access = true")
+        first.register("mine", pa.table({"x": [1, 2]}))
+        assert first.execute("SELECT sum(x) FROM mine").fetchone() == (3,)
+        with pytest.raises(duckdb.CatalogException):
+            second.execute("SELECT * FROM mine").fetchall()
+    finally:
+        first.close()
+        second.close()

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from qengine.exchange import partitioner
 from qengine.exchange.placement import Reducer, predictions
-from qengine.sandbox import safe_connection
+from qengine.sandbox import scratch_connection
 
 
 def hash_prediction(finished: list[tuple[int, list[int]]], total_tasks: int, partitions: int) -> list[Reducer]:
@@ -31,7 +31,7 @@ def range_prediction(
     """``samples`` holds (host, sample keys, output bytes) of each finished map task."""
     partitions = len(bounds) + 1
     per_task: list[tuple[int, list[int]]] = []
-    con = safe_connection()
+    con = scratch_connection()
     try:
         for host, keys, size in samples:
             if not len(keys):

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from qengine.sandbox import safe_connection
+from qengine.sandbox import scratch_connection
 
 # s. The paper's s=3 left TeraSort's 16 reducers at max/mean 1.47 when the bounds come from half
 # the map tasks (prefetch places reducers then); s=20, Spark RangePartitioner's own per-partition
@@ -56,7 +56,7 @@ def ascending(keys: pa.Array) -> np.ndarray:
     try:
         return pc.sort_indices(keys).to_numpy()
     except pa.ArrowNotImplementedError:
-        con = safe_connection()
+        con = scratch_connection()
         try:
             con.register("s", pa.table({"k": keys}))
             positions = con.execute("SELECT i FROM (SELECT k, row_number() OVER () - 1 AS i FROM s) ORDER BY k").fetchnumpy()
