@@ -370,6 +370,8 @@ class _QueryRun:
                 partitions, hosts = [], []
             elif read.kind == "materialized":
                 partitions, hosts = [index], [source.placement[index]]
+            elif read.kind == "whole":  # every partition of a shared output
+                partitions, hosts = list(range(source.tasks)), sorted(source.holders)
             else:
                 partitions = run.groups[index] if run.groups is not None else [index]
                 located = self._locations(source, partitions)
@@ -531,7 +533,7 @@ class _QueryRun:
         for node in lp.walk(run.stage.root):
             if isinstance(node, lp.ExchangeRead):
                 rows = self.runs[node.shuffle_id].stats.rows
-                node.est_rows = float(rows if node.kind == "broadcast" else rows / tasks)
+                node.est_rows = float(rows if node.kind in ("broadcast", "whole") else rows / tasks)
             elif isinstance(node, lp.Scan) and run.splits and not node.replicated:
                 node.est_rows = node.source.rows / len(run.splits)
         estimates.refresh(run.stage.root)

@@ -41,3 +41,20 @@ def test_a_small_table_is_broadcast_rather_than_a_guessed_small_filter_of_a_big_
         assert_same(con, oracle, sql)
     finally:
         con.close()
+
+
+def test_a_broadcast_shared_output_is_read_whole_by_its_consumers(data_paths, oracle) -> None:
+    # The CTE is computed once; its two joins each broadcast it. Copying it through a stage of
+    # its own per reader would move the same rows again: every consumer task reads all of it.
+    sql = ("WITH top AS (SELECT item_id FROM sales GROUP BY item_id HAVING count(*) > 170) "
+           "SELECT (SELECT count(*) FROM sales s JOIN top t ON s.item_id = t.item_id) AS a, "
+           "(SELECT sum(qty) FROM sales s JOIN top t ON s.cust_id = t.item_id) AS b")
+    con = _engine(data_paths, broadcast_threshold="100KB")
+    try:
+        stages = "\n".join(plan_lines(con, sql)).split("\nStage ")
+        assert sum("(materialized, whole, in every task)" in s for s in stages) == 2, "\n".join(stages)
+        relays = [s for s in stages if "broadcast exchange" in s.splitlines()[0] and "Aggregate" not in s]
+        assert not relays, "\n".join(relays)
+        assert_same(con, oracle, sql)
+    finally:
+        con.close()

@@ -23,7 +23,7 @@ def describe(node: lp.Node) -> str:
     if isinstance(node, lp.Values):
         return f"Values {len(node.rows.expressions)} row(s)"
     if isinstance(node, lp.ExchangeRead):
-        kind = "broadcast, first task only" if node.kind == "once" else node.kind
+        kind = {"once": "broadcast, first task only", "whole": "materialized, whole, in every task"}.get(node.kind, node.kind)
         return f"ExchangeRead stage {node.shuffle_id} ({kind}) as {node.table}"
     if isinstance(node, lp.Filter):
         return f"Filter {_sql(node.condition)}"

@@ -10,13 +10,16 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+import sqlglot.expressions as exp
+
 from qengine.errors import InternalError
 from qengine.planner import logical as lp
 
 
 def partitioned(reads: list[lp.ExchangeRead]) -> list[lp.ExchangeRead]:
-    """The reads of one partition per task, not of a whole exchange output (a broadcast)."""
-    return [r for r in reads if r.kind not in ("broadcast", "once")]
+    """The reads of one partition per task, not of a whole exchange output (a broadcast, or a
+    shared producer's output read whole)."""
+    return [r for r in reads if r.kind not in ("broadcast", "once", "whole")]
 
 
 @dataclass
@@ -87,11 +90,14 @@ def cut(root: lp.Node, names: list[str], replicate_bytes: int = 0) -> StagePlan:
     ``replicate_bytes`` of the columns it reads). A broadcast stage costs a task, a round of
     Flight fetches and a stage's latency on the query's critical path; re-reading a table of a
     few MB costs each consumer task a millisecond or two, and DuckDB then pushes the join's
-    filters into the fact scan as it would for the broadcast.
+    filters into the fact scan as it would for the broadcast. Nor is a broadcast of a shared
+    producer's output, renamed at most: every consumer task reads all of that output, which a
+    stage would only have copied (TPC-DS q23 broadcast its two CTEs so, twice each).
     """
     stages: list[Stage] = []
     produced: dict[int, int] = {}
     shared_reads = itertools.count()  # a table name per reader of a shared producer
+    read_whole: set[int] = set()  # the shared reads every consumer task reads all of
 
     def shared_read(node: lp.SharedScan) -> lp.ExchangeRead:
         ex = node.producer
@@ -101,7 +107,8 @@ def cut(root: lp.Node, names: list[str], replicate_bytes: int = 0) -> StagePlan:
             ex.shuffle_id = produced[id(ex)]
         sid = produced[id(ex)]
         names = list(node.column_map)
-        read = lp.ExchangeRead(sid, "materialized", names, f"m{sid}_{next(shared_reads)}", list(node.column_map.values()))
+        kind = "whole" if id(node) in read_whole else "materialized"
+        read = lp.ExchangeRead(sid, kind, names, f"m{sid}_{next(shared_reads)}", list(node.column_map.values()))
         read.est_rows = node.est_rows
         return read
 
@@ -124,9 +131,14 @@ def cut(root: lp.Node, names: list[str], replicate_bytes: int = 0) -> StagePlan:
         return node
 
     def below(child: lp.Node) -> lp.Node:
-        """A child in the same stage: itself, a replicated broadcast's input, or a read."""
+        """A child in the same stage: itself, a replicated broadcast's input, a broadcast shared
+        output read whole, or a read."""
         if not isinstance(child, lp.Exchange):
             return visit(child)
+        shared = _shared_broadcast(child)
+        if shared is not None:
+            read_whole.add(id(shared))
+            return visit(child.child)
         return visit(child.child) if _replicate(child, replicate_bytes) else read_of(child)
 
     def make_stage(fragment: lp.Node, output: lp.Exchange | None) -> int:
@@ -162,6 +174,16 @@ def _replicate(ex: lp.Exchange, limit: int) -> bool:
         return False
     node.replicated = node.read_bytes <= limit and node.source.whole() is not None
     return node.replicated
+
+
+def _shared_broadcast(ex: lp.Exchange) -> lp.SharedScan | None:
+    """The shared read a broadcast copies as it is (renamed at most), or None."""
+    if ex.kind != "broadcast" or ex.once:
+        return None
+    node = ex.child
+    while isinstance(node, lp.Project) and not node.subqueries and all(isinstance(e, exp.Column) for _, e in node.exprs):
+        node = node.child
+    return node if isinstance(node, lp.SharedScan) and not node.subqueries else None
 
 
 def _runtime_filters(fragment: lp.Node, scan: lp.Scan) -> list[tuple[str, int, str]]:
