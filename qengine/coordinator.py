@@ -184,9 +184,25 @@ class ExecutionOptions:
 class Coordinator:
     """Schedules the stages and tasks of queries on a cluster."""
 
+    # Threads for the calls of every query run here: one set, so that a query does not start and
+    # join a dozen threads of its own (3 ms a query). Each query's slots bound its own calls, so
+    # the pools are sized for several queries at once, and a thread is only made when none is idle.
+    TASK_THREADS = 64
+    AUX_THREADS = 32
+
     def __init__(self, cluster: Cluster, options: ExecutionOptions) -> None:
         self.cluster = cluster
         self.options = options
+        self.tasks = ThreadPoolExecutor(max_workers=self.TASK_THREADS, thread_name_prefix="qengine-task")
+        # Side work has its own threads: queued behind the tasks waiting for a slot, a map task's
+        # finalize or push would start only once the last map task had, and the shuffle would
+        # not overlap the map stage at all.
+        self.aux = ThreadPoolExecutor(max_workers=self.AUX_THREADS, thread_name_prefix="qengine-shuffle")
+
+    def close(self) -> None:
+        """Stop the call threads (the calls of a query that is still running fail)."""
+        for pool in (self.tasks, self.aux):
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def run(
         self,
@@ -427,11 +443,6 @@ class _QueryRun:
 
     def execute(self) -> tuple[list[tuple[str, dict]], QueryStats, str]:
         started = time.perf_counter()
-        self.pool = ThreadPoolExecutor(max_workers=max(4, self.workers * (self.options.slots + 2)))
-        # Side work has its own threads: queued behind the tasks waiting for a slot, a map task's
-        # finalize or push would start only once the last map task had, and the shuffle would
-        # not overlap the map stage at all.
-        self.aux_pool = ThreadPoolExecutor(max_workers=2 * self.workers)
         self.futures: dict[Future, tuple[str, _StageRun, Any]] = {}
         try:
             while not self.runs[-1].done:
@@ -456,13 +467,10 @@ class _QueryRun:
             self.failed.set()
             for fut in self.futures:
                 fut.cancel()
-            for pool in (self.pool, self.aux_pool):
-                pool.shutdown(wait=False, cancel_futures=True)
             started_futures = [f for f in self.futures if not f.cancelled()]  # cancelled ones never report done
             threading.Thread(target=self._release_after, args=(started_futures,), daemon=True).start()
             raise
-        for pool in (self.pool, self.aux_pool):
-            pool.shutdown(wait=True)
+        wait(list(self.futures))
         result = self.runs[-1]
         shuffles = [r.shuffle for r in self.runs if r.shuffle is not None]
         stats = QueryStats([r.stats for r in self.runs], time.perf_counter() - started, shuffles)
@@ -481,7 +489,7 @@ class _QueryRun:
         assert not any(self.runs[c].submitted for c in [self.consumer_of.get(run.stage.id, -1)] if c >= 0)
         run.aux_pending += 1
         run.done = False
-        fut = self.aux_pool.submit(self._call, worker, kind, body)
+        fut = self.coord.aux.submit(self._call, worker, kind, body)
         self.futures[fut] = (kind, run, None)
 
     def _submit(self, run: _StageRun) -> None:
@@ -517,7 +525,7 @@ class _QueryRun:
         for index in range(run.tasks):
             spec = self._task_spec(run, index, sql, form)
             body = functools.partial(self._map_spec, run, spec) if spec["output"]["kind"] == "range" else spec
-            fut = self.pool.submit(self._run_task, run, index, body)
+            fut = self.coord.tasks.submit(self._run_task, run, index, body)
             self.futures[fut] = ("task", run, index)
 
     @staticmethod

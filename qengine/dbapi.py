@@ -240,7 +240,8 @@ class Connection:
         if self._closed:
             return
         self._closed = True
-        if self._cluster is not None:
+        if self._cluster is not None:  # its workers go with it: nothing of theirs to release
+            self._session.coordinator.close()
             self._cluster.close()
         else:
             self._session.close()

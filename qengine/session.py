@@ -268,11 +268,12 @@ class Session:
         return self.catalog.table(name).schema
 
     def close(self) -> None:
-        """Free the session tables' rows held on the workers."""
+        """Free the session tables' rows held on the workers, and the coordinator's threads."""
         for source in list(self.catalog.tables.values()):
             if isinstance(source, MemorySource):
                 self.coordinator.release(f"table/{source.uid}/")
         self.catalog.tables.clear()
+        self.coordinator.close()
 
     def table_names(self) -> list[str]:
         """Names of the registered tables and views."""

@@ -354,3 +354,21 @@ def test_flight_servers_refuse_calls_without_the_token(default_engine, oracle) -
     assert all(w.alive() for w in cluster.workers)
     sql = "SELECT count(cust_id) FROM customers"
     assert default_engine.execute(sql).fetchone() == oracle.execute(sql).fetchone()
+
+
+def test_queries_share_the_coordinator_s_threads_and_closing_stops_them(data_paths) -> None:
+    con = qengine.connect(workers=2, split_size="200KB")
+    try:
+        con.register_parquet("sales", data_paths["sales"])
+        sql = "SELECT store_id, count(*), sum(qty) FROM sales GROUP BY store_id"
+        coordinator = con.session.coordinator
+        con.execute(sql).fetchall()
+        made = len(coordinator.tasks._threads) + len(coordinator.aux._threads)
+        for _ in range(5):
+            con.execute(sql).fetchall()
+        # each query's calls ran on threads already made, give or take one that was finishing
+        assert len(coordinator.tasks._threads) + len(coordinator.aux._threads) <= made + 2
+        threads = list(coordinator.tasks._threads | coordinator.aux._threads)
+    finally:
+        con.close()
+    wait_until(lambda: not any(t.is_alive() for t in threads), 10, "the coordinator's call threads to stop")
