@@ -185,8 +185,9 @@ class Coordinator:
     """Schedules the stages and tasks of queries on a cluster."""
 
     # Threads for the calls of every query run here: one set, so that a query does not start and
-    # join a dozen threads of its own (3 ms a query). Each query's slots bound its own calls, so
-    # the pools are sized for several queries at once, and a thread is only made when none is idle.
+    # join a dozen threads of its own (about 3 ms a query in a micro-benchmark). Each query's
+    # slots bound its own calls, so the pools are sized for several queries at once, and a
+    # thread is only made when none is idle.
     TASK_THREADS = 64
     AUX_THREADS = 32
 

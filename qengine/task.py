@@ -7,10 +7,11 @@ configuration changes disabled, so a fragment can only see the Arrow inputs regi
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -210,8 +211,8 @@ class TaskRunner:
             del loaded
             result = direct.execute(spec["direct"], named) if spec.get("direct") else None
             if result is None:
-                hashing = self.partition_ids if spec["output"]["kind"] == "hash" else None
-                result = _run_fragment(lease, spec["sql"], named, scans, splits, hashing, spec["output"])
+                ids = functools.partial(self.partition_ids.select, output=spec["output"]) if spec["output"]["kind"] == "hash" else None
+                result = _run_fragment(lease, spec["sql"], named, scans, splits, ids)
             stats = self._write(lease.con, spec, result)
         stats.update(rows_in=rows_in, read_seconds=read_at - started, seconds=time.perf_counter() - started)
         return stats
@@ -373,8 +374,7 @@ def _run_fragment(
     inputs: dict[str, pa.Table],
     scans: dict[str, str],
     splits: list[dict],
-    hashing: PartitionIds | None,
-    output: dict,
+    partition_ids: Callable[[duckdb.DuckDBPyConnection, str], str] | None,
 ) -> pa.Table:
     """Run a fragment over its Arrow inputs and Parquet scans.
 
@@ -391,13 +391,13 @@ def _run_fragment(
     cost more: those copies take longer than most fragments do.
 
     ``splits`` are the Parquet splits the scans read (a missing file is looked for among theirs);
-    ``hashing`` adds the partition id column of a hash ``output``.
+    ``partition_ids`` (a hash output's :meth:`PartitionIds.select`) adds each row's partition id.
     """
     if scans:
         sql = "WITH " + ", ".join(f'"{name}" AS ({query})' for name, query in scans.items()) + " " + sql
 
     def execute() -> pa.Table:
-        return lease.con.sql(sql if hashing is None else hashing.select(lease.con, sql, output)).to_arrow_table()
+        return lease.con.sql(sql if partition_ids is None else partition_ids(lease.con, sql)).to_arrow_table()
 
     lease.add_inputs(inputs)
     try:

@@ -146,6 +146,20 @@ class Project(Unary):
         own = [name for name, _ in self.exprs]
         return self.child.columns + own if self.passthrough else own
 
+    @property
+    def sources(self) -> dict[str, str]:
+        """Output column → the input column it passes on unchanged (renamed at most): the plain
+        column expressions, and every input column with ``passthrough``."""
+        out = {name: e.name for name, e in self.exprs if isinstance(e, exp.Column) and not e.table}
+        if self.passthrough:
+            out.update({c: c for c in self.child.columns})
+        return out
+
+    @property
+    def renames(self) -> dict[str, str]:
+        """Input column → the output name it is passed on under (see :attr:`sources`)."""
+        return {source: name for name, source in self.sources.items()}
+
 
 @dataclass(eq=False)
 class Join(Node):

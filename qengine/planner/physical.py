@@ -60,9 +60,9 @@ class PhysicalPlanner:
         """Plan ``node`` and say how its output is spread.
 
         ``want`` names output columns that an operator above needs rows hashed within (a
-        window's PARTITION BY, a join's or a GROUP BY's keys). An exchange this node needs
-        anyway hashes on them when they are all among its own keys, so one shuffle serves both
-        operators: TPC-DS q51 shuffles each daily total by item alone for the cumulative window
+        window's PARTITION BY, a join's keys, the keys of a GROUP BY that cannot be split). An
+        exchange this node needs anyway hashes on them when they are all among its own keys, so
+        one shuffle serves both operators: TPC-DS q51 shuffles each daily total by item alone for the cumulative window
         by item and the join by item and date, and q47's monthly totals by the four columns of
         its windows. Since the operator above needs those very rows together, a shuffle on them
         is no more skewed than that operator already is.
@@ -136,17 +136,13 @@ class PhysicalPlanner:
         return node, dist
 
     def _project(self, node: lp.Project, want: tuple[str, ...]) -> tuple[lp.Node, Dist]:
-        source = {n: e.name for n, e in node.exprs if isinstance(e, exp.Column) and not e.table}
-        if node.passthrough:
-            source.update({c: c for c in node.child.columns})
+        sources = node.sources
         # A wanted column the projection computes cannot be asked of its input.
-        wanted = tuple(source[w] for w in want) if all(w in source for w in want) else ()
+        wanted = tuple(sources[w] for w in want) if all(w in sources for w in want) else ()
         node.child, dist = self.plan(node.child, wanted)
         if dist.kind != "hash":
             return node, dist
-        renamed = {e.name: n for n, e in node.exprs if isinstance(e, exp.Column) and not e.table}
-        if node.passthrough:
-            renamed.update({c: c for c in node.child.columns})
+        renamed = node.renames
         if all(k in renamed for k in dist.keys):
             return node, Dist("hash", tuple(renamed[k] for k in dist.keys), dist.partitions)
         return node, Dist("any", (), dist.partitions)
@@ -465,8 +461,7 @@ def _unique_rows(node: lp.Node) -> bool:
         return True
     names = set(node.columns)
     if isinstance(node, lp.Project):
-        names = {e.name for _, e in node.exprs if isinstance(e, exp.Column) and not e.table}
-        names |= set(node.child.columns) if node.passthrough else set()
+        names = set(node.renames)
         node = node.child
     return isinstance(node, lp.Aggregate) and node.grouping_sets is None and {n for n, _ in node.keys} <= names
 

@@ -179,9 +179,7 @@ def implied(node: lp.Node) -> list[exp.Expression]:
     if isinstance(node, lp.Filter):
         return [p for p in conjuncts(node.condition) if _copyable(p)] + implied(node.child)
     if isinstance(node, lp.Project):
-        renames = {e.name: name for name, e in node.exprs if isinstance(e, exp.Column) and not e.table}
-        if node.passthrough:
-            renames.update({c: c for c in node.child.columns})
+        renames = node.renames
         return [_substitute(p, {c: col(n) for c, n in renames.items()}) for p in implied(node.child) if _refs(p) <= renames.keys()]
     if isinstance(node, lp.Aggregate):
         if node.grouping_sets is not None:
