@@ -121,6 +121,7 @@ class PartitionIds:
 
     def __init__(self) -> None:
         self._known: dict[str, str] = {}
+        self._lock = threading.Lock()  # tasks run on several threads
 
     def select(self, con: duckdb.DuckDBPyConnection, sql: str, output: dict) -> str:
         """``sql`` with the partition id of each row added as its last column."""
@@ -129,9 +130,10 @@ class PartitionIds:
             rel = con.sql(sql)
             types = {name: str(t) for name, t in zip(rel.columns, rel.types, strict=True)}
             expr = partitioner.hash_sql(types, output["keys"], output["partitions"])
-            self._known[output["key"]] = expr
-            while len(self._known) > self.KEPT:
-                self._known.pop(next(iter(self._known)), None)
+            with self._lock:
+                self._known[output["key"]] = expr
+                while len(self._known) > self.KEPT:
+                    del self._known[next(iter(self._known))]
         return f"SELECT *, {expr} AS {partitioner.PARTITION_COLUMN} FROM ({sql})"
 
 

@@ -144,3 +144,42 @@ def test_fetch_limiter_bounds_requests_and_bytes() -> None:
     assert not any(t.is_alive() for t in threads)  # never deadlocks, even with oversized requests
     assert state["peak"]["total"] <= 3 and state["peak"]["host"] <= 2
     assert state["peak"]["bytes"] <= 100  # whenever two or more are in flight
+
+
+def test_partition_ids_are_learned_safely_by_concurrent_tasks(monkeypatch) -> None:
+    # A worker runs several tasks at once, and each hash stage adds its partition-id expression
+    # to one shared cache that forgets the oldest; once full, every new stage evicts one.
+    import sys
+    import threading
+
+    from qengine.sandbox import safe_connection
+    from qengine.task import PartitionIds
+
+    ids = PartitionIds()
+    monkeypatch.setattr(PartitionIds, "KEPT", 4)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible, to meet the race
+    errors: list[BaseException] = []
+
+    def stages(worker: int) -> None:
+        con = safe_connection()
+        try:
+            for stage in range(300):
+                output = {"key": f"q/{worker}/{stage}", "keys": ["k"], "partitions": 4}
+                sql = ids.select(con, "SELECT 1 AS k", output)
+                assert con.sql(sql).fetchall()[0][1] in range(4)
+        except BaseException as e:  # noqa: BLE001 - reported below, from the test's thread
+            errors.append(e)
+        finally:
+            con.close()
+
+    try:
+        threads = [threading.Thread(target=stages, args=(w,)) for w in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors[0]
+    assert len(ids._known) <= 4
