@@ -81,3 +81,28 @@ def test_a_split_aggregate_keeps_all_its_keys_for_the_one_above(default_engine, 
            "GROUP BY store_id, item_id) t GROUP BY store_id")
     assert sorted(len(k) for k in _hash_exchanges(default_engine, sql)) == [1, 2]
     assert_same(default_engine, oracle, sql)
+
+
+def test_reads_of_one_shared_result_join_where_they_are(default_engine, oracle) -> None:
+    # TPC-DS q47's shape: monthly totals ranked per item and store, joined to themselves a
+    # month apart. Both reads are hashed on item and store by the window, so the join moves
+    # nothing, though the totals are small enough to broadcast.
+    sql = """
+    WITH v AS (SELECT item_id, store_id, sold_date, sum(qty) AS q,
+                      rank() OVER (PARTITION BY item_id, store_id ORDER BY sold_date) AS rn
+               FROM sales GROUP BY item_id, store_id, sold_date)
+    SELECT a.item_id, a.store_id, a.sold_date, a.q, b.q AS prev
+    FROM v a JOIN v b ON a.item_id = b.item_id AND a.store_id = b.store_id AND a.rn = b.rn + 1
+    """
+    plan = "\n".join(plan_lines(default_engine, sql))
+    assert "materialized" in plan and "broadcast" not in plan and "whole" not in plan, plan
+    assert_same(default_engine, oracle, sql)
+
+
+def test_an_inner_joins_rows_are_hashed_on_both_sides_keys(shuffling, oracle) -> None:
+    # The first join hashes both sides on item_id, so its rows are hashed on i.item_id as well
+    # as s.item_id: the join on i.item_id above needs only the per-item counts shuffled.
+    sql = ("SELECT i.item_id, s.qty, t.c FROM sales s JOIN items i ON s.item_id = i.item_id "
+           "JOIN (SELECT item_id, count(*) AS c FROM sales GROUP BY item_id) t ON i.item_id = t.item_id")
+    assert len(_hash_exchanges(shuffling, sql)) == 3
+    assert_same(shuffling, oracle, sql)

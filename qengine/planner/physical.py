@@ -20,17 +20,40 @@ from qengine.planner.logical import Exchange, col
 
 @dataclass(frozen=True)
 class Dist:
-    """How a node's output is spread: hash on ``keys``, range, single, or any (scan splits)."""
+    """How a node's output is spread: hash on ``keys``, range, single, or any (scan splits).
+
+    ``also`` lists other columns the rows are hashed on just as well: after an inner join on
+    ``a = b``, rows hashed on ``a`` are hashed on ``b`` too, and a join on either needs no
+    shuffle (Spark's PartitioningCollection).
+    """
 
     kind: str
     keys: tuple[str, ...] = ()
     partitions: int = 0
+    also: tuple[tuple[str, ...], ...] = ()
+
+    @property
+    def key_sets(self) -> tuple[tuple[str, ...], ...]:
+        """Every tuple of columns the rows are hashed on, ``keys`` first."""
+        return (self.keys, *self.also) if self.kind == "hash" and self.keys else ()
 
     def hashed_within(self, columns: list[str]) -> bool:
         """True when rows that agree on ``columns`` are already in the same partition."""
         if self.kind == "single":
             return True
-        return self.kind == "hash" and bool(self.keys) and set(self.keys) <= set(columns)
+        return any(set(keys) <= set(columns) for keys in self.key_sets)
+
+    def with_sets(self, sets: list[tuple[str, ...]]) -> Dist:
+        """This hash distribution with more equivalent key tuples."""
+        merged = list(dict.fromkeys([*self.key_sets, *sets]))
+        return Dist("hash", merged[0], self.partitions, tuple(merged[1:]))
+
+    def renamed(self, mapping: dict[str, str]) -> Dist:
+        """A hash distribution under new column names, keeping the key tuples ``mapping`` covers."""
+        sets = [tuple(mapping[k] for k in keys) for keys in self.key_sets if all(k in mapping for k in keys)]
+        if not sets:
+            return Dist("any", (), self.partitions)
+        return Dist("hash", sets[0], self.partitions).with_sets(sets[1:])
 
 
 SINGLE = Dist("single", (), 1)
@@ -98,14 +121,15 @@ class PhysicalPlanner:
 
     def _hashed_on(self, dist: Dist, keys: list[str]) -> bool:
         """Whether rows so distributed are already hashed exactly as a shuffle on ``keys`` would."""
-        return dist.kind == "hash" and list(dist.keys) == keys and dist.partitions == self.partitions
+        return dist.partitions == self.partitions and any(list(s) == keys for s in dist.key_sets)
 
-    def _positions(self, dist: Dist, keys: list[str]) -> list[int] | None:
-        """Which of a join side's ``keys`` its rows are hashed on, in hash order, if only on
-        keys (a shuffle of the other side on the matching keys then pairs them up)."""
-        if dist.kind != "hash" or not dist.keys or dist.partitions != self.partitions or not set(dist.keys) <= set(keys):
-            return None
-        return [keys.index(k) for k in dist.keys]
+    def _positions(self, dist: Dist, keys: list[str]) -> list[list[int]]:
+        """Which of a join side's ``keys`` its rows are hashed on, in hash order, for each key
+        tuple it is hashed on that has only keys (a shuffle of the other side on the matching
+        keys then pairs them up)."""
+        if dist.partitions != self.partitions:
+            return []
+        return [[keys.index(k) for k in s] for s in dist.key_sets if set(s) <= set(keys)]
 
     # ---- leaves and pass-through operators ---------------------------------------------
 
@@ -123,7 +147,7 @@ class PhysicalPlanner:
         ex, dist = self._producers[key]
         node.producer = ex
         if dist.kind == "hash":
-            return node, Dist("hash", tuple(node.column_map[k] for k in dist.keys), dist.partitions)
+            return node, dist.renamed(node.column_map)
         return node, Dist(dist.kind if dist.kind == "single" else "any", (), dist.partitions)
 
     def _values(self, node: lp.Values, want: tuple[str, ...]) -> tuple[lp.Node, Dist]:
@@ -140,12 +164,7 @@ class PhysicalPlanner:
         # A wanted column the projection computes cannot be asked of its input.
         wanted = tuple(sources[w] for w in want) if all(w in sources for w in want) else ()
         node.child, dist = self.plan(node.child, wanted)
-        if dist.kind != "hash":
-            return node, dist
-        renamed = node.renames
-        if all(k in renamed for k in dist.keys):
-            return node, Dist("hash", tuple(renamed[k] for k in dist.keys), dist.partitions)
-        return node, Dist("any", (), dist.partitions)
+        return node, dist.renamed(node.renames) if dist.kind == "hash" else dist
 
     # ---- joins -------------------------------------------------------------------------
 
@@ -166,20 +185,27 @@ class PhysicalPlanner:
         if ldist.kind == "single" and rdist.kind == "single":
             node.left, node.right = left, right
             return node, SINGLE
-        if side == "right":
-            node.left, node.right = left, self._exchange(right, "broadcast")[0]
-            return node, ldist
-        if side == "left":
+        lpos, rpos = self._positions(ldist, lkeys), self._positions(rdist, rkeys)
+        common = [p for p in lpos if p in rpos]
+        # Rows that join already share a partition (two reads of one shared CTE's output, as in
+        # TPC-DS q47 and q57): a broadcast would copy all of one side to every task for nothing.
+        if side is not None and not common:
+            inner = node.kind == "inner"
+            if side == "right":
+                node.left, node.right = left, self._exchange(right, "broadcast")[0]
+                return node, _equivalents(ldist, lkeys, rkeys) if inner else ldist
             node.left, node.right = self._exchange(left, "broadcast")[0], right
-            return node, rdist
+            return node, _equivalents(rdist, rkeys, lkeys) if inner else rdist
         if not lkeys:  # a nested-loop join neither side of which may be copied
             node.left, node.right = self._gather(left, ldist), self._gather(right, rdist)
             return node, SINGLE
-        # Both sides hashed on the same key positions: those one side is hashed on already
-        # (the other is shuffled to match), else the wanted ones.
-        positions = self._positions(ldist, lkeys) or self._positions(rdist, rkeys) or wanted
+        # Both sides hashed on the same key positions: those both are hashed on already, else
+        # those one is (the other is shuffled to match), else the wanted ones.
+        positions = (common or lpos or rpos or [wanted])[0]
         node.left, ldist = self._hash_to(left, ldist, [lkeys[i] for i in positions])
         node.right, rdist = self._hash_to(right, rdist, [rkeys[i] for i in positions])
+        if node.kind == "inner":  # both sides' rows sit by the same hash: all their keys hold
+            return node, ldist.with_sets(list(rdist.key_sets))
         if node.kind == "right":
             return node, rdist
         if node.kind == "full":
@@ -247,8 +273,7 @@ class PhysicalPlanner:
             node.child = child
             if dist.kind != "hash":
                 return node, dist
-            output = {e.name: n for n, e in reversed(node.keys)}  # the rows stay hashed on those keys
-            return node, Dist("hash", tuple(output[k] for k in dist.keys), dist.partitions)
+            return node, dist.renamed({e.name: n for n, e in reversed(node.keys)})  # rows stay hashed on those keys
         if split is None:
             # Not decomposable (DISTINCT, STDDEV, ...): move raw rows, aggregate once.
             if node.grouping_sets is not None:
@@ -452,6 +477,14 @@ class PhysicalPlanner:
         else:
             node.inputs = [self._hash_to(n, d, n.columns)[0] for n, d in planned]
         return node, Dist("hash", tuple(node.names), self.partitions)
+
+
+def _equivalents(dist: Dist, keys: list[str], other: list[str]) -> Dist:
+    """An inner join's output keeps ``dist`` (its staying side's) and is hashed as well on the
+    other side's join keys matching any of its key tuples: those columns hold the same values."""
+    if dist.kind != "hash":
+        return dist
+    return dist.with_sets([tuple(other[keys.index(k)] for k in s) for s in dist.key_sets if set(s) <= set(keys)])
 
 
 def _unique_rows(node: lp.Node) -> bool:
