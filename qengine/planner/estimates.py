@@ -93,10 +93,21 @@ def key_rows(node: lp.Node, column: str) -> float | None:
     """Row count of the table whose key ``column`` is, following renames through projections
     and filters down to a scan; None when the column is not a key. With no statistics a table's
     first column is taken as its key."""
+    found = scanned_column(node, column)
+    if found is None:
+        return None
+    scan, name = found
+    first = scan.source.schema[0].name if len(scan.source.schema) else None
+    return table_rows(scan) if first is not None and name == first else None
+
+
+def scanned_column(node: lp.Node, column: str) -> tuple[lp.Scan, str] | None:
+    """The scan and table column that ``column`` of ``node`` is, through renames, filters and
+    limits; None when it is computed or comes from anything else."""
     while True:
         if isinstance(node, lp.Scan):
-            first = node.source.schema[0].name if len(node.source.schema) else None
-            return float(max(1, node.source.rows)) if first and node.column_map.get(first) == column else None
+            source = next((name for name, internal in node.column_map.items() if internal == column), None)
+            return (node, source) if source is not None else None
         if isinstance(node, lp.Project):
             expr = dict(node.exprs).get(column)
             if expr is None and not node.passthrough:
@@ -108,6 +119,10 @@ def key_rows(node: lp.Node, column: str) -> float | None:
         elif not isinstance(node, lp.Filter | lp.Limit):
             return None
         node = node.child
+
+
+def table_rows(scan: lp.Scan) -> float:
+    return float(max(1, scan.source.rows))
 
 
 def refresh(node: lp.Node) -> None:
