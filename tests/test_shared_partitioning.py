@@ -106,3 +106,15 @@ def test_an_inner_joins_rows_are_hashed_on_both_sides_keys(shuffling, oracle) ->
            "JOIN (SELECT item_id, count(*) AS c FROM sales GROUP BY item_id) t ON i.item_id = t.item_id")
     assert len(_hash_exchanges(shuffling, sql)) == 3
     assert_same(shuffling, oracle, sql)
+
+
+def test_a_union_of_aggregates_reads_their_partitions_as_they_are(shuffling, oracle) -> None:
+    # TPC-DS q5 and q80's shape: per-channel totals, unioned, rolled up. Each total is hashed
+    # by its final aggregate already; the union reads those partitions, dealing none out again.
+    sql = ("SELECT k, sum(t) AS t FROM ("
+           "SELECT item_id AS k, sum(qty) AS t FROM sales WHERE store_id < 4 GROUP BY item_id UNION ALL "
+           "SELECT cust_id AS k, sum(qty) AS t FROM sales WHERE store_id >= 4 GROUP BY cust_id UNION ALL "
+           "SELECT 7 AS k, 1 AS t) u GROUP BY ROLLUP (k)")
+    plan = "\n".join(plan_lines(shuffling, sql))
+    assert plan.count("roundrobin exchange") == 1, plan  # only the single-row VALUES is dealt out
+    assert_same(shuffling, oracle, sql)

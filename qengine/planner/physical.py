@@ -466,7 +466,14 @@ class PhysicalPlanner:
                 node.inputs = [n if s else self._exchange(n, "broadcast", once=True)[0] for n, s in zip(node.inputs, scanned, strict=True)]
                 node.concat = True
                 return node, Dist("any")
-            node.inputs = [self._exchange(n, "roundrobin")[0] for n in node.inputs]
+            # Inputs already spread over the query's partitions (aggregates, shuffled joins) are
+            # read partition by partition as they are; the others are dealt out round-robin.
+            # TPC-DS q80 and q5 union three channels' totals, each hashed by its own final
+            # aggregate: dealt out again, that took a stage per union.
+            node.inputs = [
+                n if d.kind in ("hash", "any") and d.partitions == self.partitions else self._exchange(n, "roundrobin")[0]
+                for n, (_, d) in zip(node.inputs, planned, strict=True)
+            ]
             return node, Dist("any", (), self.partitions)
         if node.distinct and node.kind != "union":
             # INTERSECT and EXCEPT compare sets, typically of a few attribute values drawn from
