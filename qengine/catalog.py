@@ -67,6 +67,11 @@ class Source:
         source cannot be read that way."""
         return None
 
+    def single_split(self, split_bytes: int) -> bool:
+        """Whether :meth:`splits` makes one split of the table whatever the number of workers
+        (and with fewer row groups after pruning): its scan is then one task."""
+        return False
+
     def sql_schema(self) -> dict[str, str]:
         """Column name → SQL type, the form sqlglot's optimizer takes."""
         return {f.name: type_code(f.type) for f in self.schema}
@@ -145,7 +150,7 @@ class ParquetSource(Source):
         if not groups:
             return [self._split([])]
         wanted = math.ceil(total / split_bytes)
-        if total >= split_bytes / 8:
+        if not self._too_small_to_spread(total, split_bytes):
             # Big enough to spread: a split per worker at least. Scan tasks read files and never
             # wait on inputs, so more than one per worker only adds per-task costs (each task
             # re-reads the small tables it joins whole and emits its own partial aggregates).
@@ -160,6 +165,13 @@ class ParquetSource(Source):
             splits[-1].append(rg)
             acc += rg.bytes
         return [self._split(group) for group in splits]
+
+    def single_split(self, split_bytes: int) -> bool:
+        return len(self.row_groups) <= 1 or self._too_small_to_spread(sum(rg.bytes for rg in self.row_groups), split_bytes)
+
+    @staticmethod
+    def _too_small_to_spread(total: int, split_bytes: int) -> bool:
+        return total < split_bytes / 8
 
     def whole(self) -> dict:
         # Every task of a stage that reads the table whole gets this split: make it once.

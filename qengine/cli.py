@@ -70,6 +70,7 @@ def connection_options(args: argparse.Namespace) -> dict[str, Any]:
         "broadcast_threshold": args.broadcast_threshold,
         "replicate_size": args.replicate_size,
         "partitions": args.partitions,
+        "split_size": args.split_size,
         "shuffle": args.shuffle,
         "shuffle_memory": args.shuffle_memory,
         "prefetch_fraction": args.prefetch_fraction,
@@ -85,6 +86,10 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--replicate-size", default=SessionSettings.replicate_size,
         help="a broadcast Parquet table up to these bytes is read whole by each task that joins it; 0 never",
+    )
+    parser.add_argument(
+        "--split-size", default=SessionSettings.split_size,
+        help="bytes of table data per scan task, e.g. 64MB; a table of one split is read by one task",
     )
     parser.add_argument("--dialect", default="duckdb", help="SQL dialect of the input (default duckdb)")
     parser.add_argument("--shuffle", choices=["prefetch", "pull"], default="prefetch",

@@ -84,6 +84,7 @@ class SessionSettings:
             partitions=self.partitions or default_partitions(workers),
             broadcast_threshold=parse_size(self.broadcast_threshold, "broadcast_threshold"),
             replicate_bytes=parse_size(self.replicate_size, "replicate_size"),
+            split_bytes=parse_size(self.split_size, "split_size"),
         )
 
     def execution_options(self) -> Any:

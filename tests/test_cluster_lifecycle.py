@@ -236,7 +236,7 @@ def test_killed_worker_makes_the_next_query_fail_fast(data_paths, oracle) -> Non
 def test_worker_killed_during_a_query_fails_it_fast(data_paths) -> None:
     """A worker dies while a query runs (after its first task finished): the query fails, it does
     not hang; and closing the cluster removes the killed worker's spill directory too."""
-    with cluster_connection(workers=2, broadcast_threshold=0) as con:
+    with cluster_connection(workers=2, broadcast_threshold=0, split_size="200KB") as con:  # sales in several tasks
         log_dir = con._cluster.log_dir
         spill_dirs = list(con._cluster.spill_dirs)
         assert len(spill_dirs) == 2 and all(os.path.isdir(d) for d in spill_dirs)

@@ -68,15 +68,18 @@ def test_prefetch_reducers_read_local_memory(clusters) -> None:
     assert main.predicted is not None and len(main.predicted) == len(main.actual)
 
 
-def test_prefetch_pushes_only_while_map_tasks_run(clusters, oracle) -> None:
-    """A map stage of one task has finished by the time its reducers are placed, so nothing is
-    pushed: the reducers read its blocks where they are instead of waiting for a push that
-    overlaps no map work. A map stage of many tasks pushes while the rest still run."""
-    sql = "SELECT city, count(*) AS n, max(name) AS last FROM customers GROUP BY city"
-    one = max(_shuffle_stats(clusters["prefetch"], sql).shuffles, key=lambda s: sum(s.actual))
-    assert one.map_tasks == 1 and one.placement == "minheap"
-    assert one.pushed_tasks == 0
-    assert_same(clusters["prefetch"], oracle, sql)
+def test_prefetch_pushes_only_while_map_tasks_run(clusters, data_paths, oracle) -> None:
+    """Reducers placed once every map task has finished (a prefetch fraction of 1) get nothing
+    pushed: they read the blocks where they are instead of waiting for a push that overlaps no
+    map work. Placed at the default half, they get the rest pushed while it still runs."""
+    con = _engine(data_paths, broadcast_threshold=0, coalesce_size=0, shuffle="prefetch", prefetch_fraction=1.0)
+    try:
+        late = max(_shuffle_stats(con, SHUFFLE_QUERY).shuffles, key=lambda s: sum(s.actual))
+        assert late.map_tasks > 1 and late.placement == "minheap"
+        assert late.pushed_tasks == 0
+        assert_same(con, oracle, SHUFFLE_QUERY)
+    finally:
+        con.close()
     many = max(_shuffle_stats(clusters["prefetch"], SHUFFLE_QUERY).shuffles, key=lambda s: sum(s.actual))
     assert many.map_tasks > 1 and many.pushed_tasks > 0
 

@@ -118,3 +118,27 @@ def test_a_union_of_aggregates_reads_their_partitions_as_they_are(shuffling, ora
     plan = "\n".join(plan_lines(shuffling, sql))
     assert plan.count("roundrobin exchange") == 1, plan  # only the single-row VALUES is dealt out
     assert_same(shuffling, oracle, sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        # a GROUP BY and an ORDER BY over a table of one split
+        "SELECT city, count(*) AS n, max(name) AS last FROM customers GROUP BY city ORDER BY n DESC, city",
+        # two such tables joined, then a window
+        "SELECT c.city, i.brand, rank() OVER (PARTITION BY c.city ORDER BY i.item_id) AS r "
+        "FROM customers c JOIN items i ON c.cust_id = i.item_id",
+        # TPC-DS q9's shape: one such table beside aggregates gathered from a big one
+        "SELECT c.name, (SELECT count(*) FROM sales WHERE qty > 50) AS big, (SELECT avg(amount) FROM sales) AS a "
+        "FROM customers c WHERE c.cust_id = 7",
+    ],
+)
+def test_tables_of_one_split_are_read_in_one_task_with_no_exchange(shuffling, oracle, sql: str) -> None:
+    # customers and items are one row group each; sales scans as several splits
+    lines = plan_lines(shuffling, sql)
+    for scan in ("Scan customers", "Scan items"):
+        at = [i for i, line in enumerate(lines) if line.strip().startswith(scan)]
+        for i in at:
+            header = next(lines[j] for j in range(i, -1, -1) if lines[j].startswith("Stage"))
+            assert "1 task(s) → result" in header, "\n".join(lines)  # no exchange after it
+    assert_same(shuffling, oracle, sql)

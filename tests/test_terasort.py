@@ -136,7 +136,8 @@ def test_cli_round_trip(tmp_path) -> None:
     assert gen.returncode == 0, gen.stderr
     again = run("gen", "--records", "10", "--out", str(tmp_path / "in"))
     assert again.returncode != 0 and "not empty" in again.stderr
-    ran = run("run", "--in", str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--shuffle", "pull")
+    # 5 MB would be one split (one task, one part file): small splits make it shuffle
+    ran = run("run", "--in", str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--shuffle", "pull", "--split-size", "1MB")
     assert ran.returncode == 0, ran.stderr
     ok = run("validate", "--in", str(tmp_path / "in"), "--out", str(tmp_path / "out"))
     assert ok.returncode == 0 and "SUCCESS" in ok.stdout

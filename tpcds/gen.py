@@ -14,10 +14,22 @@ from tpcds.extension import connection
 ROW_GROUP_ROWS = 100_000
 
 
-def generate(sf: float, out: str, force: bool = False, progress: Callable[[str, int, int], None] | None = None) -> list[str]:
-    """Write one Parquet directory per table under ``out``; returns the table names."""
+def generate(
+    sf: float,
+    out: str,
+    force: bool = False,
+    progress: Callable[[str, int, int], None] | None = None,
+    row_group_rows: int = ROW_GROUP_ROWS,
+) -> list[str]:
+    """Write one Parquet directory per table under ``out``; returns the table names.
+
+    ``row_group_rows`` bounds the rows per row group, the unit a scan splits on: smaller ones
+    let a tiny scale factor's tables scan as several tasks, as SF 1's fact tables do.
+    """
     if sf <= 0:
         raise ProgrammingError(f"scale factor must be positive, not {sf}")
+    if row_group_rows < 1:
+        raise ProgrammingError(f"rows per row group must be positive, not {row_group_rows}")
     prepare_output_dir(out, force)
     with tempfile.TemporaryDirectory(prefix="qengine-dsdgen-") as tmp:
         con = connection(os.path.join(tmp, "gen.duckdb"))
@@ -32,7 +44,7 @@ def generate(sf: float, out: str, force: bool = False, progress: Callable[[str, 
                 target = os.path.join(out, table)
                 os.makedirs(target, exist_ok=True)
                 path = os.path.join(target, "part-0.parquet").replace("'", "''")
-                con.execute(f"COPY {table} TO '{path}' (FORMAT parquet, ROW_GROUP_SIZE {ROW_GROUP_ROWS})")
+                con.execute(f"COPY {table} TO '{path}' (FORMAT parquet, ROW_GROUP_SIZE {int(row_group_rows)})")
             if progress:
                 progress("done", len(tables), len(tables))
         finally:

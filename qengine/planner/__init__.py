@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import sqlglot.expressions as exp
 
-from qengine.catalog import Catalog
+from qengine.catalog import DEFAULT_SPLIT_BYTES, Catalog
 from qengine.planner.builder import Builder
 from qengine.planner.decorrelate import decorrelate
 from qengine.planner.frontend import optimize_query
@@ -25,6 +25,8 @@ class PlanOptions:
     broadcast_threshold: int = 10 << 20
     # A broadcast table of at most this many bytes is read whole by each consumer task instead.
     replicate_bytes: int = 8 << 20
+    # The scan split size: a table that makes one split is read by one task (Source.single_split).
+    split_bytes: int = DEFAULT_SPLIT_BYTES
 
 
 def plan_query(query: exp.Expression, catalog: Catalog, options: PlanOptions) -> StagePlan:
@@ -37,7 +39,9 @@ def plan_query(query: exp.Expression, catalog: Catalog, options: PlanOptions) ->
             # Nothing referenced (e.g. count(*)): read the first column so rows can be counted.
             first = node.source.schema[0].name
             node.column_map[first] = builder.names.new()
-    physical = PhysicalPlanner(options.partitions, options.broadcast_threshold, builder.widths, builder.names)
+    physical = PhysicalPlanner(
+        options.partitions, options.broadcast_threshold, builder.widths, builder.names, options.split_bytes
+    )
     root, _ = physical.plan(push_down(rel.node))
     plan = cut(root, rel.names, options.replicate_bytes)
     plan.readable = catalog.parquet_files()

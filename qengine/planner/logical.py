@@ -71,6 +71,8 @@ class Scan(Node):
     table: str = SCAN_TABLE  # what the fragment calls the split it reads (see stages.cut)
     # Read whole by every task of its stage, in place of a broadcast of it (see stages.cut).
     replicated: bool = False
+    # Read in one task, the table making one split (see PhysicalPlanner._scan).
+    single: bool = False
 
     @property
     def columns(self) -> list[str]:

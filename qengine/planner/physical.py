@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import sqlglot.expressions as exp
 
+from qengine.catalog import DEFAULT_SPLIT_BYTES
 from qengine.planner import estimates
 from qengine.planner import logical as lp
 from qengine.planner.logical import Exchange, col
@@ -72,8 +73,16 @@ _DECOMPOSABLE = {
 class PhysicalPlanner:
     """Inserts exchanges into a logical plan."""
 
-    def __init__(self, partitions: int, broadcast_threshold: int, widths: dict[str, float], names: lp.Names) -> None:
+    def __init__(
+        self,
+        partitions: int,
+        broadcast_threshold: int,
+        widths: dict[str, float],
+        names: lp.Names,
+        split_bytes: int = DEFAULT_SPLIT_BYTES,
+    ) -> None:
         self.partitions = max(1, partitions)
+        self.split_bytes = split_bytes
         self.broadcast_threshold = broadcast_threshold
         self.widths = widths
         self.names = names
@@ -134,7 +143,11 @@ class PhysicalPlanner:
     # ---- leaves and pass-through operators ---------------------------------------------
 
     def _scan(self, node: lp.Scan, want: tuple[str, ...]) -> tuple[lp.Node, Dist]:
-        return node, Dist("any")
+        """A table read in one task (one split) has all its rows in one place: what is computed
+        from it alone needs no exchange (TPC-DS q83's three week lists, drawn from date_dim,
+        took a partial aggregate, a shuffle and a final aggregate each)."""
+        node.single = node.source.single_split(self.split_bytes)
+        return node, SINGLE if node.single else Dist("any")
 
     def _sharedscan(self, node: lp.SharedScan, want: tuple[str, ...]) -> tuple[lp.Node, Dist]:
         """Plan the shared producer once; readers keep its partitioning under their own names."""

@@ -30,7 +30,8 @@ class Stage:
     reads: list[lp.ExchangeRead] = field(default_factory=list)
     # the tables it scans: one, or one per input of a concatenated UNION ALL
     scans: list[lp.Scan] = field(default_factory=list)
-    # small tables every task reads whole, where a broadcast of them would have been
+    # small tables every task reads whole, where a broadcast of them would have been, and
+    # tables of one split each that a one-task stage joins
     replicated: list[lp.Scan] = field(default_factory=list)
     # (scan source column, broadcast shuffle id, build-side column): inner/semi joins whose
     # build side is broadcast, so the scan can skip data outside the build keys' min/max.
@@ -145,9 +146,13 @@ def cut(root: lp.Node, names: list[str], replicate_bytes: int = 0) -> StagePlan:
         fragment = visit(fragment)
         reads = [n for n in lp.walk(fragment) if isinstance(n, lp.ExchangeRead)]
         every = [n for n in lp.walk(fragment) if isinstance(n, lp.Scan)]
-        scans = [n for n in every if not n.replicated]
-        replicated = [n for n in every if n.replicated]
         concat = any(isinstance(n, lp.SetOp) and n.concat for n in lp.walk(fragment))
+        scans = [n for n in every if not n.replicated]
+        if scans and not concat and all(n.single for n in scans) and (len(scans) > 1 or partitioned(reads)):
+            for scan in scans:  # tables of one split each, joined in the stage's one task
+                scan.replicated = True
+            scans = []
+        replicated = [n for n in every if n.replicated]
         if (len(scans) > 1 and not concat) or (scans and partitioned(reads)):
             raise InternalError("a stage would read two differently partitioned inputs")
         for i, scan in enumerate(scans):
