@@ -133,12 +133,19 @@ def test_a_union_of_aggregates_reads_their_partitions_as_they_are(shuffling, ora
         "FROM customers c WHERE c.cust_id = 7",
     ],
 )
-def test_tables_of_one_split_are_read_in_one_task_with_no_exchange(shuffling, oracle, sql: str) -> None:
+def test_tables_of_one_split_are_read_in_one_task_with_no_exchange(default_engine, oracle, sql: str) -> None:
     # customers and items are one row group each; sales scans as several splits
-    lines = plan_lines(shuffling, sql)
+    lines = plan_lines(default_engine, sql)
     for scan in ("Scan customers", "Scan items"):
         at = [i for i, line in enumerate(lines) if line.strip().startswith(scan)]
         for i in at:
             header = next(lines[j] for j in range(i, -1, -1) if lines[j].startswith("Stage"))
             assert "1 task(s) → result" in header, "\n".join(lines)  # no exchange after it
+    assert_same(default_engine, oracle, sql)
+
+
+def test_with_broadcasts_off_tables_of_one_split_join_through_a_shuffle(shuffling, oracle) -> None:
+    sql = "SELECT c.city, i.brand, count(*) AS n FROM customers c JOIN items i ON c.cust_id = i.item_id GROUP BY 1, 2"
+    keys = _hash_exchanges(shuffling, sql)
+    assert len(keys) >= 2, keys  # both sides hashed on the join key
     assert_same(shuffling, oracle, sql)

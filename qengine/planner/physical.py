@@ -195,7 +195,9 @@ class PhysicalPlanner:
             lwant, rwant = tuple(lkeys[i] for i in wanted), tuple(rkeys[i] for i in wanted)
         left, ldist = self.plan(node.left, lwant)
         right, rdist = self.plan(node.right, rwant)
-        if ldist.kind == "single" and rdist.kind == "single":
+        # Two sides in one place join there, but with broadcasts off every equi-join shuffles
+        # (that mode exists to take each join through the exchange).
+        if ldist.kind == "single" and rdist.kind == "single" and (self.broadcast_threshold > 0 or not lkeys):
             node.left, node.right = left, right
             return node, SINGLE
         lpos, rpos = self._positions(ldist, lkeys), self._positions(rdist, rkeys)
