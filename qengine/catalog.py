@@ -131,6 +131,7 @@ class ParquetSource(Source):
                         group.ranges[top] = (st.min, st.max)
             self._file_rows[path] = first
         self._rows = sum(rg.rows for rg in self.row_groups)
+        self._bytes = sum(rg.bytes for rg in self.row_groups)
         self._widths = {k: v / max(1, self._rows) for k, v in widths.items()}
         self._whole: dict | None = None
 
@@ -167,7 +168,7 @@ class ParquetSource(Source):
         return [self._split(group) for group in splits]
 
     def single_split(self, split_bytes: int) -> bool:
-        return len(self.row_groups) <= 1 or self._too_small_to_spread(sum(rg.bytes for rg in self.row_groups), split_bytes)
+        return len(self.row_groups) <= 1 or self._too_small_to_spread(self._bytes, split_bytes)
 
     @staticmethod
     def _too_small_to_spread(total: int, split_bytes: int) -> bool:

@@ -14,6 +14,11 @@ import time
 import qengine
 from qengine.compare import compare
 
+# A tenth of the default split size and broadcast threshold: they treat SF 0.1 as the defaults
+# treat SF 1 (see run).
+SPLIT_SIZE = "12MB"
+BROADCAST_THRESHOLD = "1MB"
+
 SHOWCASE = {
     "revenue by store and year (join + aggregate + sort)": """
         SELECT s_store_name, d_year, count(*) AS sales, sum(ss_net_paid) AS revenue
@@ -39,7 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="generate TPC-DS data and run queries on a local cluster, checked against DuckDB")
     p.add_argument("--sf", type=float, default=0.1, help="TPC-DS scale factor (default 0.1)")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--split-size", default="12MB", help="bytes of table data per scan task (default 12MB)")
+    p.add_argument("--split-size", default=SPLIT_SIZE, help=f"bytes of table data per scan task (default {SPLIT_SIZE})")
     p.add_argument("--data", help="data directory (default: the cache directory)")
     p.add_argument("--queries", default="3,7,42,55,96", help="TPC-DS query numbers to run as well")
     p.set_defaults(func=run)
@@ -73,10 +78,9 @@ def run(args: argparse.Namespace) -> int:
     failures = 0
     started = time.perf_counter()
     # The demo's tables are small: at the default split size every one would be a single
-    # split, read in one task, and a fact table's few columns would be broadcast. Splits and a
-    # broadcast threshold a tenth of the defaults treat SF 0.1 as the defaults treat SF 1, so
-    # the demo shows the distributed plans SF 1 runs.
-    with qengine.connect(workers=args.workers, split_size=args.split_size, broadcast_threshold="1MB") as con:
+    # split, read in one task, and a fact table's few columns would be broadcast: with smaller
+    # splits and threshold the demo shows the distributed plans SF 1 runs.
+    with qengine.connect(workers=args.workers, split_size=args.split_size, broadcast_threshold=BROADCAST_THRESHOLD) as con:
         console.print(f"Local cluster: {args.workers} worker processes, started in {time.perf_counter() - started:.2f}s")
         register_directory(con, data)
         first = True

@@ -459,28 +459,28 @@ class Builder:
         scans (1.9M rows each) before the year's web sales that keep 1 return in 500."""
         tables = []
         for side in zip(*edges, strict=True):
-            found = set()
-            for e in side:
-                scope = scopes.get(e.table.lower()) if isinstance(e, exp.Column) else None
-                internal = scope.lookup(e.name) if scope is not None else None
-                hit = estimates.scanned_column(scope.node, internal) if internal else None
-                found.add(id(hit[0]) if hit else None)
-                table = hit[0] if hit else None
-            if len(found) != 1 or table is None:
+            hits = [Builder._scanned(e, scopes) for e in side]
+            if any(hit is None for hit in hits) or len({id(hit[0]) for hit in hits}) != 1:
                 return None  # a side's columns are not all of one table
-            tables.append(table)
+            tables.append(hits[0][0])
         ta, tb = (estimates.table_rows(t) for t in tables)
         if ta >= tb:
             return ("left", min(1.0, a.node.est_rows / ta))
         return ("right", min(1.0, b.node.est_rows / tb))
 
     @staticmethod
+    def _scanned(e: exp.Expression, scopes: dict[str, SourceScope]) -> tuple[Scan, str] | None:
+        """The scan and table column a column expression reads (see ``estimates.scanned_column``)."""
+        scope = scopes.get(e.table.lower()) if isinstance(e, exp.Column) else None
+        internal = scope.lookup(e.name) if scope is not None else None
+        return estimates.scanned_column(scope.node, internal) if scope is not None and internal else None
+
+    @staticmethod
     def _key_rows(e: exp.Expression, scopes: dict[str, SourceScope], cache: dict[int, float | None]) -> float | None:
         """The table's row count when ``e`` looks like its key (see ``estimates.key_rows``)."""
         if id(e) not in cache:
-            scope = scopes.get(e.table.lower()) if isinstance(e, exp.Column) else None
-            internal = scope.lookup(e.name) if scope is not None else None
-            cache[id(e)] = estimates.key_rows(scope.node, internal) if scope is not None and internal else None
+            hit = Builder._scanned(e, scopes)
+            cache[id(e)] = estimates.key_rows(*hit) if hit is not None else None
         return cache[id(e)]
 
     def _outer_join(

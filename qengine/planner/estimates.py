@@ -89,16 +89,11 @@ def keyed_rows(left: float, right: float, key: tuple[str, float]) -> float:
     return (left if side == "right" else right) * kept
 
 
-def key_rows(node: lp.Node, column: str) -> float | None:
-    """Row count of the table whose key ``column`` is, following renames through projections
-    and filters down to a scan; None when the column is not a key. With no statistics a table's
-    first column is taken as its key."""
-    found = scanned_column(node, column)
-    if found is None:
-        return None
-    scan, name = found
+def key_rows(scan: lp.Scan, column: str) -> float | None:
+    """Row count of ``scan``'s table when its ``column`` looks like the table's key; None when
+    not. With no statistics a table's first column is taken as its key."""
     first = scan.source.schema[0].name if len(scan.source.schema) else None
-    return table_rows(scan) if first is not None and name == first else None
+    return table_rows(scan) if column == first else None
 
 
 def scanned_column(node: lp.Node, column: str) -> tuple[lp.Scan, str] | None:
