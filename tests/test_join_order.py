@@ -80,3 +80,73 @@ def test_returns_joined_on_a_composite_key_answer_as_duckdb(tables) -> None:
             oracle.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{path}')")
         assert_same(con, oracle, RETURNS_QUERY)
     oracle.close()
+
+
+# q6's and q58's shapes: a month (or a week's days) picked by an uncorrelated scalar or IN
+# subquery. The subquery's column is unique (a DISTINCT, or the IN's grouping), so joining the
+# dates to it keeps a month of them; taken for many-to-many, that join came after the sales had
+# met every dimension unfiltered.
+MONTH_QUERIES = {
+    "scalar": """
+SELECT i.category, count(*) AS n, sum(s.price) AS price
+FROM sales s, days d, items i
+WHERE s.day_id = d.day_id AND s.item_id = i.item_id
+  AND d.month_seq = (SELECT DISTINCT month_seq FROM days WHERE year = 3 AND moy = 5)
+GROUP BY i.category
+""",
+    "in": """
+SELECT i.category, count(*) AS n, sum(s.price) AS price
+FROM sales s, days d, items i
+WHERE s.day_id = d.day_id AND s.item_id = i.item_id
+  AND d.day_id IN (SELECT day_id FROM days WHERE week_seq = (SELECT week_seq FROM days WHERE day_id = 400))
+GROUP BY i.category
+""",
+}
+
+
+@pytest.fixture(scope="module")
+def calendar(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("calendar")
+    rng = np.random.default_rng(11)
+    ndays, n = 1_440, 80_000
+    day = np.arange(ndays)
+    tables = {
+        "days": pa.table({
+            "day_id": pa.array(day),
+            "week_seq": pa.array(day // 7),
+            "month_seq": pa.array(day // 30),
+            "year": pa.array(day // 360),
+            "moy": pa.array(day % 360 // 30 + 1),
+        }),
+        "items": pa.table({"item_id": pa.array(np.arange(500)), "category": pa.array(["a", "b", "c", "d", "e"] * 100)}),
+        "sales": pa.table({  # first column not a key, as in TPC-DS
+            "day_id": pa.array(rng.integers(0, ndays, n)),
+            "item_id": pa.array(rng.integers(0, 500, n)),
+            "price": pa.array(np.round(rng.random(n) * 100, 2)),
+        }),
+    }
+    paths = {}
+    for name, table in tables.items():
+        (root / name).mkdir()
+        paths[name] = str(root / name / "part-0.parquet")
+        pq.write_table(table, paths[name])
+    return paths
+
+
+@pytest.mark.parametrize("shape", sorted(MONTH_QUERIES))
+def test_dates_meet_the_subquery_picking_them_before_the_sales(calendar, shape: str) -> None:
+    joins = _joins_over(MONTH_QUERIES[shape], calendar)
+    assert {"days"} in joins, joins  # the dates are cut to the month (or week) first
+    first_with_sales = joins[max(i for i, tables in enumerate(joins) if "sales" in tables)]
+    assert "items" not in first_with_sales, joins  # and the sales meet those dates before the items
+
+
+@pytest.mark.parametrize("shape", sorted(MONTH_QUERIES))
+def test_dates_picked_by_a_subquery_answer_as_duckdb(calendar, shape: str) -> None:
+    oracle = duckdb.connect()
+    with qengine.connect(workers=2) as con:
+        for name, path in calendar.items():
+            con.register_parquet(name, path)
+            oracle.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{path}')")
+        assert_same(con, oracle, MONTH_QUERIES[shape])
+    oracle.close()

@@ -13,6 +13,7 @@ import functools
 import itertools
 from collections import Counter
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 import duckdb
@@ -76,6 +77,27 @@ def conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
 
 def and_all(parts: list[exp.Expression]) -> exp.Expression | None:
     return functools.reduce(lambda a, b: exp.and_(a, b, copy=False), parts) if parts else None
+
+
+COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+# Tests that are NULL for a NULL operand, and expressions that are NULL whenever an operand is:
+# a filter built only of these, over a column of the padded side, is NULL (so false) on every
+# padded row.
+_STRICT_TESTS = (*COMPARISONS, exp.Between, exp.Like, exp.ILike)
+_STRICT = (exp.Column, exp.Identifier, exp.Literal, exp.Paren, exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Div,
+           exp.Mod, exp.Cast, exp.DataType, exp.DataTypeParam, *_STRICT_TESTS)
+
+
+def null_rejecting(p: exp.Expression, padded: AbstractSet[str], refs: Callable[[exp.Expression], AbstractSet[str]]) -> bool:
+    """Whether filter ``p`` is never true on a row an outer join padded with NULLs for the
+    side ``padded`` names (its columns or its aliases, as ``refs`` finds them in ``p``)."""
+    if isinstance(p, exp.Not) and isinstance(p.this, exp.Is) and isinstance(p.this.expression, exp.Null):
+        p = p.this.this  # x IS NOT NULL
+    elif isinstance(p, exp.In) and not p.args.get("query"):
+        p = p.this  # x IN (...) is NULL for a NULL x
+    elif not isinstance(p, _STRICT_TESTS):
+        return False
+    return bool(refs(p) & padded) and all(isinstance(n, _STRICT) for n in p.walk())
 
 
 def source_aliases(e: exp.Expression) -> frozenset[str]:
@@ -352,6 +374,8 @@ class Builder:
             kind = (join.args.get("kind") or "").upper()
             if join.args.get("using"):
                 raise NotSupportedError("JOIN ... USING is not supported after qualification")
+            if side == "LEFT" and not kind and push_where and self._required(join.this, where):
+                side = ""  # an inner join: it goes into the join group, to be ordered with the rest
             if kind in ("SEMI", "ANTI") or side:
                 if pending:
                     current = self._join_group(([current] if current else []) + pending, pool, scopes)
@@ -372,6 +396,14 @@ class Builder:
         leftover = [c.expr for c in where if not c.used] if push_where else [c.expr for c in where]
         leftover += [c.expr for c in pool if not c.used and c not in where]
         return current.node, scopes, leftover
+
+    @staticmethod
+    def _required(item: exp.Expression, where: list[_Conjunct]) -> bool:
+        """Whether WHERE drops every row a LEFT JOIN of ``item`` pads with NULLs, which makes it
+        an inner join: an IN subquery, which the optimizer makes ``LEFT JOIN _u ... WHERE NOT
+        _u.x IS NULL``, so joins in the order the other joins' sizes call for, not last."""
+        alias = frozenset([item.alias_or_name.lower()])
+        return any(null_rejecting(c.expr, alias, source_aliases) for c in where)
 
     def _filter(self, item: _Item, conds: list[_Conjunct], scopes: dict[str, SourceScope]) -> _Item:
         if not conds:
@@ -477,10 +509,15 @@ class Builder:
 
     @staticmethod
     def _key_rows(e: exp.Expression, scopes: dict[str, SourceScope], cache: dict[int, float | None]) -> float | None:
-        """The table's row count when ``e`` looks like its key (see ``estimates.key_rows``)."""
+        """The table's row count when ``e`` looks like its key (see ``estimates.key_rows``), or
+        the values it can take when its relation has each once (``estimates.distinct_rows``)."""
         if id(e) not in cache:
             hit = Builder._scanned(e, scopes)
-            cache[id(e)] = estimates.key_rows(*hit) if hit is not None else None
+            rows = estimates.key_rows(*hit) if hit is not None else None
+            scope = scopes.get(e.table.lower()) if rows is None and isinstance(e, exp.Column) else None
+            if scope is not None:
+                rows = estimates.distinct_rows(scope.node, scope.lookup(e.name))
+            cache[id(e)] = rows
         return cache[id(e)]
 
     def _outer_join(

@@ -27,12 +27,11 @@ import sqlglot.expressions as exp
 
 from qengine.planner import estimates
 from qengine.planner import logical as lp
-from qengine.planner.builder import and_all, conjuncts
+from qengine.planner.builder import COMPARISONS, and_all, conjuncts, null_rejecting
 from qengine.planner.logical import col
 
 # Functions whose value differs between evaluations: a filter using one stays where it is.
 _VOLATILE = frozenset({"random", "uuid", "gen_random_uuid", "nextval", "setseed"})
-_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 
 
 def push_down(root: lp.Node) -> lp.Node:
@@ -148,29 +147,11 @@ def _without_null_rows(kind: str, preds: list[exp.Expression], left: set[str], r
     filter that is never true when one side's columns are NULL (``returned_amount > 10000``
     over ``sales LEFT JOIN returns``) turns that side from optional into required, as
     DuckDB's and Spark's optimizers do; the filter can then go into that side's scan."""
-    drops_right = kind in ("left", "full") and any(_null_rejecting(p, right) for p in preds)
-    drops_left = kind in ("right", "full") and any(_null_rejecting(p, left) for p in preds)
+    drops_right = kind in ("left", "full") and any(null_rejecting(p, right, _refs) for p in preds)
+    drops_left = kind in ("right", "full") and any(null_rejecting(p, left, _refs) for p in preds)
     if kind == "full":
         return "inner" if drops_left and drops_right else "left" if drops_left else "right" if drops_right else kind
     return "inner" if drops_left or drops_right else kind
-
-
-# Tests that are NULL for a NULL operand, and expressions that are NULL whenever an operand is:
-# a filter built only of these, over a column of the padded side, is NULL (so false) on every
-# padded row.
-_STRICT_TESTS = (*_COMPARISONS, exp.Between, exp.Like, exp.ILike)
-_STRICT = (exp.Column, exp.Identifier, exp.Literal, exp.Paren, exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Div,
-           exp.Mod, exp.Cast, exp.DataType, exp.DataTypeParam, *_STRICT_TESTS)
-
-
-def _null_rejecting(p: exp.Expression, padded: set[str]) -> bool:
-    if isinstance(p, exp.Not) and isinstance(p.this, exp.Is) and isinstance(p.this.expression, exp.Null):
-        p = p.this.this  # x IS NOT NULL
-    elif isinstance(p, exp.In) and not p.args.get("query"):
-        p = p.this  # x IN (...) is NULL for a NULL x
-    elif not isinstance(p, _STRICT_TESTS):
-        return False
-    return bool(_refs(p) & padded) and all(isinstance(n, _STRICT) for n in p.walk())
 
 
 def implied(node: lp.Node) -> list[exp.Expression]:
@@ -217,7 +198,7 @@ def _copyable(p: exp.Expression) -> bool:
     other side (a string constant compared with a key of another type could fail to cast)."""
     if len(_refs(p)) != 1 or not _movable(p):
         return False
-    if isinstance(p, _COMPARISONS):
+    if isinstance(p, COMPARISONS):
         sides = [p.this, p.expression]
     elif isinstance(p, exp.Between):
         sides = [p.this, p.args["low"], p.args["high"]]
