@@ -12,13 +12,18 @@ import threading
 import duckdb
 
 
-def safe_connection(threads: int = 1, readable: tuple[str, ...] = ()) -> duckdb.DuckDBPyConnection:
+def safe_connection(threads: int = 1, readable: tuple[str, ...] = (), build_sides: bool = False) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection that cannot reach files, the network or extensions.
 
     ``readable`` names the only files it may read: the Parquet files of the registered tables,
     whose splits qengine's scan hands to DuckDB so that filters and projections reach the
     Parquet reader.
     They can only be allowed once the database is open, so the lock comes after them.
+
+    Joins run in the order the planner rendered them. DuckDB takes every Arrow input for one row
+    (duckdb/duckdb#25631), so it picks hash join build sides only with ``build_sides``, for
+    fragments where that is about right (see ``Coordinator``'s task specs); otherwise the
+    renderer's choice, made from actual input sizes, stands.
     """
     con = duckdb.connect(
         config={
@@ -27,7 +32,7 @@ def safe_connection(threads: int = 1, readable: tuple[str, ...] = ()) -> duckdb.
             "autoinstall_known_extensions": False,
             "allow_community_extensions": False,
             "allow_unsigned_extensions": False,
-            "disabled_optimizers": "join_order,build_side_probe_side",
+            "disabled_optimizers": "join_order" if build_sides else "join_order,build_side_probe_side",
         }
     )
     if readable:

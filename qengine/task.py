@@ -69,37 +69,39 @@ class Lease:
 class ConnectionPool:
     """Reusable safe DuckDB connections: opening one per task costs about 10 ms.
 
-    Connections are kept per set of readable files (none, or the catalog's Parquet files), at
-    most ``IDLE`` in all. A task has its connection to itself for the length of its lease.
+    Connections are kept per kind (the set of readable files, none or the catalog's Parquet
+    files, and whether DuckDB picks build sides), at most ``IDLE`` in all. A task has its
+    connection to itself for the length of its lease.
     """
 
     IDLE = 32
 
     def __init__(self, threads: int) -> None:
         self.threads = threads
-        self._idle: dict[tuple[str, ...], list[duckdb.DuckDBPyConnection]] = {}
+        self._idle: dict[tuple[tuple[str, ...], bool], list[duckdb.DuckDBPyConnection]] = {}
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
-    def connection(self, readable: tuple[str, ...] = ()) -> Iterator[Lease]:
+    def connection(self, readable: tuple[str, ...] = (), build_sides: bool = False) -> Iterator[Lease]:
+        kind = (readable, build_sides)
         with self._lock:
-            idle = self._idle.get(readable)
+            idle = self._idle.get(kind)
             con = idle.pop() if idle else None
-        lease = Lease(con if con is not None else safe_connection(self.threads, readable))
+        lease = Lease(con if con is not None else safe_connection(self.threads, readable, build_sides))
         try:
             yield lease
             lease.clear()
         except BaseException:
             lease.con.close()
             raise
-        self._keep(readable, lease.con)
+        self._keep(kind, lease.con)
 
-    def _keep(self, readable: tuple[str, ...], con: duckdb.DuckDBPyConnection) -> None:
+    def _keep(self, kind: tuple[tuple[str, ...], bool], con: duckdb.DuckDBPyConnection) -> None:
         """Return a connection to the idle ones, closing the oldest idle one past ``IDLE``."""
         evicted = None
         with self._lock:
-            self._idle.setdefault(readable, []).append(con)
-            self._idle[readable] = self._idle.pop(readable)  # most recently used last
+            self._idle.setdefault(kind, []).append(con)
+            self._idle[kind] = self._idle.pop(kind)  # most recently used last
             if sum(len(v) for v in self._idle.values()) > self.IDLE:
                 oldest = next(iter(self._idle))
                 evicted = self._idle[oldest].pop(0)
@@ -204,7 +206,8 @@ class TaskRunner:
         }
         splits = [inp["split"] for inp in spec["inputs"] if inp["name"] in scans]
         inputs = [inp for inp in spec["inputs"] if inp["name"] not in scans]
-        with self.connections.connection(tuple(spec.get("readable") or ()) if scans else ()) as lease:
+        readable = tuple(spec.get("readable") or ()) if scans else ()
+        with self.connections.connection(readable, bool(spec.get("build_sides"))) as lease:
             loaded = list(self._inputs.map(self._load, inputs)) if len(inputs) > 1 else [self._load(i) for i in inputs]
             read_at = time.perf_counter()
             rows_in = sum(t.num_rows for t in loaded) + sum(split["rows"] for split in splits)

@@ -3,6 +3,7 @@ fragment connection that may read only the registered tables' files, and scan fa
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -14,6 +15,9 @@ import pytest
 
 import qengine
 from qengine.catalog import ParquetSource
+from qengine.coordinator import _duckdb_builds
+from qengine.planner import logical as lp
+from qengine.planner.frontend import parse
 from qengine.sandbox import safe_connection
 from qengine.scan import parquet_sql, split_files
 from tests.conftest import assert_same
@@ -98,3 +102,41 @@ def test_a_file_removed_after_registration_fails_the_scan_by_name(tmp_path, orac
         shutil.copy(paths[0], paths[1])  # a different file where it was: read, not refused
         assert con.execute("SELECT count(*) FROM t").fetchone() == (3000,)
         assert_same(con, oracle, "SELECT category, count(*) FROM items GROUP BY category")
+
+
+@pytest.mark.parametrize("build_sides", [False, True])
+def test_duckdb_picks_hash_join_build_sides_only_when_asked(tmp_path, build_sides: bool) -> None:
+    """The rendered join builds on its right input; DuckDB may swap the sides, by the Parquet
+    sizes it reads, only on a ``build_sides`` connection."""
+    big, small = str(tmp_path / "big.parquet"), str(tmp_path / "small.parquet")
+    pq.write_table(pa.table({"k": np.arange(50_000), "v": np.arange(50_000)}), big)
+    pq.write_table(pa.table({"k": np.arange(100), "w": np.arange(100)}), small)
+    sql = (f"SELECT * FROM (SELECT * FROM read_parquet('{small}')) AS l "
+           f"JOIN (SELECT * FROM read_parquet('{big}')) AS r ON l.k = r.k")
+    con = safe_connection(1, (big, small), build_sides=build_sides)
+    try:
+        nodes = [json.loads(con.sql("EXPLAIN (FORMAT JSON) " + sql).fetchall()[0][1])[0]]
+        while nodes[-1]["name"].strip() != "HASH_JOIN":
+            nodes.append(nodes[-1]["children"][0])
+        probe, build = (int(c["extra_info"]["Estimated Cardinality"]) for c in nodes[-1]["children"])
+        assert (probe, build) == ((50_000, 100) if build_sides else (100, 50_000))
+        assert len(con.sql(sql).fetchall()) == 100
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize(("options", "reads", "duckdb_builds"), [
+    # the sales scan joins the customers broadcast: DuckDB builds, knowing the scan's size
+    ({"replicate_size": 0}, ["broadcast"], True),
+    # the join reads both sides hashed, Arrow inputs DuckDB takes for one row: the renderer builds
+    ({"broadcast_threshold": 0}, ["hash"], False),
+])
+def test_duckdb_builds_where_every_exchange_read_is_a_broadcast(data_paths, options, reads, duckdb_builds) -> None:
+    sql = "SELECT c.city, sum(s.amount) AS total FROM sales s JOIN customers c ON s.cust_id = c.cust_id GROUP BY c.city"
+    with qengine.connect(workers=2, split_size="200KB", **options) as con:
+        for name, path in data_paths.items():
+            con.register_parquet(name, path)
+        plan = con.session.plan(parse(sql, "duckdb")[0])
+    [join] = [s for s in plan.stages if any(isinstance(n, lp.Join) for n in lp.walk(s.root))]
+    assert sorted({r.kind for r in join.reads}) == reads
+    assert _duckdb_builds(join) is duckdb_builds

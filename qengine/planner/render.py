@@ -83,8 +83,8 @@ def _render(node: lp.Node) -> exp.Query:
             else:
                 return _join(_select_all().from_(left, copy=False), right, "cross")
         if node.kind in _FLIPPED and node.left.est_rows < node.right.est_rows:
-            # DuckDB builds its hash table on the right input, and fragments run with its join
-            # reordering off (it sees no sizes of Arrow inputs), so the smaller side goes right.
+            # DuckDB builds its hash table on the right input, and most fragments run with its
+            # choice of sides off (it sees no sizes of Arrow inputs), so the smaller side goes right.
             cols = [col(c) for c in node.columns]
             return _join(exp.select(*cols).from_(right, copy=False), left, _FLIPPED[node.kind], on)
         return _join(_select_all().from_(left, copy=False), right, node.kind, on)
