@@ -11,6 +11,7 @@ from qengine.planner.builder import Builder
 from qengine.planner.decorrelate import decorrelate
 from qengine.planner.frontend import optimize_query
 from qengine.planner.logical import Scan, walk
+from qengine.planner.merge_aggregates import merge_scalar_aggregates
 from qengine.planner.physical import PhysicalPlanner
 from qengine.planner.pushdown import push_down
 from qengine.planner.stages import StagePlan, cut
@@ -31,7 +32,7 @@ class PlanOptions:
 
 def plan_query(query: exp.Expression, catalog: Catalog, options: PlanOptions) -> StagePlan:
     """Plan a query (already bound and with views expanded) into a stage DAG."""
-    optimized = decorrelate(optimize_query(query, catalog, options.dialect))
+    optimized = decorrelate(merge_scalar_aggregates(optimize_query(query, catalog, options.dialect)))
     builder = Builder(catalog)
     rel = builder.build(optimized)
     for node in walk(rel.node):
