@@ -149,3 +149,27 @@ def test_with_broadcasts_off_tables_of_one_split_join_through_a_shuffle(shufflin
     keys = _hash_exchanges(shuffling, sql)
     assert len(keys) >= 2, keys  # both sides hashed on the join key
     assert_same(shuffling, oracle, sql)
+
+
+# q51's outer query: a running maximum per item over the full join of the two channels. The
+# join's rows sit by the item of whichever side matched, which is what the window partitions by.
+# By one side's item alone, NULL where that side had no match, the rows must be shuffled.
+_ITEM = {
+    "coalesce": ("coalesce(wa.item_id, wb.item_id)", 2),
+    "case": ("CASE WHEN wa.item_id IS NOT NULL THEN wa.item_id ELSE wb.item_id END", 2),
+    "one-side": ("wa.item_id", 3),
+}
+
+
+@pytest.mark.parametrize("spelling", sorted(_ITEM))
+def test_a_window_over_a_full_join_partitions_by_its_coalesced_key_where_it_is(shuffling, oracle, spelling: str) -> None:
+    item, shuffles = _ITEM[spelling]
+    sql = RUNNING_TOTALS.replace(
+        "SELECT coalesce(wa.item_id, wb.item_id) AS item,",
+        f"SELECT {item} AS item, max(cs) OVER (PARTITION BY {item} ORDER BY coalesce(wa.sold_date, wb.sold_date) "
+        "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS best,",
+    )
+    assert "best" in sql
+    keys = _hash_exchanges(shuffling, sql)
+    assert len(keys) == shuffles and all(len(k) == 1 for k in keys), keys
+    assert_same(shuffling, oracle, sql)

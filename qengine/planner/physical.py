@@ -25,13 +25,16 @@ class Dist:
 
     ``also`` lists other columns the rows are hashed on just as well: after an inner join on
     ``a = b``, rows hashed on ``a`` are hashed on ``b`` too, and a join on either needs no
-    shuffle (Spark's PartitioningCollection).
+    shuffle (Spark's PartitioningCollection). ``coalesced`` is a full join's key pairs
+    ``(a, b)``: its rows are hashed on neither column (one is NULL where a side had no match)
+    but on COALESCE(a, b), which a projection may compute (TPC-DS q51's windows partition by it).
     """
 
     kind: str
     keys: tuple[str, ...] = ()
     partitions: int = 0
     also: tuple[tuple[str, ...], ...] = ()
+    coalesced: tuple[tuple[str, str], ...] = ()
 
     @property
     def key_sets(self) -> tuple[tuple[str, ...], ...]:
@@ -177,6 +180,8 @@ class PhysicalPlanner:
         # A wanted column the projection computes cannot be asked of its input.
         wanted = tuple(sources[w] for w in want) if all(w in sources for w in want) else ()
         node.child, dist = self.plan(node.child, wanted)
+        if dist.coalesced:
+            return node, _coalesced(node, dist)
         return node, dist.renamed(node.renames) if dist.kind == "hash" else dist
 
     # ---- joins -------------------------------------------------------------------------
@@ -224,7 +229,7 @@ class PhysicalPlanner:
         if node.kind == "right":
             return node, rdist
         if node.kind == "full":
-            return node, Dist("any", (), self.partitions)
+            return node, Dist("any", (), self.partitions, coalesced=tuple((lkeys[i], rkeys[i]) for i in positions))
         return node, ldist
 
     def _broadcast_side(self, node: lp.Join) -> str | None:
@@ -591,3 +596,39 @@ def _with_filter(original: exp.Expression, agg: exp.Expression) -> exp.Expressio
     if isinstance(original, exp.Filter):
         return exp.Filter(this=agg, expression=original.expression.copy())
     return agg
+
+
+def _coalesced(node: lp.Project, dist: Dist) -> Dist:
+    """A full join's output (``dist.coalesced``) under a projection: hashed on the columns it
+    computes as COALESCE of each key pair, when it computes them all; else as before if it
+    passes every column on, and spread anyhow if not."""
+    names = []
+    for a, b in dist.coalesced:
+        name = next((n for n, e in node.exprs if _coalesces(e, a, b)), None)
+        if name is None:
+            return dist if node.passthrough else Dist("any", (), dist.partitions)
+        names.append(name)
+    return Dist("hash", tuple(names), dist.partitions)
+
+
+def _coalesces(e: exp.Expression, a: str, b: str) -> bool:
+    """Whether ``e`` is COALESCE(a, b) or COALESCE(b, a), also written as the optimizer's
+    ``CASE WHEN NOT x IS NULL THEN x ELSE y END``: the two are equal where both are set, since
+    the join matched them."""
+    def name(x: exp.Expression | None) -> str | None:
+        return x.name if isinstance(x, exp.Column) and not x.table else None
+
+    if isinstance(e, exp.Coalesce) and len(e.expressions) == 1:
+        pair = (name(e.this), name(e.expressions[0]))
+    elif isinstance(e, exp.Case) and len(e.args.get("ifs") or []) == 1 and e.this is None:
+        test = e.args["ifs"][0]
+        cond = test.this
+        if not (isinstance(cond, exp.Not) and isinstance(cond.this, exp.Is) and isinstance(cond.this.expression, exp.Null)):
+            return False
+        tested = name(cond.this.this)
+        pair = (name(test.args.get("true")), name(e.args.get("default")))
+        if tested != pair[0]:
+            return False
+    else:
+        return False
+    return sorted(pair) == sorted((a, b)) if None not in pair else False
