@@ -34,7 +34,7 @@ def merge_scalar_aggregates(query: exp.Expression) -> exp.Expression:
         return query
     ctes = {cte.alias_or_name.lower(): cte for cte in with_.expressions}
     reads = Counter(t.name.lower() for t in query.find_all(exp.Table) if not t.args.get("db"))
-    names = itertools.count()
+    names = (name for n in itertools.count() if (name := f"_merged_{n}") not in ctes)
     for select in list(query.find_all(exp.Select)):
         groups: dict[tuple, list[tuple[exp.Table, exp.Select]]] = {}
         for table in _cross_joined(select):
@@ -43,7 +43,7 @@ def merge_scalar_aggregates(query: exp.Expression) -> exp.Expression:
                 groups.setdefault(key, []).append((table, cte.this))
         for tables, members in groups.items():
             for batch in _batches(tables, members):
-                _merge(query, with_, select, batch, f"_merged_{next(names)}")
+                _merge(with_, select, batch, next(names))
     return query
 
 
@@ -90,11 +90,15 @@ def _mergeable(body: exp.Expression, ctes: dict[str, exp.CTE]) -> tuple | None:
         agg = e.this if isinstance(e, exp.Alias) else None
         if not isinstance(agg, _NULL_SKIPPING) or agg.find(exp.Query, exp.Window) or len(list(agg.find_all(exp.AggFunc))) > 1:
             return None
+        if isinstance(agg.this, exp.Distinct) and len(agg.this.expressions) != 1:
+            return None
     return tuple(sorted((t.name.lower(), t.alias_or_name.lower()) for t in tables))
 
 
-def _merge(query: exp.Expression, with_: exp.With, select: exp.Select, members: list[tuple[exp.Table, exp.Select]], name: str) -> None:
-    filters = [[c for c in conjuncts(body.args.get("where"))] for _, body in members]
+def _merge(with_: exp.With, select: exp.Select, members: list[tuple[exp.Table, exp.Select]], name: str) -> None:
+    """Replace the member CTEs by one named ``name``, where the first of them was, and
+    ``select``'s reads of them by one read of it, their columns by its."""
+    filters = [conjuncts(body.args.get("where")) for _, body in members]
     shared = set.intersection(*({c.sql() for c in f} for f in filters))
     rests = [and_all([c.copy() for c in f if c.sql() not in shared]) for f in filters]
     projections: list[exp.Expression] = []
