@@ -809,9 +809,10 @@ def _duckdb_builds(stage: Stage) -> bool:
     It reads a Parquet scan's size, with its filters' and join filters' effect, where the
     planner has only guesses: q16 joins a 61-day date range to the catalog sales of one state
     and call center county, which the planner guessed the smaller, and only building on the
-    dates lets their key range prune the sales scan's row groups (5 times faster). It takes an Arrow input for one row, which is
-    about right only for a broadcast (at most the broadcast threshold), so it decides where
-    every exchange read is one and some input a scan; the renderer, from actual sizes, elsewhere.
+    dates lets their key range prune the sales scan's row groups (5 times faster). It takes an
+    Arrow input for one row, which is about right only for a broadcast (at most the broadcast
+    threshold), so it decides where every exchange read is one and some input is a scan; the
+    renderer, from actual sizes, decides elsewhere.
     """
     return bool(stage.scans or stage.replicated) and all(read.kind == "broadcast" for read in stage.reads)
 

@@ -40,6 +40,7 @@ from qengine.planner.logical import (
     Values,
     Window,
     col,
+    not_null_operand,
     walk,
 )
 
@@ -91,8 +92,9 @@ _STRICT = (exp.Column, exp.Identifier, exp.Literal, exp.Paren, exp.Neg, exp.Add,
 def null_rejecting(p: exp.Expression, padded: AbstractSet[str], refs: Callable[[exp.Expression], AbstractSet[str]]) -> bool:
     """Whether filter ``p`` is never true on a row an outer join padded with NULLs for the
     side ``padded`` names (its columns or its aliases, as ``refs`` finds them in ``p``)."""
-    if isinstance(p, exp.Not) and isinstance(p.this, exp.Is) and isinstance(p.this.expression, exp.Null):
-        p = p.this.this  # x IS NOT NULL
+    tested = not_null_operand(p)
+    if tested is not None:
+        p = tested
     elif isinstance(p, exp.In) and not p.args.get("query"):
         p = p.this  # x IN (...) is NULL for a NULL x
     elif not isinstance(p, _STRICT_TESTS):
@@ -501,23 +503,29 @@ class Builder:
         return ("right", min(1.0, b.node.est_rows / tb))
 
     @staticmethod
-    def _scanned(e: exp.Expression, scopes: dict[str, SourceScope]) -> tuple[Scan, str] | None:
-        """The scan and table column a column expression reads (see ``estimates.scanned_column``)."""
+    def _resolved(e: exp.Expression, scopes: dict[str, SourceScope]) -> tuple[Node, str] | None:
+        """The relation a column expression reads and its internal name there."""
         scope = scopes.get(e.table.lower()) if isinstance(e, exp.Column) else None
         internal = scope.lookup(e.name) if scope is not None else None
-        return estimates.scanned_column(scope.node, internal) if scope is not None and internal else None
+        return (scope.node, internal) if scope is not None and internal else None
+
+    @staticmethod
+    def _scanned(e: exp.Expression, scopes: dict[str, SourceScope]) -> tuple[Scan, str] | None:
+        """The scan and table column a column expression reads (see ``estimates.scanned_column``)."""
+        found = Builder._resolved(e, scopes)
+        return estimates.scanned_column(*found) if found is not None else None
 
     @staticmethod
     def _key_rows(e: exp.Expression, scopes: dict[str, SourceScope], cache: dict[int, float | None]) -> float | None:
         """The table's row count when ``e`` looks like its key (see ``estimates.key_rows``), or
         the values it can take when its relation has each once (``estimates.distinct_rows``)."""
         if id(e) not in cache:
-            hit = Builder._scanned(e, scopes)
-            rows = estimates.key_rows(*hit) if hit is not None else None
-            scope = scopes.get(e.table.lower()) if rows is None and isinstance(e, exp.Column) else None
-            if scope is not None:
-                rows = estimates.distinct_rows(scope.node, scope.lookup(e.name))
-            cache[id(e)] = rows
+            found = Builder._resolved(e, scopes)
+            hit = estimates.scanned_column(*found) if found is not None else None
+            if hit is not None:
+                cache[id(e)] = estimates.key_rows(*hit)
+            else:  # a column read as it is from a scan is no DISTINCT's or grouping's output
+                cache[id(e)] = estimates.distinct_rows(*found) if found is not None else None
         return cache[id(e)]
 
     def _outer_join(

@@ -96,29 +96,31 @@ def key_rows(scan: lp.Scan, column: str) -> float | None:
     return table_rows(scan) if column == first else None
 
 
-def scanned_column(node: lp.Node, column: str | None, across: bool = False) -> tuple[lp.Scan, str] | None:
+def scanned_column(node: lp.Node, column: str, across: bool = False) -> tuple[lp.Scan, str] | None:
     """The scan and table column that ``column`` of ``node`` is, through renames, filters and
     limits; None when it is computed or comes from anything else. ``across`` also follows it
     through joins, DISTINCT and grouping keys, which keep a column's values but not whether
     each occurs once."""
-    while column is not None:
+    node, name = _unwrapped(node, column)
+    while name is not None:
         if isinstance(node, lp.Scan):
-            source = next((name for name, internal in node.column_map.items() if internal == column), None)
+            source = next((table_column for table_column, internal in node.column_map.items() if internal == name), None)
             return (node, source) if source is not None else None
-        if isinstance(node, lp.Project):
-            column = _renamed(node.exprs, column, node.passthrough)
-        elif across and isinstance(node, lp.Aggregate):
-            column = _renamed(node.keys, column, False)
-        elif across and isinstance(node, lp.Join):
-            node = node.left if column in node.left.columns else node.right
-            continue
-        elif not isinstance(node, lp.Filter | lp.Limit) and not (across and isinstance(node, lp.Distinct)):
+        if not across:
             return None
-        node = node.child
+        if isinstance(node, lp.Aggregate):
+            node, name = node.child, node.sources.get(name)
+        elif isinstance(node, lp.Join):
+            node = node.left if name in node.left.columns else node.right
+        elif isinstance(node, lp.Distinct):
+            node = node.child
+        else:
+            return None
+        node, name = _unwrapped(node, name)
     return None
 
 
-def distinct_rows(node: lp.Node, column: str | None) -> float | None:
+def distinct_rows(node: lp.Node, column: str) -> float | None:
     """How many values ``column`` of ``node`` can take when each is in one row at most: the
     column is all a DISTINCT keeps or an aggregate's only grouping key (seen through renames,
     filters and limits), as an uncorrelated IN or scalar subquery gives. The table its values
@@ -127,25 +129,25 @@ def distinct_rows(node: lp.Node, column: str | None) -> float | None:
     A join on such a column is a key join: TPC-DS q6 and q58 select a month or a week of
     dates this way, and taken for many-to-many, that join came after the fact table had met
     every dimension unfiltered."""
-    while isinstance(node, lp.Project | lp.Filter | lp.Limit) and column is not None:
-        if isinstance(node, lp.Project):
-            column = _renamed(node.exprs, column, node.passthrough)
-        node = node.child
+    node, name = _unwrapped(node, column)
+    if name is None:
+        return None
     if isinstance(node, lp.Distinct):
-        unique = node.columns == [column]
+        unique = node.columns == [name]
     else:
-        unique = isinstance(node, lp.Aggregate) and node.grouping_sets is None and [n for n, _ in node.keys] == [column]
-    hit = scanned_column(node, column, across=True) if unique else None
+        unique = isinstance(node, lp.Aggregate) and node.grouping_sets is None and [n for n, _ in node.keys] == [name]
+    hit = scanned_column(node, name, across=True) if unique else None
     return table_rows(hit[0]) if hit is not None else None
 
 
-def _renamed(named: list[tuple[str, exp.Expression]], column: str, passthrough: bool) -> str | None:
-    """The input column that output ``column`` of a projection (or grouping) is; None when it
-    is computed or not there."""
-    expr = dict(named).get(column)
-    if expr is None:
-        return column if passthrough else None
-    return expr.name if isinstance(expr, exp.Column) and not expr.table else None
+def _unwrapped(node: lp.Node, column: str | None) -> tuple[lp.Node, str | None]:
+    """``node`` below its renaming projections, filters and limits, and what ``column`` is
+    called there (None once a projection computes it)."""
+    while isinstance(node, lp.Project | lp.Filter | lp.Limit) and column is not None:
+        if isinstance(node, lp.Project):
+            column = node.sources.get(column)
+        node = node.child
+    return node, column
 
 
 def table_rows(scan: lp.Scan) -> float:

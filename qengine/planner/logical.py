@@ -41,6 +41,18 @@ def col(name: str) -> exp.Column:
     return exp.column(name)
 
 
+def plain_column(e: exp.Expression | None) -> str | None:
+    """The internal column ``e`` is, when it is one as it stands; None when computed."""
+    return e.name if isinstance(e, exp.Column) and not e.table else None
+
+
+def not_null_operand(e: exp.Expression) -> exp.Expression | None:
+    """``x`` when ``e`` is ``NOT x IS NULL`` (how x IS NOT NULL parses); None otherwise."""
+    if isinstance(e, exp.Not) and isinstance(e.this, exp.Is) and isinstance(e.this.expression, exp.Null):
+        return e.this.this
+    return None
+
+
 @dataclass(eq=False)
 class Node:
     """Base operator. ``est_rows`` is the planner's cardinality estimate."""
@@ -152,7 +164,7 @@ class Project(Unary):
     def sources(self) -> dict[str, str]:
         """Output column → the input column it passes on unchanged (renamed at most): the plain
         column expressions, and every input column with ``passthrough``."""
-        out = {name: e.name for name, e in self.exprs if isinstance(e, exp.Column) and not e.table}
+        out = {name: source for name, e in self.exprs if (source := plain_column(e)) is not None}
         if self.passthrough:
             out.update({c: c for c in self.child.columns})
         return out
@@ -208,6 +220,11 @@ class Aggregate(Unary):
     def columns(self) -> list[str]:
         out = [n for n, _ in self.keys] + [n for n, _ in self.aggs]
         return out + [self.grouping_id] if self.grouping_id else out
+
+    @property
+    def sources(self) -> dict[str, str]:
+        """Output key column → the input column it groups by (as :attr:`Project.sources`)."""
+        return {name: source for name, e in self.keys if (source := plain_column(e)) is not None}
 
 
 @dataclass(eq=False)

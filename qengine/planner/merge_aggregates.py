@@ -110,8 +110,8 @@ def _merge(with_: exp.With, select: exp.Select, members: list[tuple[exp.Table, e
             projections.append(exp.alias_(_only_where(e.this.copy(), rest), column, quoted=True))
     first = members[0][1]
     where = [c.copy() for c in filters[0] if c.sql() in shared]
-    if all(r is not None for r in rests):
-        unique = {r.sql(): r for r in rests if r is not None}
+    if all(r is not None for r in rests):  # else one member reads every row the others share
+        unique = {r.sql(): r for r in rests}
         where.append(exp.paren(exp.or_(*[exp.paren(r, copy=False) for r in unique.values()], copy=False), copy=False))
     merged = exp.select(*projections).from_(first.args["from_"].this.copy(), copy=False)
     for join in first.args.get("joins") or []:
@@ -123,8 +123,8 @@ def _merge(with_: exp.With, select: exp.Select, members: list[tuple[exp.Table, e
     kept = [cte for cte in with_.expressions if cte.alias_or_name.lower() not in gone]
     kept.insert(position, exp.CTE(this=merged, alias=exp.TableAlias(this=exp.to_identifier(name, quoted=True))))
     with_.set("expressions", kept)
-    _replace_items(select, [table for table, _ in members], exp.Table(this=exp.to_identifier(name, quoted=True),
-                   alias=exp.TableAlias(this=exp.to_identifier(name, quoted=True))))
+    read = exp.Table(this=exp.to_identifier(name, quoted=True), alias=exp.TableAlias(this=exp.to_identifier(name, quoted=True)))
+    _replace_items(select, [table for table, _ in members], read)
     aliases = {table.alias_or_name.lower() for table, _ in members}
     for column in list(select.find_all(exp.Column)):
         new = renames.get((column.table.lower(), column.name.lower())) if column.table.lower() in aliases else None

@@ -16,7 +16,7 @@ import sqlglot.expressions as exp
 from qengine.catalog import DEFAULT_SPLIT_BYTES
 from qengine.planner import estimates
 from qengine.planner import logical as lp
-from qengine.planner.logical import Exchange, col
+from qengine.planner.logical import Exchange, col, not_null_operand, plain_column
 
 
 @dataclass(frozen=True)
@@ -275,7 +275,7 @@ class PhysicalPlanner:
         split = self._split_aggregates(node)
         # The keys a shuffle would hash on: the wanted ones if they are all plain grouping columns
         # (not with grouping sets, whose rolled-up rows must also be told apart by level).
-        columns = {n: e.name for n, e in node.keys if isinstance(e, exp.Column) and not e.table}
+        columns = node.sources
         hashed = [n for n, _ in node.keys]
         wanted = bool(want) and node.grouping_sets is None and set(want) <= set(columns)
         if wanted:
@@ -615,20 +615,14 @@ def _coalesces(e: exp.Expression, a: str, b: str) -> bool:
     """Whether ``e`` is COALESCE(a, b) or COALESCE(b, a), also written as the optimizer's
     ``CASE WHEN NOT x IS NULL THEN x ELSE y END``: the two are equal where both are set, since
     the join matched them."""
-    def name(x: exp.Expression | None) -> str | None:
-        return x.name if isinstance(x, exp.Column) and not x.table else None
-
     if isinstance(e, exp.Coalesce) and len(e.expressions) == 1:
-        pair = (name(e.this), name(e.expressions[0]))
-    elif isinstance(e, exp.Case) and len(e.args.get("ifs") or []) == 1 and e.this is None:
+        pair = {plain_column(e.this), plain_column(e.expressions[0])}
+    elif isinstance(e, exp.Case) and e.this is None and len(e.args.get("ifs") or []) == 1:
         test = e.args["ifs"][0]
-        cond = test.this
-        if not (isinstance(cond, exp.Not) and isinstance(cond.this, exp.Is) and isinstance(cond.this.expression, exp.Null)):
+        tested, kept = not_null_operand(test.this), test.args.get("true")
+        if tested is None or plain_column(tested) != plain_column(kept):
             return False
-        tested = name(cond.this.this)
-        pair = (name(test.args.get("true")), name(e.args.get("default")))
-        if tested != pair[0]:
-            return False
+        pair = {plain_column(kept), plain_column(e.args.get("default"))}
     else:
         return False
-    return sorted(pair) == sorted((a, b)) if None not in pair else False
+    return pair == {a, b}
