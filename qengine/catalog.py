@@ -67,6 +67,11 @@ class Source:
         source cannot be read that way."""
         return None
 
+    def clustered(self, column: str) -> bool:
+        """Whether the table is laid out in ranges of ``column``, so that a key range given to
+        :meth:`splits` can skip much of it."""
+        return False
+
     def single_split(self, split_bytes: int) -> bool:
         """Whether :meth:`splits` makes one split of the table whatever the number of workers
         (and with fewer row groups after pruning): its scan is then one task."""
@@ -89,6 +94,8 @@ class _RowGroup:
     def may_match(self, ranges: dict[str, tuple[int, int]]) -> bool:
         """False only when statistics prove no row can fall in every given range."""
         for column, (lo, hi) in ranges.items():
+            if lo > hi:  # an empty range: the build side has no rows
+                return False
             stats = self.ranges.get(column)
             if stats is not None and (stats[1] < lo or stats[0] > hi):
                 return False
@@ -151,10 +158,12 @@ class ParquetSource(Source):
         if not groups:
             return [self._split([])]
         wanted = math.ceil(total / split_bytes)
-        if not self._too_small_to_spread(total, split_bytes):
+        if not self._too_small_to_spread(self._bytes, split_bytes):
             # Big enough to spread: a split per worker at least. Scan tasks read files and never
             # wait on inputs, so more than one per worker only adds per-task costs (each task
             # re-reads the small tables it joins whole and emits its own partial aggregates).
+            # What ``ranges`` leave of such a table is spread too: a join to a filtered
+            # dimension keeps each row as costly as before, only fewer of them.
             wanted = max(wanted, workers)
         wanted = max(1, min(wanted, len(groups)))
         per_split = total / wanted
@@ -166,6 +175,14 @@ class ParquetSource(Source):
             splits[-1].append(rg)
             acc += rg.bytes
         return [self._split(group) for group in splits]
+
+    def clustered(self, column: str) -> bool:
+        """Row groups whose ranges of ``column`` are, on average, under half of its whole range."""
+        spans = [rg.ranges.get(column) for rg in self.row_groups]
+        if len(spans) < 2 or None in spans:
+            return False
+        lo, hi = min(s[0] for s in spans), max(s[1] for s in spans)
+        return hi > lo and sum(s[1] - s[0] for s in spans) < 0.5 * len(spans) * (hi - lo)
 
     def single_split(self, split_bytes: int) -> bool:
         return len(self.row_groups) <= 1 or self._too_small_to_spread(self._bytes, split_bytes)

@@ -29,10 +29,11 @@ from qengine.exchange.placement import Reducer, accumulate, round_robin
 from qengine.exchange.prediction import coalesce, grouped, hash_prediction, range_prediction
 from qengine.exchange.sampling import weighted_bounds
 from qengine.exchange.store import concat
+from qengine.key_ranges import KeyRanges
 from qengine.planner import direct, estimates
 from qengine.planner import logical as lp
 from qengine.planner.render import render
-from qengine.planner.stages import Stage, StagePlan
+from qengine.planner.stages import RuntimeFilter, Stage, StagePlan
 from qengine.rpc import ClientPool
 from qengine.slots import Slots
 from qengine.wire import schema_from_hex, schema_to_hex, table_from_hex, table_to_hex
@@ -199,6 +200,7 @@ class Coordinator:
         # finalize or push would start only once the last map task had, and the shuffle would
         # not overlap the map stage at all.
         self.aux = ThreadPoolExecutor(max_workers=self.AUX_THREADS, thread_name_prefix="qengine-shuffle")
+        self.key_ranges = KeyRanges()
 
     def close(self) -> None:
         """Stop the call threads (the calls of a query that is still running fail)."""
@@ -549,21 +551,30 @@ class _QueryRun:
         estimates.refresh(run.stage.root)
 
     def _prune_scan(self, run: _StageRun) -> None:
-        """Re-split the scan without data outside its broadcast build sides' key ranges."""
+        """Re-split the scan without data outside its build sides' key ranges."""
         if not run.stage.runtime_filters or run.stage.scan is None:
             return
         ranges: dict[str, tuple[int, int]] = {}
-        for column, shuffle_id, build_column in run.stage.runtime_filters:
-            span = self.runs[shuffle_id].ranges.get(build_column, "unknown")
-            if span == "unknown":
+        for f in run.stage.runtime_filters:
+            span = self._build_range(f)
+            if span is None:
                 continue
-            lo, hi = span if span is not None else (1, 0)  # an empty build side matches nothing
-            old = ranges.get(column)
-            ranges[column] = (lo, hi) if old is None else (max(old[0], lo), min(old[1], hi))
+            lo, hi = span
+            old = ranges.get(f.column)
+            ranges[f.column] = (lo, hi) if old is None else (max(old[0], lo), min(old[1], hi))
         if not ranges:
             return
         run.splits = run.stage.scan.source.splits(self.workers, self.options.split_bytes, ranges)
         self._set_tasks(run, len(run.splits))
+
+    def _build_range(self, f: RuntimeFilter) -> tuple[int, int] | None:
+        """A runtime filter's key range, (1, 0) for an empty build side; None if unknown."""
+        if f.build is not None:
+            return self.coord.key_ranges.key_range(f.build, f.key)
+        span = self.runs[f.shuffle_id].ranges.get(f.key, "unknown")
+        if span == "unknown":
+            return None
+        return (span[0], span[1]) if span is not None else (1, 0)
 
     def _record(self, run: _StageRun, index: int, result: dict) -> None:
         run.pending -= 1

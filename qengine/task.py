@@ -23,92 +23,14 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from qengine import scan
+from qengine.connections import ConnectionPool, Lease
 from qengine.errors import DataError, OperationalError
 from qengine.exchange import partitioner
 from qengine.exchange.sampling import sample_keys
 from qengine.exchange.store import BlockStore, concat
 from qengine.planner import direct
 from qengine.rpc import ClientPool
-from qengine.sandbox import safe_connection
 from qengine.wire import schema_from_hex, schema_to_hex, table_from_hex, table_to_hex
-
-
-class Lease:
-    """One task's turn on a pooled connection, and the inputs it added there: they are removed
-    when the turn ends, so nothing of one task is visible to the next."""
-
-    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
-        self.con = con
-        self._registered: list[str] = []
-        self._tables: list[str] = []
-
-    def add_inputs(self, tables: dict[str, pa.Table], copy: bool = False) -> None:
-        """Make a fragment's Arrow inputs visible to it: registered as they are, or copied into
-        temporary tables (``copy``; see :func:`_run_fragment` for when)."""
-        for name, table in tables.items():
-            if not copy:
-                self.con.register(name, table)
-                self._registered.append(name)
-                continue
-            self.con.register("__input", table)
-            try:
-                self.con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM __input')
-                self._tables.append(name)
-            finally:
-                self.con.unregister("__input")
-
-    def clear(self) -> None:
-        for name in self._registered:  # unregistering also frees the Arrow data
-            self.con.unregister(name)
-        for name in self._tables:
-            self.con.execute(f'DROP TABLE "{name}"')
-        self._registered.clear()
-        self._tables.clear()
-
-
-class ConnectionPool:
-    """Reusable safe DuckDB connections: opening one per task costs about 10 ms.
-
-    Connections are kept per kind (the set of readable files, none or the catalog's Parquet
-    files, and whether DuckDB picks build sides), at most ``IDLE`` in all. A task has its
-    connection to itself for the length of its lease.
-    """
-
-    IDLE = 32
-
-    def __init__(self, threads: int) -> None:
-        self.threads = threads
-        self._idle: dict[tuple[tuple[str, ...], bool], list[duckdb.DuckDBPyConnection]] = {}
-        self._lock = threading.Lock()
-
-    @contextlib.contextmanager
-    def connection(self, readable: tuple[str, ...] = (), build_sides: bool = False) -> Iterator[Lease]:
-        kind = (readable, build_sides)
-        with self._lock:
-            idle = self._idle.get(kind)
-            con = idle.pop() if idle else None
-        lease = Lease(con if con is not None else safe_connection(self.threads, readable, build_sides))
-        try:
-            yield lease
-            lease.clear()
-        except BaseException:
-            lease.con.close()
-            raise
-        self._keep(kind, lease.con)
-
-    def _keep(self, kind: tuple[tuple[str, ...], bool], con: duckdb.DuckDBPyConnection) -> None:
-        """Return a connection to the idle ones, closing the oldest idle one past ``IDLE``."""
-        evicted = None
-        with self._lock:
-            self._idle.setdefault(kind, []).append(con)
-            self._idle[kind] = self._idle.pop(kind)  # most recently used last
-            if sum(len(v) for v in self._idle.values()) > self.IDLE:
-                oldest = next(iter(self._idle))
-                evicted = self._idle[oldest].pop(0)
-                if not self._idle[oldest]:
-                    del self._idle[oldest]
-        if evicted is not None:
-            evicted.close()
 
 
 class PartitionIds:
@@ -393,7 +315,10 @@ def _run_fragment(
     knows, one may get a Bloom filter pushed into its scan, which DuckDB cannot do for Arrow
     ("BLOOM_FILTER is not currently supported in PyArrow Scans", duckdb/duckdb-python#463);
     the fragment then runs again with the inputs copied into DuckDB tables. Copying always would
-    cost more: those copies take longer than most fragments do.
+    cost more: those copies take longer than most fragments do. An empty input beside a scan
+    (a concatenated union's other branch, a broadcast only the first task reads) is the usual
+    one to get that filter, found only once the join's build side is done, so it is copied at
+    once: an empty copy costs about 2 ms, the failed run tens.
 
     ``splits`` are the Parquet splits the scans read (a missing file is looked for among theirs);
     ``partition_ids`` (a hash output's :meth:`PartitionIds.select`) adds each row's partition id.
@@ -404,7 +329,9 @@ def _run_fragment(
     def execute() -> pa.Table:
         return lease.con.sql(sql if partition_ids is None else partition_ids(lease.con, sql)).to_arrow_table()
 
-    lease.add_inputs(inputs)
+    empty = {name for name, table in inputs.items() if scans and table.num_rows == 0}
+    lease.add_inputs({name: table for name, table in inputs.items() if name not in empty})
+    lease.add_inputs({name: inputs[name] for name in empty}, copy=True)
     try:
         try:
             return execute()

@@ -23,6 +23,22 @@ def partitioned(reads: list[lp.ExchangeRead]) -> list[lp.ExchangeRead]:
 
 
 @dataclass
+class RuntimeFilter:
+    """A join on a scanned column whose build side's key range lets the scan skip row groups.
+
+    The range is known once a broadcast build side has run (``shuffle_id``); a filtered table
+    every task reads whole (``build``) has it computed before the scan is split, which also
+    spreads the rows that remain over the tasks evenly: TPC-DS fact tables are laid out by
+    date, and a year's rows would otherwise all fall to one task.
+    """
+
+    column: str  # the scan's source column
+    key: str  # the build side's column
+    shuffle_id: int | None = None
+    build: lp.Node | None = None
+
+
+@dataclass
 class Stage:
     id: int
     root: lp.Node
@@ -33,9 +49,8 @@ class Stage:
     # small tables every task reads whole, where a broadcast of them would have been, and
     # tables of one split each that a one-task stage joins
     replicated: list[lp.Scan] = field(default_factory=list)
-    # (scan source column, broadcast shuffle id, build-side column): inner/semi joins whose
-    # build side is broadcast, so the scan can skip data outside the build keys' min/max.
-    runtime_filters: list[tuple[str, int, str]] = field(default_factory=list)
+    # inner/semi joins of the scan whose build side's key range can prune it
+    runtime_filters: list[RuntimeFilter] = field(default_factory=list)
 
     @property
     def scan(self) -> lp.Scan | None:
@@ -191,8 +206,10 @@ def _shared_broadcast(ex: lp.Exchange) -> lp.SharedScan | None:
     return node if isinstance(node, lp.SharedScan) and not node.subqueries else None
 
 
-def _runtime_filters(fragment: lp.Node, scan: lp.Scan) -> list[tuple[str, int, str]]:
-    """Join keys on which the scan can be pruned by the broadcast build side's key range."""
+def _runtime_filters(fragment: lp.Node, scan: lp.Scan) -> list[RuntimeFilter]:
+    """Join keys on which the scan can be pruned by the build side's key range: a broadcast's,
+    or a filtered whole table's where the scanned column is laid out in ranges (computing the
+    range would gain nothing where every row group spans the whole column)."""
     source_of = {internal: source for source, internal in scan.column_map.items()}
     found = []
     for node in lp.walk(fragment):
@@ -202,9 +219,24 @@ def _runtime_filters(fragment: lp.Node, scan: lp.Scan) -> list[tuple[str, int, s
         if node.kind == "inner":
             sides.append((node.left, node.right_keys, node.left_keys))
         for build, probe_keys, build_keys in sides:
-            if not (isinstance(build, lp.ExchangeRead) and build.kind == "broadcast"):
+            broadcast = isinstance(build, lp.ExchangeRead) and build.kind == "broadcast"
+            if not (broadcast or _filtered_whole(build)):
                 continue
             for probe, key in zip(probe_keys, build_keys, strict=True):
-                if probe.name in source_of and key.name in build.columns:
-                    found.append((source_of[probe.name], build.shuffle_id, key.name))
+                column = source_of.get(probe.name)
+                if column is None or key.name not in build.columns:
+                    continue
+                if broadcast:
+                    found.append(RuntimeFilter(column, key.name, shuffle_id=build.shuffle_id))
+                elif scan.source.clustered(column):
+                    found.append(RuntimeFilter(column, key.name, build=build))
     return found
+
+
+def _filtered_whole(node: lp.Node) -> bool:
+    """Whether ``node`` filters (and projects) a table every task of the stage reads whole."""
+    filtered = False
+    while isinstance(node, lp.Filter | lp.Project) and not node.subqueries:
+        filtered = filtered or isinstance(node, lp.Filter)
+        node = node.child
+    return filtered and isinstance(node, lp.Scan) and node.replicated
