@@ -47,7 +47,7 @@ class Lease:
 
 
 class ConnectionPool:
-    """Reusable safe DuckDB connections: opening one per task costs about 10 ms.
+    """Reusable safe DuckDB connections.
 
     Connections are kept per kind (the set of readable files, none or the catalog's Parquet
     files, and whether DuckDB picks build sides), at most ``IDLE`` in all. A task has its

@@ -15,6 +15,8 @@ import pytest
 import qengine
 from qengine.catalog import ParquetSource
 from qengine.connections import Lease
+from qengine.planner import logical as lp
+from qengine.planner.frontend import parse
 from qengine.sandbox import safe_connection
 from qengine.task import _run_fragment
 from tests.conftest import assert_same
@@ -29,15 +31,16 @@ QUERY = (
 
 @pytest.fixture(scope="module")
 def calendar(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """Sales in date order (row groups hold disjoint date ranges), shops in no order, and a
-    calendar of 100-day years."""
+    """Sales in date order (row groups hold disjoint date ranges), shops in no order, a
+    calendar of 100-day years and the shops' regions."""
     root = tmp_path_factory.mktemp("calendar")
     rng = np.random.default_rng(7)
     date_sk = np.repeat(np.arange(DAYS, dtype=np.int64), PER_DAY)
     sales = pa.table({"date_sk": date_sk, "shop": rng.integers(0, 30, SALES), "amount": rng.integers(1, 1000, SALES)})
     dates = pa.table({"date_sk": np.arange(DAYS, dtype=np.int64), "year": np.arange(DAYS) // 100})
-    paths = {"sales": str(root / "sales"), "dates": str(root / "dates")}
-    for name, table, group in (("sales", sales, GROUP), ("dates", dates, DAYS)):
+    shops = pa.table({"shop": np.arange(30, dtype=np.int64), "region": np.arange(30) % 3})
+    paths = {"sales": str(root / "sales"), "dates": str(root / "dates"), "shops": str(root / "shops")}
+    for name, table, group in (("sales", sales, GROUP), ("dates", dates, DAYS), ("shops", shops, 30)):
         os.makedirs(paths[name])
         pq.write_table(table, os.path.join(paths[name], "part-0.parquet"), row_group_size=group)
     return paths
@@ -76,16 +79,27 @@ def test_a_filtered_calendar_prunes_and_spreads_the_fact_scan(calendar, year: in
         assert sales_read == 0  # no such year: nothing to read
 
 
-def test_an_unfiltered_or_scattered_join_key_reads_everything(calendar) -> None:
+def _build_filters(con, sql: str) -> list[str]:
+    """The whole tables whose key range the plan computes to prune its sales scan."""
+    plan = con.session.plan(parse(sql, "duckdb")[0])
+    [stage] = [s for s in plan.stages if s.scan is not None and s.scan.source.name == "sales"]
+    return [lp.table_read(f.build).source.name for f in stage.runtime_filters if f.build is not None]
+
+
+def test_only_a_filtered_table_on_a_laid_out_column_prunes(calendar) -> None:
+    """A key range is computed only where it can prune: the build side is filtered, and the
+    scanned join column is laid out in ranges (the sales' dates, not their shops)."""
     oracle = _oracle(calendar)
     unfiltered = "SELECT d.year, sum(s.amount) AS total FROM sales s JOIN dates d ON s.date_sk = d.date_sk GROUP BY d.year"
-    scattered = ("SELECT sh.shop, sum(s.amount) AS total FROM sales s JOIN (SELECT DISTINCT shop FROM sales) sh "
-                 "ON s.shop = sh.shop WHERE sh.shop < 3 GROUP BY sh.shop")
+    scattered = ("SELECT sh.region, sum(s.amount) AS total FROM sales s JOIN shops sh ON s.shop = sh.shop "
+                 "WHERE sh.region = 1 GROUP BY sh.region")
     with qengine.connect(workers=2, split_size="64KB") as con:
         for name, path in calendar.items():
             con.register_parquet(name, path)
         for sql in (unfiltered, scattered):
             assert_same(con, oracle, sql)
+            assert _build_filters(con, sql) == []
+        assert _build_filters(con, QUERY.format(year=1)) == ["dates"]
         stages = con.execute(unfiltered).stats.stages
         scan = next(s for s in stages if s.stage == 0)
         assert scan.rows_in - scan.tasks * DAYS == SALES

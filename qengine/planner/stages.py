@@ -235,8 +235,5 @@ def _runtime_filters(fragment: lp.Node, scan: lp.Scan) -> list[RuntimeFilter]:
 
 def _filtered_whole(node: lp.Node) -> bool:
     """Whether ``node`` filters (and projects) a table every task of the stage reads whole."""
-    filtered = False
-    while isinstance(node, lp.Filter | lp.Project) and not node.subqueries:
-        filtered = filtered or isinstance(node, lp.Filter)
-        node = node.child
-    return filtered and isinstance(node, lp.Scan) and node.replicated
+    scan = lp.table_read(node)
+    return scan is not None and scan.replicated and any(isinstance(n, lp.Filter) for n in lp.walk(node))
