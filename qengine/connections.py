@@ -46,28 +46,34 @@ class Lease:
         self._tables.clear()
 
 
+# What a pooled connection is kept for: its readable files, whether DuckDB picks build sides, its threads.
+_Kind = tuple[tuple[str, ...], bool, int]
+
+
 class ConnectionPool:
     """Reusable safe DuckDB connections.
 
     Connections are kept per kind (the set of readable files, none or the catalog's Parquet
-    files, and whether DuckDB picks build sides), at most ``IDLE`` in all. A task has its
-    connection to itself for the length of its lease.
+    files, whether DuckDB picks build sides, and its threads: ``threads`` unless a lease asks
+    for more), at most ``IDLE`` in all. A task has its connection to itself for the length of
+    its lease.
     """
 
     IDLE = 32
 
     def __init__(self, threads: int) -> None:
         self.threads = threads
-        self._idle: dict[tuple[tuple[str, ...], bool], list[duckdb.DuckDBPyConnection]] = {}
+        self._idle: dict[_Kind, list[duckdb.DuckDBPyConnection]] = {}
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
-    def connection(self, readable: tuple[str, ...] = (), build_sides: bool = False) -> Iterator[Lease]:
-        kind = (readable, build_sides)
+    def connection(self, readable: tuple[str, ...] = (), build_sides: bool = False, threads: int | None = None) -> Iterator[Lease]:
+        threads = threads or self.threads
+        kind = (readable, build_sides, threads)
         with self._lock:
             idle = self._idle.get(kind)
             con = idle.pop() if idle else None
-        lease = Lease(con if con is not None else safe_connection(self.threads, readable, build_sides))
+        lease = Lease(con if con is not None else safe_connection(threads, readable, build_sides))
         try:
             yield lease
             lease.clear()
@@ -76,7 +82,7 @@ class ConnectionPool:
             raise
         self._keep(kind, lease.con)
 
-    def _keep(self, kind: tuple[tuple[str, ...], bool], con: duckdb.DuckDBPyConnection) -> None:
+    def _keep(self, kind: _Kind, con: duckdb.DuckDBPyConnection) -> None:
         """Return a connection to the idle ones, closing the oldest idle one past ``IDLE``."""
         evicted = None
         with self._lock:

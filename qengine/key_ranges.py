@@ -9,12 +9,12 @@ key range known first, the coordinator drops those row groups and cuts even spli
 from __future__ import annotations
 
 import duckdb
-import sqlglot.expressions as exp
 
 from qengine import scan
 from qengine.connections import ConnectionPool
 from qengine.planner import logical as lp
 from qengine.planner.render import render
+from qengine.quoting import identifier
 
 
 class KeyRanges:
@@ -32,8 +32,8 @@ class KeyRanges:
         source = scan.parquet_sql(split, list(table.column_map.items())) if split is not None else None
         if source is None:
             return None
-        column = exp.to_identifier(key, quoted=True).sql(dialect="duckdb")
-        name = exp.to_identifier(table.table, quoted=True).sql(dialect="duckdb")
+        column = identifier(key)
+        name = identifier(table.table)
         sql = f"WITH {name} AS ({source}) SELECT min({column}), max({column}) FROM ({render(build)}) AS t"
         with self._connections.connection(scan.split_files(split)) as lease:
             try:

@@ -15,10 +15,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
-import sqlglot.expressions as exp
 
 from qengine import records
 from qengine.errors import OperationalError
+from qengine.quoting import identifier, string_literal
 from qengine.wire import schema_from_hex
 
 
@@ -32,11 +32,11 @@ def parquet_sql(split: dict, columns: list[tuple[str, str]]) -> str | None:
     """
     if not split.get("runs"):
         return None
-    names = ", ".join(f"{_ident(source)} AS {_ident(internal)}" for source, internal in columns)
+    names = ", ".join(f"{identifier(source)} AS {identifier(internal)}" for source, internal in columns)
     whole = [path for path, _, stop in split["runs"] if stop is None]
-    parts = [f"SELECT {names} FROM read_parquet([{', '.join(map(_literal, whole))}])"] if whole else []
+    parts = [f"SELECT {names} FROM read_parquet([{', '.join(map(string_literal, whole))}])"] if whole else []
     parts += [
-        f"SELECT {names} FROM read_parquet({_literal(path)}, file_row_number = true) "
+        f"SELECT {names} FROM read_parquet({string_literal(path)}, file_row_number = true) "
         f"WHERE file_row_number >= {int(first)} AND file_row_number < {int(stop)}"
         for path, first, stop in split["runs"]
         if stop is not None
@@ -47,14 +47,6 @@ def parquet_sql(split: dict, columns: list[tuple[str, str]]) -> str | None:
 def split_files(split: dict) -> tuple[str, ...]:
     """The files a split reads (for the fragment connection's allowed paths)."""
     return tuple(sorted({path for path, _, _ in split.get("runs") or []}))
-
-
-def _ident(name: str) -> str:
-    return exp.to_identifier(name, quoted=True).sql(dialect="duckdb")
-
-
-def _literal(text: str) -> str:
-    return exp.Literal.string(text).sql(dialect="duckdb")
 
 
 def read_split(split: dict, columns: list[tuple[str, str]], fetch_memory: Callable[[dict], pa.Table]) -> pa.Table:

@@ -18,6 +18,7 @@ class Slots:
     """
 
     def __init__(self, workers: int, per_worker: int) -> None:
+        self._per_worker = per_worker
         self._free = [per_worker] * workers
         self._cond = threading.Condition()
 
@@ -34,6 +35,11 @@ class Slots:
             with self._cond:
                 self._free[chosen] += 1
                 self._cond.notify_all()
+
+    def running(self) -> int:
+        """Tasks holding a slot now, on all workers together."""
+        with self._cond:
+            return sum(self._per_worker - free for free in self._free)
 
     def least_busy(self) -> int:
         """The worker with the most free slots now (the lowest id of equals)."""

@@ -69,6 +69,8 @@ class TaskRunner:
         self.address = address
         self.pool = pool
         self.connections = ConnectionPool(threads or int(os.environ.get("QENGINE_TASK_THREADS", "1")))
+        # A task running alone in its query (``alone`` in its spec) gets the host's cores.
+        self.host_threads = max(self.connections.threads, len(os.sched_getaffinity(0)))
         self.limiter = FetchLimiter()
         self.partition_ids = PartitionIds()
         # Two pools: loading a task's inputs waits on per-source fetches, so they must not share one.
@@ -129,7 +131,8 @@ class TaskRunner:
         splits = [inp["split"] for inp in spec["inputs"] if inp["name"] in scans]
         inputs = [inp for inp in spec["inputs"] if inp["name"] not in scans]
         readable = tuple(spec.get("readable") or ()) if scans else ()
-        with self.connections.connection(readable, bool(spec.get("build_sides"))) as lease:
+        threads = self.host_threads if spec.get("alone") else self.connections.threads
+        with self.connections.connection(readable, bool(spec.get("build_sides")), threads) as lease:
             loaded = list(self._inputs.map(self._load, inputs)) if len(inputs) > 1 else [self._load(i) for i in inputs]
             read_at = time.perf_counter()
             rows_in = sum(t.num_rows for t in loaded) + sum(split["rows"] for split in splits)

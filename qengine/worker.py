@@ -9,6 +9,7 @@ pipe on its stdin closes, which happens when the coordinator process ends for an
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -157,10 +158,24 @@ def serve_joined(
                     os._exit(0)
 
     threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+    _collect_rarely()
     if on_start is not None:
         on_start(server.shutdown)  # e.g. stop cleanly on SIGTERM
     server.serve()
     server.store.close()
+
+
+def _collect_rarely() -> None:
+    """Make the cyclic garbage collector run less often in a worker process.
+
+    What a task allocates is mostly Arrow and DuckDB data, freed by reference counting; the
+    collector's default of a pass every 700 allocations spent 3-4% of a worker's CPU on small
+    TPC-DS tasks walking the long-lived objects of its modules, servers and pools. Those are
+    frozen out of its view once the worker is up, and young objects are collected in larger
+    batches.
+    """
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
 
 
 def _log_to(path: str) -> None:
@@ -186,6 +201,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.spill_dir:
         os.makedirs(args.spill_dir, exist_ok=True)
     server = WorkerServer(args.host, args.port, token, args.id, args.shuffle_memory, spill_dir=args.spill_dir)
+    _collect_rarely()
     print(f"READY {server.port}", flush=True)
     _log_to(args.log)
     threading.Thread(target=_exit_when_parent_goes, args=(server.store,), daemon=True).start()

@@ -3,11 +3,15 @@ worker's; and, end to end, scan tasks spread over both workers by where slots fr
 
 from __future__ import annotations
 
+import os
 import threading
 
 import qengine.coordinator as coordinator
+from qengine.exchange.store import BlockStore
+from qengine.rpc import ClientPool
 from qengine.slots import Slots
-from tests.conftest import wait_until
+from qengine.task import TaskRunner
+from tests.conftest import assert_same, wait_until
 
 
 def test_a_free_task_takes_the_worker_with_a_free_slot() -> None:
@@ -72,3 +76,52 @@ def test_scan_tasks_run_on_whichever_worker_frees_a_slot(default_engine) -> None
     assert count > 0
     assert len(placed) >= 4 and set(placed) == {None}, placed
     assert set(ran) == {0, 1}, ran
+
+
+def test_running_counts_the_slots_held_on_every_worker() -> None:
+    slots = Slots(workers=2, per_worker=2)
+    assert slots.running() == 0
+    with slots.hold(0), slots.hold(1):
+        assert slots.running() == 2
+        with slots.hold(None):
+            assert slots.running() == 3
+    assert slots.running() == 0
+
+
+def test_a_task_alone_in_its_query_runs_on_every_core(tmp_path) -> None:
+    """A task whose spec says ``alone`` gets a DuckDB connection with the host's cores; any
+    other keeps the pool's one thread."""
+    runner = TaskRunner(BlockStore(spill_dir=str(tmp_path)), "127.0.0.1:0", ClientPool("token"), threads=1)
+    assert runner.host_threads == len(os.sched_getaffinity(0))
+    seen = {}
+    for alone in (False, True):
+        key = f"q{int(alone)}/result"
+        spec = {
+            "query": "q", "stage": 0, "task": 0, "direct": None, "inputs": [], "readable": (), "build_sides": False,
+            "sql": "SELECT CAST(current_setting('threads') AS BIGINT) AS threads",
+            "output": {"kind": "result", "key": key},
+        }
+        runner.run(dict(spec, alone=True) if alone else spec)
+        seen[alone] = runner.store.get(key, 0).column("threads")[0].as_py()
+    assert seen == {False: 1, True: runner.host_threads}
+
+
+def test_only_one_task_stages_with_nothing_else_running_are_alone(default_engine, oracle) -> None:
+    bodies: list[tuple[int, dict]] = []
+    original = coordinator._QueryRun._call
+
+    def call(self, worker, name, body):
+        if name == "run_task":
+            bodies.append((self.runs[body["stage"]].tasks, body))
+        return original(self, worker, name, body)
+
+    sql = "SELECT store_id, sum(amount) AS total FROM sales GROUP BY store_id ORDER BY total DESC LIMIT 5"
+    coordinator._QueryRun._call = call
+    try:
+        assert_same(default_engine, oracle, sql)
+    finally:
+        coordinator._QueryRun._call = original
+    alone = [tasks for tasks, body in bodies if body.get("alone")]
+    assert alone, "the final one-task stage should run alone"
+    assert all(tasks == 1 for tasks in alone)
+    assert any(tasks > 1 for tasks, _ in bodies)  # the scan's tasks shared the cluster

@@ -13,7 +13,8 @@ from __future__ import annotations
 import duckdb
 import numpy as np
 import pyarrow as pa
-import sqlglot.expressions as exp
+
+from qengine.quoting import identifier
 
 # The column a fragment with a hash output adds for the partition id of each row.
 PARTITION_COLUMN = "__qengine_partition"
@@ -22,17 +23,13 @@ _NUMERIC = frozenset(
 )
 
 
-def _quoted(name: str) -> str:
-    return exp.to_identifier(name, quoted=True).sql(dialect="duckdb")
-
-
 def hash_sql(types: dict[str, str], keys: list[str], partitions: int) -> str:
     """The partition id of a row as SQL, from the DuckDB types of the fragment's columns: the
     hash of the (type-canonical) keys modulo ``partitions``. The fragment computes it with its
     rows, which saves a second pass over them."""
     parts = []
     for key in keys:
-        quoted = _quoted(key)
+        quoted = identifier(key)
         numeric = types[key] in _NUMERIC or types[key].startswith("DECIMAL")
         parts.append(f"CAST({quoted} AS DOUBLE)" if numeric else quoted)
     return f"CAST(hash({', '.join(parts)}) % {partitions} AS BIGINT)"
@@ -65,7 +62,7 @@ def range_ids(
         if column.null_count:
             ids[column.is_null().to_numpy(zero_copy_only=False)] = 0 if nulls_first else partitions - 1
         return ids
-    quoted = _quoted(key)
+    quoted = identifier(key)
     con.register("__part_in", table.select([key]))
     con.register("__bounds", pa.table({"b": bounds, "i": pa.array(range(len(bounds)), pa.int64())}))
     try:

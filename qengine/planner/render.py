@@ -29,6 +29,18 @@ def render(node: lp.Node) -> str:
     return _render(node).sql(dialect="duckdb", copy=False)
 
 
+def join_sides(node: lp.Node) -> tuple[bool, ...]:
+    """Which joins of the fragment :func:`render` swaps, the only thing in its SQL that the
+    estimates decide: a fragment rendered ahead of time is still right while these agree."""
+    return tuple(_swapped(n) for n in lp.walk(node) if isinstance(n, lp.Join))
+
+
+def _swapped(join: lp.Join) -> bool:
+    # DuckDB builds its hash table on the right input, and most fragments run with its choice
+    # of sides off (it sees no sizes of Arrow inputs), so the smaller side goes right.
+    return join.kind in _FLIPPED and join.left.est_rows < join.right.est_rows
+
+
 def _select_all() -> exp.Select:
     return exp.Select(expressions=[exp.Star()])
 
@@ -82,9 +94,7 @@ def _render(node: lp.Node) -> exp.Query:
                 on = exp.true()
             else:
                 return _join(_select_all().from_(left, copy=False), right, "cross")
-        if node.kind in _FLIPPED and node.left.est_rows < node.right.est_rows:
-            # DuckDB builds its hash table on the right input, and most fragments run with its
-            # choice of sides off (it sees no sizes of Arrow inputs), so the smaller side goes right.
+        if _swapped(node):
             cols = [col(c) for c in node.columns]
             return _join(exp.select(*cols).from_(right, copy=False), left, _FLIPPED[node.kind], on)
         return _join(_select_all().from_(left, copy=False), right, node.kind, on)
