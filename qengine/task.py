@@ -70,7 +70,7 @@ class TaskRunner:
         self.pool = pool
         self.connections = ConnectionPool(threads or int(os.environ.get("QENGINE_TASK_THREADS", "1")))
         # A task running alone in its query (``alone`` in its spec) gets the host's cores.
-        self.host_threads = max(self.connections.threads, len(os.sched_getaffinity(0)))
+        self.host_threads = max(self.connections.threads, _usable_cores())
         self.limiter = FetchLimiter()
         self.partition_ids = PartitionIds()
         # Two pools: loading a task's inputs waits on per-source fetches, so they must not share one.
@@ -351,6 +351,13 @@ def _run_fragment(
         missing = [path for path in files if not os.path.isfile(path)]
         reason = f"{missing[0]} no longer exists" if missing else str(e).splitlines()[0]
         raise OperationalError(f"scan failed: {reason}") from e
+
+
+def _usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _bounds(spec: dict) -> pa.Array:

@@ -92,7 +92,7 @@ def test_a_task_alone_in_its_query_runs_on_every_core(tmp_path) -> None:
     """A task whose spec says ``alone`` gets a DuckDB connection with the host's cores; any
     other keeps the pool's one thread."""
     runner = TaskRunner(BlockStore(spill_dir=str(tmp_path)), "127.0.0.1:0", ClientPool("token"), threads=1)
-    assert runner.host_threads == len(os.sched_getaffinity(0))
+    assert runner.host_threads == max(1, len(os.sched_getaffinity(0)))
     seen = {}
     for alone in (False, True):
         key = f"q{int(alone)}/result"
