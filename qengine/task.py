@@ -131,7 +131,7 @@ class TaskRunner:
         splits = [inp["split"] for inp in spec["inputs"] if inp["name"] in scans]
         inputs = [inp for inp in spec["inputs"] if inp["name"] not in scans]
         readable = tuple(spec.get("readable") or ()) if scans else ()
-        threads = self.host_threads if spec.get("alone") else self.connections.threads
+        threads = self.host_threads if spec.get("alone") else None  # None: the pool's own
         with self.connections.connection(readable, bool(spec.get("build_sides")), threads) as lease:
             loaded = list(self._inputs.map(self._load, inputs)) if len(inputs) > 1 else [self._load(i) for i in inputs]
             read_at = time.perf_counter()
