@@ -29,12 +29,13 @@ import sys
 import tempfile
 from collections.abc import Iterator
 
+from shuffle import JOBS as SHUFFLE_JOBS
+from shuffle import generate as generate_shuffle_data
+from shuffle import measure, median_of, ratio
+
 import qengine
-from bench.shuffle import JOBS as SHUFFLE_JOBS
-from bench.shuffle import generate as generate_shuffle_data
-from bench.shuffle import measure, median_of, ratio
-from bench.sortjob import copy_sql
-from qengine.cli import cache_dir, register_directory
+from qengine.cli.common import cache_dir, register_directory
+from sortbench.sortjob import copy_sql
 from tpcds.report import write_json
 
 SUBNET = "10.213.{}"  # a /24 per run; .254 is the bridge (this process), .100 the coordinator
@@ -187,7 +188,7 @@ def _signals_raise() -> Iterator[None]:
 
 
 def _terasort(args: argparse.Namespace, workdir: str) -> tuple[dict[str, str], str]:
-    from bench import gensort
+    from sortbench import gensort
 
     files = 4 * args.hosts  # in the name: the layout depends on --hosts, as for the shuffle job
     root = os.path.join(cache_dir(), f"netcluster-terasort-{args.records}-{files}")

@@ -27,9 +27,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import qengine
-from qengine.cli import cache_dir, register_directory
+from qengine.api.options import DEFAULT_WORKERS
+from qengine.cli.common import cache_dir, register_directory
 from qengine.exchange.sampling import DEFAULT_SAMPLES_PER_PARTITION
-from qengine.options import DEFAULT_WORKERS
 from tpcds.report import write_json
 
 JOBS = {

@@ -27,12 +27,12 @@ from typing import Any
 
 import psutil
 
-from bench.gensort import generate
-from bench.sortjob import sort
-from bench.valsort import summarize, validate
-from qengine.cli import cache_dir
+from qengine.api.options import DEFAULT_WORKERS
+from qengine.cli.common import cache_dir
 from qengine.exchange.sampling import DEFAULT_SAMPLES_PER_PARTITION
-from qengine.options import DEFAULT_WORKERS
+from sortbench.gensort import generate
+from sortbench.sortjob import sort
+from sortbench.valsort import summarize, validate
 from tpcds.report import plot_queries, write_json
 
 DUCKDB_SORT = """

@@ -18,8 +18,8 @@ import time
 
 import sqlglot
 
-from qengine.cli import cache_dir
-from qengine.options import DEFAULT_WORKERS
+from qengine.api.options import DEFAULT_WORKERS
+from qengine.cli.common import cache_dir
 from tpcds.extension import queries as all_queries
 from tpcds.report import write_json
 from tpcds.run import parse_selection, run, table_directories

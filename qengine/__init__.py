@@ -10,20 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from qengine.errors import (
-    DatabaseError,
-    DataError,
-    Error,
-    IntegrityError,
-    InterfaceError,
-    InternalError,
-    NotSupportedError,
-    OperationalError,
-    ProgrammingError,
-    Warning,  # noqa: A004 - PEP 249 name
-)
-from qengine.options import DEFAULT_WORKERS, SessionSettings, parse_size
-from qengine.types import (
+from qengine.api.options import DEFAULT_WORKERS, SessionSettings, parse_size
+from qengine.catalog.types import (
     BINARY,
     DATETIME,
     NUMBER,
@@ -36,6 +24,18 @@ from qengine.types import (
     TimeFromTicks,
     Timestamp,
     TimestampFromTicks,
+)
+from qengine.errors import (
+    DatabaseError,
+    DataError,
+    Error,
+    IntegrityError,
+    InterfaceError,
+    InternalError,
+    NotSupportedError,
+    OperationalError,
+    ProgrammingError,
+    Warning,  # noqa: A004 - PEP 249 name
 )
 
 apilevel = "2.0"
@@ -89,10 +89,10 @@ def connect(
     coordinator``) with its cluster ``token``; ``tls_root_certs`` (PEM bytes) switches the
     connection to TLS and verifies the coordinator's certificate with them.
     """
-    from qengine.catalog import Catalog
-    from qengine.cluster import LocalCluster
-    from qengine.dbapi import Connection
-    from qengine.session import Session
+    from qengine.api.dbapi import Connection
+    from qengine.api.session import Session
+    from qengine.catalog.catalog import Catalog
+    from qengine.runtime.local_cluster import LocalCluster
 
     settings = SessionSettings(
         dialect=dialect,
@@ -107,7 +107,7 @@ def connect(
         coalesce_size=coalesce_size,
     ).validated()
     if target is not None and target.startswith("qengine://"):
-        from qengine.remote import RemoteSession
+        from qengine.api.remote import RemoteSession
 
         if allowed_roots is not None or shuffle_memory is not None:
             raise ProgrammingError("allowed_roots and shuffle_memory are set on the cluster's workers, not per connection")
@@ -125,7 +125,7 @@ def connect(
 
 def __getattr__(name: str) -> Any:
     if name in ("Connection", "Cursor"):
-        from qengine import dbapi
+        from qengine.api import dbapi
 
         return getattr(dbapi, name)
     raise AttributeError(name)

@@ -1,7 +1,7 @@
 """Shared fixtures: deterministic generated Parquet data, qengine clusters and a DuckDB oracle.
 
 Every differential test runs the same SQL on qengine (2 workers) and on DuckDB over the same
-Parquet files, and compares with :func:`qengine.compare.compare`.
+Parquet files, and compares with :func:`tpcds.compare.compare`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import qengine
-from qengine.compare import compare
+from tpcds.compare import compare
 
 SALES_ROWS = 40_000
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,7 +1,7 @@
 """The ``qengine`` command line, run as ``python -m qengine.cli`` in a subprocess.
 
 Answers are compared with DuckDB on the same Parquet files. The REPL is driven in-process
-through :func:`qengine.cli.repl` with a scripted ``input`` (a piped stdin makes the CLI read SQL
+through :func:`qengine.cli.repl.repl` with a scripted ``input`` (a piped stdin makes the CLI read SQL
 from it instead of starting the REPL).
 """
 
@@ -21,9 +21,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import qengine
-import qengine.cli
-from qengine.compare import compare
+import qengine.cli.repl
 from tests.conftest import subprocess_env
+from tpcds.compare import compare
 
 JOIN_AGG_SORT = (
     "SELECT c.city, count(s.sale_id) AS n, sum(s.amount) AS total FROM sales s JOIN customers c ON s.cust_id = c.cust_id "
@@ -277,9 +277,9 @@ def _repl(con, lines: list[str], monkeypatch, tmp_path) -> int:
             raise EOFError from None
 
     monkeypatch.setattr("builtins.input", fake_input)
-    monkeypatch.setattr(qengine.cli, "HISTORY", str(tmp_path / "history"))
+    monkeypatch.setattr(qengine.cli.repl, "HISTORY", str(tmp_path / "history"))
     args = argparse.Namespace(format="table", output=None, no_progress=True)
-    return qengine.cli.repl(con, args)
+    return qengine.cli.repl.repl(con, args)
 
 
 def test_repl_dot_commands_and_queries(default_engine, oracle, monkeypatch, tmp_path, capsys) -> None:

@@ -35,7 +35,7 @@ def worker_children() -> dict[int, psutil.Process]:
     out = {}
     for p in psutil.Process(os.getpid()).children(recursive=True):
         with contextlib.suppress(psutil.Error):
-            if any("qengine.worker" in part for part in p.cmdline()):
+            if any("qengine.runtime.worker" in part for part in p.cmdline()):
                 out[p.pid] = p
     return out
 
@@ -90,7 +90,7 @@ def kill_leftovers(pids: list[int]) -> None:
     """Last-resort cleanup for processes this test started (only qengine workers, by pid)."""
     for pid in pids:
         with contextlib.suppress(psutil.Error, OSError):
-            if any("qengine.worker" in part for part in psutil.Process(pid).cmdline()):
+            if any("qengine.runtime.worker" in part for part in psutil.Process(pid).cmdline()):
                 os.kill(pid, signal.SIGKILL)
 
 
@@ -194,7 +194,7 @@ def test_no_orphan_workers_when_the_coordinator_process_ends(how: str) -> None:
             assert proc.returncode == 0
             # nothing from the workers (logs, tracebacks) reached the script's terminal
             stderr = proc.stderr.read().decode()
-            assert "Traceback" not in stderr and "qengine.worker" not in stderr, stderr
+            assert "Traceback" not in stderr and "qengine.runtime.worker" not in stderr, stderr
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -19,8 +19,8 @@ import pyarrow as pa
 import pytest
 
 import qengine
-from qengine.compare import compare
 from tests.conftest import assert_same
+from tpcds.compare import compare
 
 
 def unique(prefix: str) -> str:
@@ -74,8 +74,8 @@ def test_module_globals() -> None:
     assert qengine.threadsafety in (0, 1, 2, 3)
     assert qengine.paramstyle == "qmark"
     assert callable(qengine.connect)
-    assert qengine.Connection is qengine.dbapi.Connection
-    assert qengine.Cursor is qengine.dbapi.Cursor
+    assert qengine.Connection is qengine.api.dbapi.Connection
+    assert qengine.Cursor is qengine.api.dbapi.Cursor
 
 
 @pytest.mark.parametrize(

@@ -16,13 +16,13 @@ import pytest
 import sqlglot.expressions as exp
 
 import qengine
-from qengine.compare import compare
 from qengine.exchange import partitioner
 from qengine.planner import direct
 from qengine.planner import logical as lp
 from qengine.planner.logical import col
-from qengine.sandbox import safe_connection
-from qengine.task import _write_file
+from qengine.runtime.task import _write_file
+from qengine.sandbox.connection import safe_connection
+from tpcds.compare import compare
 
 ROWS = 6_000
 

@@ -358,7 +358,7 @@ def test_connect_to_a_remote_target_is_not_supported() -> None:
 
 
 def test_scratch_connections_are_sandboxed_and_see_only_their_own_inputs(tmp_path) -> None:
-    from qengine.sandbox import scratch_connection
+    from qengine.sandbox.connection import scratch_connection
 
     secret = tmp_path / "secret.csv"
     secret.write_text("a\n1\n")

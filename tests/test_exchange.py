@@ -115,7 +115,7 @@ def test_fetch_limiter_bounds_requests_and_bytes() -> None:
     import threading
     import time
 
-    from qengine.task import FetchLimiter
+    from qengine.runtime.task import FetchLimiter
 
     limiter = FetchLimiter(per_host=2, total=3, max_bytes=100)
     lock = threading.Lock()
@@ -155,8 +155,8 @@ def test_partition_ids_are_learned_safely_by_concurrent_tasks(monkeypatch) -> No
     import sys
     import threading
 
-    from qengine.sandbox import safe_connection
-    from qengine.task import PartitionIds
+    from qengine.runtime.task import PartitionIds
+    from qengine.sandbox.connection import safe_connection
 
     ids = PartitionIds()
     monkeypatch.setattr(PartitionIds, "KEPT", 4)

@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import qengine
-from qengine.catalog import Catalog, ParquetSource
+from qengine.catalog.catalog import Catalog
+from qengine.catalog.sources import ParquetSource
 from qengine.planner.builder import Builder
 from qengine.planner.decorrelate import decorrelate
 from qengine.planner.frontend import optimize_query, parse

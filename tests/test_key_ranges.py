@@ -13,12 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 
 import qengine
-from qengine.catalog import ParquetSource
-from qengine.connections import Lease
+from qengine.catalog.sources import ParquetSource
 from qengine.planner import logical as lp
 from qengine.planner.frontend import parse
-from qengine.sandbox import safe_connection
-from qengine.task import _run_fragment
+from qengine.runtime.task import _run_fragment
+from qengine.sandbox.connection import safe_connection
+from qengine.sandbox.pool import Lease
 from tests.conftest import assert_same
 
 DAYS, PER_DAY, GROUP = 400, 50, 1_000  # 20 row groups of 20 days each

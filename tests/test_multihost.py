@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import qengine
-from qengine.rpc import Client
+from qengine.transport.rpc import Client
 from tests.conftest import assert_same, wait_until
 
 HEARTBEAT_TIMEOUT = 3.0

@@ -6,12 +6,17 @@ gone afterwards, whatever happens.
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 
 import pytest
 
-from bench.netcluster import NetCluster, missing_requirement
-from tests.conftest import assert_same
+from tests.conftest import REPO, assert_same
+
+# bench/ holds scripts run from a checkout, importing each other as siblings; it is not a package.
+sys.path.insert(0, os.path.join(REPO, "bench"))
+from netcluster import NetCluster, missing_requirement  # noqa: E402
 
 REASON = missing_requirement()
 

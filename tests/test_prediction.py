@@ -23,7 +23,7 @@ from qengine.exchange import partitioner
 from qengine.exchange.placement import Reducer
 from qengine.exchange.prediction import coalesce, grouped, hash_prediction, range_prediction
 from qengine.exchange.sampling import sample_keys, weighted_bounds
-from qengine.sandbox import safe_connection
+from qengine.sandbox.connection import safe_connection
 
 SEED = 20260501
 ROWS = 200_000

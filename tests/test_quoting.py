@@ -5,7 +5,7 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from qengine.quoting import identifier, string_literal
+from qengine.sandbox.quoting import identifier, string_literal
 
 
 @pytest.mark.parametrize("text", ["plain", 'with "quotes"', "it's", "back\\slash", "ünïcode", "a;b -- c", ""])

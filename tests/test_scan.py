@@ -14,12 +14,12 @@ import pyarrow.parquet as pq
 import pytest
 
 import qengine
-from qengine.catalog import ParquetSource
-from qengine.coordinator import _duckdb_builds
+from qengine.catalog.scan import parquet_sql, split_files
+from qengine.catalog.sources import ParquetSource
 from qengine.planner import logical as lp
 from qengine.planner.frontend import parse
-from qengine.sandbox import safe_connection
-from qengine.scan import parquet_sql, split_files
+from qengine.runtime.coordinator import _duckdb_builds
+from qengine.sandbox.connection import safe_connection
 from tests.conftest import assert_same
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 import threading
 
-import qengine.coordinator as coordinator
+import qengine.runtime.coordinator as coordinator
 from qengine.exchange.store import BlockStore
-from qengine.rpc import ClientPool
-from qengine.slots import Slots
-from qengine.task import TaskRunner
+from qengine.runtime.slots import Slots
+from qengine.runtime.task import TaskRunner
+from qengine.transport.rpc import ClientPool
 from tests.conftest import assert_same, wait_until
 
 

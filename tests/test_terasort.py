@@ -10,11 +10,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from bench import sortjob
-from bench.gensort import generate
-from bench.sortjob import sort
-from bench.valsort import validate
-from qengine import records
+from qengine.catalog import records
+from sortbench import sortjob
+from sortbench.gensort import generate
+from sortbench.sortjob import sort
+from sortbench.valsort import validate
 from tests.conftest import subprocess_env
 
 N = 200_000

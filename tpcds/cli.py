@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from qengine.cli import add_cluster_arguments, cache_dir, connection_options
+from qengine.cli.common import add_cluster_arguments, cache_dir, connection_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -6,7 +6,7 @@ import os
 import tempfile
 from collections.abc import Callable
 
-from qengine.cli import prepare_output_dir
+from qengine.cli.common import prepare_output_dir
 from qengine.errors import ProgrammingError
 from tpcds.extension import connection
 

@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass, field
 import duckdb
 
 import qengine
-from qengine.compare import compare
 from qengine.errors import Error, ProgrammingError
+from tpcds.compare import compare
 from tpcds.extension import queries as all_queries
 
 
@@ -105,7 +105,7 @@ def run(
     texts = all_queries()
     report = RunReport(config={"data": os.path.abspath(data), **connect_options})
     ref = reference(data)
-    from qengine.cli import register_directory
+    from qengine.cli.common import register_directory
 
     with qengine.connect(**connect_options) as con:
         register_directory(con, data)

@@ -14,7 +14,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from qengine.quoting import identifier
+from qengine.sandbox.quoting import identifier
 
 # The column a fragment with a hash output adds for the partition id of each row.
 PARTITION_COLUMN = "__qengine_partition"

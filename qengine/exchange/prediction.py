@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from qengine.exchange import partitioner
 from qengine.exchange.placement import Reducer, predictions
-from qengine.sandbox import scratch_connection
+from qengine.sandbox.connection import scratch_connection
 
 
 def hash_prediction(finished: list[tuple[int, list[int]]], total_tasks: int, partitions: int) -> list[Reducer]:

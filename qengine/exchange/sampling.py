@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from qengine.sandbox import scratch_connection
+from qengine.sandbox.connection import scratch_connection
 
 # s. The paper's s=3 left TeraSort's 16 reducers at max/mean 1.47 when the bounds come from half
 # the map tasks (prefetch places reducers then); s=20, Spark RangePartitioner's own per-partition

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import sqlglot.expressions as exp
 
-from qengine.catalog import DEFAULT_SPLIT_BYTES, Catalog
+from qengine.catalog.catalog import Catalog
+from qengine.catalog.sources import DEFAULT_SPLIT_BYTES
 from qengine.planner.builder import Builder
 from qengine.planner.decorrelate import decorrelate
 from qengine.planner.frontend import optimize_query

@@ -20,7 +20,8 @@ import duckdb
 import sqlglot
 import sqlglot.expressions as exp
 
-from qengine.catalog import Catalog, Source
+from qengine.catalog.catalog import Catalog
+from qengine.catalog.sources import Source
 from qengine.errors import NotSupportedError, ProgrammingError
 from qengine.planner import estimates
 from qengine.planner.frontend import unparen

@@ -25,7 +25,8 @@ from sqlglot.optimizer.canonicalize import canonicalize
 from sqlglot.optimizer.pushdown_predicates import pushdown_predicates
 from sqlglot.optimizer.simplify import simplify
 
-from qengine.catalog import Catalog, CsvSource, ParquetSource
+from qengine.catalog.catalog import Catalog
+from qengine.catalog.sources import CsvSource, ParquetSource
 from qengine.errors import NotSupportedError, ProgrammingError
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import sqlglot.expressions as exp
 
 if TYPE_CHECKING:
-    from qengine.catalog import Source
+    from qengine.catalog.sources import Source
 
 
 class Names:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import sqlglot.expressions as exp
 
-from qengine.catalog import DEFAULT_SPLIT_BYTES
+from qengine.catalog.sources import DEFAULT_SPLIT_BYTES
 from qengine.planner import estimates
 from qengine.planner import logical as lp
 from qengine.planner.logical import Exchange, col, not_null_operand, plain_column

@@ -17,9 +17,9 @@ from typing import Any
 import pyarrow.parquet as pq
 
 import qengine
-from qengine import records
-from qengine.coordinator import QueryStats
-from qengine.options import DEFAULT_WORKERS, default_partitions
+from qengine.api.options import DEFAULT_WORKERS, default_partitions
+from qengine.catalog.sources import records
+from qengine.runtime.coordinator import QueryStats
 
 
 def copy_sql(output_dir: str, force: bool) -> str:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import duckdb
 
-from qengine import scan
-from qengine.connections import ConnectionPool
+from qengine.catalog import scan
 from qengine.planner import logical as lp
 from qengine.planner.render import render
-from qengine.quoting import identifier
+from qengine.sandbox.pool import ConnectionPool
+from qengine.sandbox.quoting import identifier
 
 
 class KeyRanges:

@@ -1,6 +1,6 @@
 """A worker process: an Arrow Flight server that runs tasks and serves its blocks.
 
-Started by a coordinator (``python -m qengine.worker``) with the cluster token in its
+Started by a coordinator (``python -m qengine.runtime.worker``) with the cluster token in its
 environment. It reports its port on stdout, then logs only to its log file. It exits when the
 pipe on its stdin closes, which happens when the coordinator process ends for any reason,
 ``kill -9`` included, so no worker outlives its coordinator.
@@ -24,11 +24,11 @@ import pyarrow.flight as flight
 
 from qengine.errors import Error
 from qengine.exchange.store import BlockStore
-from qengine.rpc import ActionServer, Client, ClientPool, server_error
-from qengine.task import TaskRunner
-from qengine.wire import load_converters
+from qengine.runtime.task import TaskRunner
+from qengine.transport.rpc import ActionServer, Client, ClientPool, server_error
+from qengine.transport.wire import load_converters
 
-log = logging.getLogger("qengine.worker")
+log = logging.getLogger("qengine.runtime.worker")
 
 
 class WorkerServer(ActionServer):

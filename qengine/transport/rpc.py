@@ -18,7 +18,7 @@ import pyarrow.flight as flight
 
 from qengine.errors import Error, OperationalError, error_class
 
-log = logging.getLogger("qengine.rpc")
+log = logging.getLogger("qengine.transport.rpc")
 
 _MARKER = "QENGINE_ERROR:"
 

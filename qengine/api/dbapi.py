@@ -9,9 +9,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from qengine.api.session import Result, Session
+from qengine.catalog.types import type_code
 from qengine.errors import Error, InterfaceError, InternalError, NotSupportedError
-from qengine.session import Result, Session
-from qengine.types import type_code
 
 
 def _user_errors(fn: Callable) -> Callable:

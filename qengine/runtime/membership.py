@@ -5,7 +5,7 @@ second or so. A worker silent for longer than the timeout is marked dead: it get
 and a query that has tasks on it fails at once with an error naming it (there is no recovery
 yet). New workers may join at any time; each query takes the live workers of its start.
 
-The registry offers the same face as :class:`qengine.cluster.LocalCluster` (``addresses``,
+The registry offers the same face as :class:`qengine.runtime.local_cluster.LocalCluster` (``addresses``,
 ``pool``, ``check_alive``, ``close``), so the scheduler does not care which one it runs on.
 """
 
@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass, field
 
 from qengine.errors import OperationalError
-from qengine.rpc import ClientPool
+from qengine.transport.rpc import ClientPool
 
-log = logging.getLogger("qengine.coordinator")
+log = logging.getLogger("qengine.runtime.coordinator")
 
 DEFAULT_HEARTBEAT_TIMEOUT = 5.0
 

@@ -16,10 +16,10 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from qengine import records
+from qengine.catalog import records
 from qengine.errors import OperationalError
-from qengine.quoting import identifier, string_literal
-from qengine.wire import schema_from_hex
+from qengine.sandbox.quoting import identifier, string_literal
+from qengine.transport.wire import schema_from_hex
 
 
 def parquet_sql(split: dict, columns: list[tuple[str, str]]) -> str | None:

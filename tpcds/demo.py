@@ -12,7 +12,7 @@ import os
 import time
 
 import qengine
-from qengine.compare import compare
+from tpcds.compare import compare
 
 # A tenth of the default split size and broadcast threshold: they treat SF 0.1 as the defaults
 # treat SF 1 (see run).
@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from qengine.cli import cache_dir, print_table, register_directory
+    from qengine.cli.common import cache_dir, register_directory
+    from qengine.cli.output import print_table
     from tpcds.extension import queries as tpcds_queries
     from tpcds.gen import generate
     from tpcds.run import parse_selection, reference

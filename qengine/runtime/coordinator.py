@@ -29,14 +29,14 @@ from qengine.exchange.placement import Reducer, accumulate, round_robin
 from qengine.exchange.prediction import coalesce, grouped, hash_prediction, range_prediction
 from qengine.exchange.sampling import weighted_bounds
 from qengine.exchange.store import concat
-from qengine.key_ranges import KeyRanges
 from qengine.planner import direct, estimates
 from qengine.planner import logical as lp
 from qengine.planner.render import join_sides, render
 from qengine.planner.stages import RuntimeFilter, Stage, StagePlan
-from qengine.rpc import ClientPool
-from qengine.slots import Slots
-from qengine.wire import schema_from_hex, schema_to_hex, table_from_hex, table_to_hex
+from qengine.runtime.key_ranges import KeyRanges
+from qengine.runtime.slots import Slots
+from qengine.transport.rpc import ClientPool
+from qengine.transport.wire import schema_from_hex, schema_to_hex, table_from_hex, table_to_hex
 
 _query_ids = itertools.count(1)
 
@@ -175,7 +175,7 @@ class _Placement:
 
 @dataclass
 class ExecutionOptions:
-    """The scheduler's share of a session's settings (see ``qengine.options.SessionSettings``)."""
+    """The scheduler's share of a session's settings (see ``qengine.api.options.SessionSettings``)."""
 
     slots: int
     coalesce_bytes: int

@@ -13,12 +13,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from qengine.coordinator import QueryStats
+from qengine.api.options import SessionSettings
+from qengine.api.session import Result
 from qengine.errors import NotSupportedError, ProgrammingError
-from qengine.options import SessionSettings
-from qengine.rpc import Client
-from qengine.session import Result
-from qengine.wire import schema_from_hex, table_to_hex
+from qengine.runtime.coordinator import QueryStats
+from qengine.transport.rpc import Client
+from qengine.transport.wire import schema_from_hex, table_to_hex
 
 
 def parse_target(target: str) -> str:

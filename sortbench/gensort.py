@@ -25,8 +25,8 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow.parquet as pq
 
-from qengine import records
-from qengine.cli import prepare_output_dir
+from qengine.catalog.sources import records
+from qengine.cli.common import prepare_output_dir
 from qengine.errors import ProgrammingError
 
 HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)

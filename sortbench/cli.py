@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from qengine.cli import add_cluster_arguments, connection_options, progress_bar
+from qengine.cli.common import add_cluster_arguments, connection_options, progress_bar
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -35,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_gen(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    from bench.gensort import generate
+    from sortbench.gensort import generate
 
     with Progress(transient=True) as bar:
         task = bar.add_task("gensort", total=args.records)
@@ -50,8 +50,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from bench.sortjob import sort
     from qengine.planner.explain import shuffle_summary
+    from sortbench.sortjob import sort
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     started = time.perf_counter()
@@ -68,7 +68,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from bench.valsort import validate
+    from sortbench.valsort import validate
 
     verdict = validate(args.input, args.out)
     i, o = verdict.input, verdict.output

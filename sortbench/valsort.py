@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow.parquet as pq
 
-from qengine import records
+from qengine.catalog.sources import records
 from qengine.errors import ProgrammingError
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import duckdb
 import pyarrow as pa
 
-from qengine.sandbox import safe_connection
+from qengine.sandbox.connection import safe_connection
 
 
 class Lease:

@@ -9,9 +9,9 @@ import signal
 import threading
 from typing import Any
 
+from qengine.api.options import parse_size
 from qengine.errors import ProgrammingError
-from qengine.membership import DEFAULT_HEARTBEAT_TIMEOUT
-from qengine.options import parse_size
+from qengine.runtime.membership import DEFAULT_HEARTBEAT_TIMEOUT
 
 
 def read_token(path: str | None) -> str:
@@ -75,7 +75,7 @@ def _stop_on_sigterm(stop: Any) -> None:
 
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
-    from qengine.service import CoordinatorServer
+    from qengine.api.server import CoordinatorServer
 
     token = read_token(args.token_file)
     host, port = parse_listen(args.listen)
@@ -92,8 +92,8 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from qengine.cli import cache_dir
-    from qengine.worker import serve_joined
+    from qengine.cli.common import cache_dir
+    from qengine.runtime.worker import serve_joined
 
     token = read_token(args.token_file)
     host, port = parse_listen(args.listen)

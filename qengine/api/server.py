@@ -2,7 +2,7 @@
 
 It is an Arrow Flight server. Workers call ``register`` and then ``heartbeat``; clients
 (``qengine.connect("qengine://HOST:PORT")``) open a session, run statements with ``execute``
-and fetch each result with ``do_get``. A session is the same :class:`qengine.session.Session`
+and fetch each result with ``do_get``. A session is the same :class:`qengine.api.session.Session`
 a local connection has — catalog, planner settings, scheduler — over the registry's live
 workers. Every call must carry the cluster token; TLS is optional.
 """
@@ -18,15 +18,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from qengine.catalog import Catalog
+from qengine.api.options import SessionSettings
+from qengine.api.session import Session
+from qengine.catalog.catalog import Catalog
 from qengine.errors import OperationalError, ProgrammingError
-from qengine.membership import WorkerRegistry
-from qengine.options import SessionSettings
-from qengine.rpc import ActionServer, server_error
-from qengine.session import Session
-from qengine.wire import load_converters, schema_to_hex, table_from_hex
+from qengine.runtime.membership import WorkerRegistry
+from qengine.transport.rpc import ActionServer, server_error
+from qengine.transport.wire import load_converters, schema_to_hex, table_from_hex
 
-log = logging.getLogger("qengine.coordinator")
+log = logging.getLogger("qengine.runtime.coordinator")
 
 
 class CoordinatorServer(ActionServer):

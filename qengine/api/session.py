@@ -18,15 +18,16 @@ import duckdb
 import pyarrow as pa
 import sqlglot.expressions as exp
 
-from qengine.catalog import Catalog, CsvSource, MemorySource, ParquetSource, Partition, RecordSource, Source, View
-from qengine.coordinator import Coordinator, ExecutionOptions, QueryStats
+from qengine.catalog.catalog import Catalog, View
+from qengine.catalog.sources import CsvSource, MemorySource, ParquetSource, Partition, RecordSource, Source
 from qengine.errors import NotSupportedError, ProgrammingError
 from qengine.planner import PlanOptions, plan_query
 from qengine.planner.explain import explain_lines
 from qengine.planner.frontend import bind, expand_sources, name_outputs, normalize_null_ordering, parse
 from qengine.planner.stages import StagePlan
-from qengine.sandbox import scratch_connection
-from qengine.wire import schema_from_hex, schema_to_hex
+from qengine.runtime.coordinator import Coordinator, ExecutionOptions, QueryStats
+from qengine.sandbox.connection import scratch_connection
+from qengine.transport.wire import schema_from_hex, schema_to_hex
 
 _EXPLAIN = re.compile(r"^\s*EXPLAIN(\s+ANALYZE)?\s+(.*)$", re.IGNORECASE | re.DOTALL)
 _table_ids = itertools.count(1)

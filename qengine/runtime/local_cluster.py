@@ -21,8 +21,8 @@ import weakref
 from dataclasses import dataclass
 
 from qengine.errors import OperationalError
-from qengine.rpc import ClientPool
-from qengine.wire import load_converters
+from qengine.transport.rpc import ClientPool
+from qengine.transport.wire import load_converters
 
 STARTUP_TIMEOUT = 30.0
 # Allocator settings for worker processes, so memory a worker frees goes back to the OS and its
@@ -80,7 +80,7 @@ class LocalCluster:
         self.spill_dirs.append(spill_dir)
         with open(log, "ab") as err:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "qengine.worker", "--id", str(worker_id), "--host", host, "--log", log,
+                [sys.executable, "-m", "qengine.runtime.worker", "--id", str(worker_id), "--host", host, "--log", log,
                  "--spill-dir", spill_dir]
                 + (["--shuffle-memory", str(self.shuffle_memory)] if self.shuffle_memory is not None else []),
                 stdin=subprocess.PIPE,

@@ -22,15 +22,15 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from qengine import scan
-from qengine.connections import ConnectionPool, Lease
+from qengine.catalog import scan
 from qengine.errors import DataError, OperationalError
 from qengine.exchange import partitioner
 from qengine.exchange.sampling import sample_keys
 from qengine.exchange.store import BlockStore, concat
 from qengine.planner import direct
-from qengine.rpc import ClientPool
-from qengine.wire import schema_from_hex, schema_to_hex, table_from_hex, table_to_hex
+from qengine.sandbox.pool import ConnectionPool, Lease
+from qengine.transport.rpc import ClientPool
+from qengine.transport.wire import schema_from_hex, schema_to_hex, table_from_hex, table_to_hex
 
 
 class PartitionIds:

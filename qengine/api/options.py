@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from qengine.catalog import DEFAULT_SPLIT_BYTES
+from qengine.catalog.sources import DEFAULT_SPLIT_BYTES
 from qengine.errors import ProgrammingError
 from qengine.exchange.sampling import DEFAULT_SAMPLES_PER_PARTITION
 
@@ -88,7 +88,7 @@ class SessionSettings:
         )
 
     def execution_options(self) -> Any:
-        from qengine.coordinator import ExecutionOptions
+        from qengine.runtime.coordinator import ExecutionOptions
 
         return ExecutionOptions(
             slots=self.slots,

@@ -1,1 +1,0 @@
-"""Benchmarks and the TeraSort harness (``qengine terasort``)."""

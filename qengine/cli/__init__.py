@@ -1,0 +1,1 @@
+"""The ``qengine`` command line (see :mod:`qengine.cli.main`)."""

@@ -1,0 +1,115 @@
+"""What the ``qengine`` sub-commands share: the cache directory, data registration, the cluster
+flags and the progress bar. The harnesses (``tpcds``, ``terasort``, ``demo``) import these, so
+every command reads the same flags and writes under the same cache."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import qengine
+from qengine.api.options import DEFAULT_WORKERS, SessionSettings
+
+
+def cache_dir() -> str:
+    """Where generated data, reports and plots go (never into git): $QENGINE_CACHE or ./.qengine-cache."""
+    return os.environ.get("QENGINE_CACHE") or os.path.abspath(".qengine-cache")
+
+
+def prepare_output_dir(out: str, force: bool) -> None:
+    """Create ``out`` for a generator, refusing to clobber a non-empty one unless ``force`` (then wiped).
+
+    Shared by ``tpcds gen`` and ``terasort gen`` so both refuse and overwrite the same way.
+    """
+    if os.path.isdir(out) and os.listdir(out):
+        if not force:
+            raise qengine.ProgrammingError(f"{out} exists and is not empty; pass --force to overwrite it")
+        shutil.rmtree(out)
+    os.makedirs(out, exist_ok=True)
+
+
+def register_directory(con: Any, directory: str) -> list[str]:
+    """Register every Parquet/CSV file or directory of Parquet files under ``directory`` as a table."""
+    if not os.path.isdir(directory):
+        raise qengine.ProgrammingError(f"data directory {directory} does not exist")
+    names = []
+    con.session.allow_root(directory)
+    for entry in sorted(os.listdir(directory)):
+        path = os.path.join(directory, entry)
+        stem, ext = os.path.splitext(entry)
+        if entry.startswith((".", "_")):
+            continue
+        if os.path.isdir(path):
+            has_parquet = any(f.endswith((".parquet", ".parq")) for _, _, files in os.walk(path) for f in files)
+            if has_parquet:
+                con.register_parquet(entry, path)
+                names.append(entry)
+        elif ext in (".parquet", ".parq"):
+            con.register_parquet(stem, path)
+            names.append(stem)
+        elif ext in (".csv", ".tsv"):
+            con.register_csv(stem, path, delimiter="\t" if ext == ".tsv" else ",")
+            names.append(stem)
+    return names
+
+
+def connection_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``qengine.connect`` keyword arguments from the shared cluster flags."""
+    return {
+        "workers": args.workers,
+        "dialect": args.dialect,
+        "broadcast_threshold": args.broadcast_threshold,
+        "replicate_size": args.replicate_size,
+        "partitions": args.partitions,
+        "split_size": args.split_size,
+        "shuffle": args.shuffle,
+        "shuffle_memory": args.shuffle_memory,
+        "prefetch_fraction": args.prefetch_fraction,
+    }
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help=f"worker processes of the local cluster (default {DEFAULT_WORKERS})")
+    parser.add_argument("--partitions", type=int, default=None, help="reduce partitions per shuffle (default 2 per worker)")
+    parser.add_argument(
+        "--broadcast-threshold", default=SessionSettings.broadcast_threshold, help="max estimated bytes of a broadcast join side; 0 turns broadcast off"
+    )
+    parser.add_argument(
+        "--replicate-size", default=SessionSettings.replicate_size,
+        help="a broadcast Parquet table up to these bytes is read whole by each task that joins it; 0 never",
+    )
+    parser.add_argument(
+        "--split-size", default=SessionSettings.split_size,
+        help="bytes of table data per scan task, e.g. 64MB; a table of one split is read by one task",
+    )
+    parser.add_argument("--dialect", default="duckdb", help="SQL dialect of the input (default duckdb)")
+    parser.add_argument("--shuffle", choices=["prefetch", "pull"], default="prefetch",
+                        help="exchange mode: prefetch (SCache, default) or pull (Spark-like baseline)")
+    parser.add_argument("--shuffle-memory", default=None, help="per-worker shuffle memory budget, e.g. 256MB (default: unlimited)")
+    parser.add_argument("--prefetch-fraction", type=float, default=0.5,
+                        help="share of map tasks that must finish before reducers are placed (default 0.5)")
+
+
+@contextlib.contextmanager
+def progress_bar(enabled: bool, description: str = "tasks") -> Iterator[Callable[[int, int], None] | None]:
+    """A transient task progress bar on stderr, for interactive terminals.
+
+    ``description`` labels the bar, so other commands (``terasort run``) can share it.
+    """
+    if not enabled:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  transient=True, console=None) as bar:
+        task = bar.add_task(description, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update

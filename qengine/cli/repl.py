@@ -1,0 +1,91 @@
+"""The interactive SQL shell of ``qengine sql``: statements ended by ';', history, dot commands."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from typing import Any
+
+from qengine.catalog.types import type_code
+from qengine.cli.common import progress_bar
+from qengine.cli.output import write_result
+from qengine.errors import Error
+
+HISTORY = os.path.expanduser("~/.qengine_history")
+
+
+def run_statement(con: Any, sql: str, args: argparse.Namespace) -> None:
+    with progress_bar(sys.stderr.isatty() and not args.no_progress) as progress:
+        cur = con.cursor().execute(sql, progress=progress)
+    if cur.description is not None:
+        write_result(cur.fetch_arrow_table(), args.format, args.output)
+    elif cur.rowcount >= 0:
+        print(f"{cur.rowcount} row(s) affected")
+
+
+def repl(con: Any, args: argparse.Namespace) -> int:
+    try:
+        import readline
+
+        with contextlib.suppress(OSError):
+            readline.read_history_file(HISTORY)
+    except ImportError:  # pragma: no cover - readline missing on some platforms
+        readline = None
+    print("qengine SQL shell. End statements with ';'. .tables, .schema NAME, .quit")
+    buffer: list[str] = []
+    try:
+        while True:
+            try:
+                line = input("qengine> " if not buffer else "   ...> ")
+            except EOFError:
+                print()
+                break
+            stripped = line.strip()
+            if not buffer and stripped.startswith("."):
+                if _dot_command(con, stripped, args):
+                    break
+                continue
+            buffer.append(line)
+            if stripped.endswith(";"):
+                sql = "\n".join(buffer)
+                buffer = []
+                try:
+                    run_statement(con, sql, args)
+                except Error as e:
+                    print(f"Error: {e}", file=sys.stderr)
+                except KeyboardInterrupt:
+                    print("interrupted", file=sys.stderr)
+    finally:
+        if readline is not None:
+            with contextlib.suppress(OSError):
+                readline.write_history_file(HISTORY)
+    return 0
+
+
+def _dot_command(con: Any, command: str, args: argparse.Namespace) -> bool:
+    """Run a dot command; True means quit."""
+    parts = command.split()
+    name = parts[0].lower()
+    if name in (".quit", ".exit"):
+        return True
+    if name == ".tables":
+        for t in con.tables():
+            print(t)
+    elif name == ".schema":
+        if len(parts) != 2:
+            print("usage: .schema NAME", file=sys.stderr)
+            return False
+        try:
+            schema = con.session.table_schema(parts[1])
+        except Error as e:
+            print(f"Error: {e}", file=sys.stderr)
+            return False
+        cols = ",\n  ".join(f"{f.name} {type_code(f.type)}" for f in schema)
+        print(f"CREATE TABLE {parts[1]} (\n  {cols}\n);")
+    elif name == ".help":
+        print(".tables             list tables\n.schema NAME        show a table's columns\n.quit               leave")
+    else:
+        print(f"unknown command {name}; try .help", file=sys.stderr)
+    return False

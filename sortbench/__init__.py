@@ -1,0 +1,1 @@
+"""The Sort Benchmark harness (``qengine terasort gen|run|validate``): gensort records, a distributed sort, valsort checks."""
