@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import qengine
 from qengine.api.options import DEFAULT_WORKERS, default_partitions
 from qengine.catalog.sources import records
-from qengine.runtime.coordinator import QueryStats
+from qengine.runtime.stats import QueryStats
 
 
 def copy_sql(output_dir: str, force: bool) -> str:

@@ -18,7 +18,7 @@ from qengine.catalog.scan import parquet_sql, split_files
 from qengine.catalog.sources import ParquetSource
 from qengine.planner import logical as lp
 from qengine.planner.frontend import parse
-from qengine.runtime.coordinator import _duckdb_builds
+from qengine.runtime import task_specs
 from qengine.sandbox.connection import safe_connection
 from tests.conftest import assert_same
 
@@ -139,4 +139,4 @@ def test_duckdb_builds_where_every_exchange_read_is_a_broadcast(data_paths, opti
         plan = con.session.plan(parse(sql, "duckdb")[0])
     [join] = [s for s in plan.stages if any(isinstance(n, lp.Join) for n in lp.walk(s.root))]
     assert sorted({r.kind for r in join.reads}) == reads
-    assert _duckdb_builds(join) is duckdb_builds
+    assert task_specs.duckdb_builds(join) is duckdb_builds

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import threading
 
-import qengine.runtime.coordinator as coordinator
 from qengine.exchange.store import BlockStore
+from qengine.runtime.query_run import QueryRun
 from qengine.runtime.slots import Slots
 from qengine.runtime.task import TaskRunner
 from qengine.transport.rpc import ClientPool
@@ -55,7 +55,7 @@ def test_scan_tasks_run_on_whichever_worker_frees_a_slot(default_engine) -> None
     # The scan's tasks are placed nowhere ahead; they fill both workers' slots as they start.
     placed: list[int | None] = []
     ran: list[int] = []
-    original_place, original_record = coordinator._QueryRun._place, coordinator._QueryRun._record
+    original_place, original_record = QueryRun._place, QueryRun._record
 
     def place(self, run, index):
         worker = original_place(self, run, index)
@@ -68,11 +68,11 @@ def test_scan_tasks_run_on_whichever_worker_frees_a_slot(default_engine) -> None
             ran.append(run.placement[index])
         return original_record(self, run, index, result)
 
-    coordinator._QueryRun._place, coordinator._QueryRun._record = place, record
+    QueryRun._place, QueryRun._record = place, record
     try:
         count = default_engine.execute("SELECT count(*) FROM sales WHERE qty > 10").fetchone()[0]
     finally:
-        coordinator._QueryRun._place, coordinator._QueryRun._record = original_place, original_record
+        QueryRun._place, QueryRun._record = original_place, original_record
     assert count > 0
     assert len(placed) >= 4 and set(placed) == {None}, placed
     assert set(ran) == {0, 1}, ran
@@ -108,19 +108,19 @@ def test_a_task_alone_in_its_query_runs_on_every_core(tmp_path) -> None:
 
 def test_only_one_task_stages_with_nothing_else_running_are_alone(default_engine, oracle) -> None:
     bodies: list[tuple[int, dict]] = []
-    original = coordinator._QueryRun._call
+    original = QueryRun._call
 
     def call(self, worker, name, body):
         if name == "run_task":
-            bodies.append((self.runs[body["stage"]].tasks, body))
+            bodies.append((self.state.runs[body["stage"]].tasks, body))
         return original(self, worker, name, body)
 
     sql = "SELECT store_id, sum(amount) AS total FROM sales GROUP BY store_id ORDER BY total DESC LIMIT 5"
-    coordinator._QueryRun._call = call
+    QueryRun._call = call
     try:
         assert_same(default_engine, oracle, sql)
     finally:
-        coordinator._QueryRun._call = original
+        QueryRun._call = original
     alone = [tasks for tasks, body in bodies if body.get("alone")]
     assert alone, "the final one-task stage should run alone"
     assert all(tasks == 1 for tasks in alone)

@@ -88,7 +88,7 @@ class SessionSettings:
         )
 
     def execution_options(self) -> Any:
-        from qengine.runtime.coordinator import ExecutionOptions
+        from qengine.runtime.query_state import ExecutionOptions
 
         return ExecutionOptions(
             slots=self.slots,

@@ -16,7 +16,7 @@ import pyarrow as pa
 from qengine.api.options import SessionSettings
 from qengine.api.session import Result
 from qengine.errors import NotSupportedError, ProgrammingError
-from qengine.runtime.coordinator import QueryStats
+from qengine.runtime.stats import QueryStats
 from qengine.transport.rpc import Client
 from qengine.transport.wire import schema_from_hex, table_to_hex
 

@@ -25,7 +25,9 @@ from qengine.planner import PlanOptions, plan_query
 from qengine.planner.explain import explain_lines
 from qengine.planner.frontend import bind, expand_sources, name_outputs, normalize_null_ordering, parse
 from qengine.planner.stages import StagePlan
-from qengine.runtime.coordinator import Coordinator, ExecutionOptions, QueryStats
+from qengine.runtime.coordinator import Coordinator
+from qengine.runtime.query_state import ExecutionOptions
+from qengine.runtime.stats import QueryStats
 from qengine.sandbox.connection import scratch_connection
 from qengine.transport.wire import schema_from_hex, schema_to_hex
 

@@ -58,11 +58,13 @@ def tls_material(args: argparse.Namespace) -> tuple[tuple[bytes, bytes] | None, 
 
 
 def add_security_arguments(parser: argparse.ArgumentParser) -> None:
-    """The token and TLS flags, shared so ``coordinator`` and ``worker`` accept the same ones."""
+    """The token, TLS and health flags, shared so ``coordinator`` and ``worker`` accept the same ones."""
     parser.add_argument("--token-file", required=True, help="file holding the cluster token")
     parser.add_argument("--tls-cert", help="PEM certificate to serve TLS with")
     parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
     parser.add_argument("--tls-ca", help="PEM root certificates to verify peers with (default: --tls-cert)")
+    parser.add_argument("--health", metavar="HOST:PORT",
+                        help="also serve the standard grpc.health.v1 service here, for orchestrators' probes (token required)")
 
 
 def _stop_on_sigterm(stop: Any) -> None:
@@ -74,6 +76,18 @@ def _stop_on_sigterm(stop: Any) -> None:
     signal.signal(signal.SIGINT, handler)
 
 
+def _health(args: argparse.Namespace, token: str, pair: tuple[bytes, bytes] | None, service: str) -> Any:
+    """The grpc.health.v1 endpoint ``--health`` asks for, or None."""
+    if not args.health:
+        return None
+    from qengine.runtime.health import HealthEndpoint
+
+    host, port = parse_listen(args.health)
+    endpoint = HealthEndpoint(f"{host}:{port}", token, service, pair)
+    print(f"qengine {service.split('.')[-1].lower()} health service on {endpoint.address}", flush=True)
+    return endpoint
+
+
 def cmd_coordinator(args: argparse.Namespace) -> int:
     from qengine.api.server import CoordinatorServer
 
@@ -83,11 +97,16 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s coordinator %(levelname)s %(message)s")
     server = CoordinatorServer(host, port, token, args.heartbeat_timeout, pair, root)
     print(f"qengine coordinator listening on {server.address}", flush=True)
+    health = _health(args, token, pair, "qengine.Coordinator")
     _stop_on_sigterm(server.shutdown)
     try:
+        if health is not None:
+            health.set_serving(True)
         server.serve()
     finally:
         server.release()
+        if health is not None:
+            health.stop()
     return 0
 
 
@@ -101,7 +120,18 @@ def cmd_worker(args: argparse.Namespace) -> int:
     budget = parse_size(args.memory_budget, "--memory-budget")
     log_file = args.log or os.path.join(cache_dir(), "logs", f"worker-{os.getpid()}.log")
     os.makedirs(os.path.dirname(os.path.abspath(log_file)), exist_ok=True)
-    serve_joined(args.join, host, port, token, log_file, budget, pair, root, on_start=_stop_on_sigterm)
+    health = _health(args, token, pair, "qengine.Worker")
+
+    def started(stop: Any) -> None:  # registered with the coordinator: ready for tasks
+        _stop_on_sigterm(stop)
+        if health is not None:
+            health.set_serving(True)
+
+    try:
+        serve_joined(args.join, host, port, token, log_file, budget, pair, root, on_start=started)
+    finally:
+        if health is not None:
+            health.stop()
     return 0
 
 

@@ -35,7 +35,7 @@ import itertools
 
 import sqlglot.expressions as exp
 
-from qengine.planner.builder import conjuncts
+from qengine.planner.expressions import conjuncts
 
 _ids = itertools.count()
 

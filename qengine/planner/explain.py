@@ -8,7 +8,7 @@ from qengine.planner import logical as lp
 from qengine.planner.stages import StagePlan
 
 if TYPE_CHECKING:
-    from qengine.runtime.coordinator import QueryStats
+    from qengine.runtime.stats import QueryStats
 
 
 def _sql(e) -> str:

@@ -18,7 +18,7 @@ from collections import Counter
 
 import sqlglot.expressions as exp
 
-from qengine.planner.builder import and_all, conjuncts
+from qengine.planner.expressions import and_all, conjuncts
 
 # Aggregates that skip NULL inputs: fed NULL for the rows of other subqueries, each gives what
 # it gave over its own subquery's rows (including on none: NULL, or 0 for COUNT).

@@ -27,7 +27,7 @@ import sqlglot.expressions as exp
 
 from qengine.planner import estimates
 from qengine.planner import logical as lp
-from qengine.planner.builder import COMPARISONS, and_all, conjuncts, null_rejecting
+from qengine.planner.expressions import COMPARISONS, and_all, conjuncts, null_rejecting
 from qengine.planner.logical import col
 
 # Functions whose value differs between evaluations: a filter using one stays where it is.

@@ -1,0 +1,50 @@
+"""What a query's FROM items look like to the expressions above them: a planned relation and
+the aliases through which its columns are named."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from qengine.planner.logical import Names, Node, Scan
+
+
+class ColumnAllocator(Protocol):
+    """Allocates internal column names and records their widths (the plan builder)."""
+
+    names: Names
+    widths: dict[str, float]
+
+
+@dataclass
+class Rel:
+    """A planned relation: its operator and the display names of its columns."""
+
+    node: Node
+    names: list[str]
+
+
+@dataclass
+class SourceScope:
+    """One FROM item visible under an alias. Scans allocate internal columns on first use."""
+
+    alias: str
+    node: Node
+    fixed: dict[str, str] | None = None
+    scan: Scan | None = None
+    builder: ColumnAllocator | None = None
+
+    def lookup(self, name: str) -> str | None:
+        key = name.lower()
+        if self.fixed is not None:
+            return self.fixed.get(key)
+        assert self.scan is not None and self.builder is not None
+        source = self.scan.source
+        actual = next((f.name for f in source.schema if f.name.lower() == key), None)
+        if actual is None:
+            return None
+        if actual not in self.scan.column_map:
+            internal = self.builder.names.new()
+            self.scan.column_map[actual] = internal
+            self.builder.widths[internal] = source.column_width(actual)
+        return self.scan.column_map[actual]

@@ -1,0 +1,196 @@
+"""What one query's run keeps while it runs: each stage's progress and outputs, where reducers
+were placed ahead of time, and the task counts that coalescing and pruning change.
+
+The scheduling loop (:mod:`qengine.runtime.query_run`), the shuffle driver
+(:mod:`qengine.runtime.shuffle_driver`) and the task specs (:mod:`qengine.runtime.task_specs`)
+all read and update this state; keeping it in one place lets each of them be a module of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import InitVar, dataclass, field
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from qengine.errors import Error
+from qengine.exchange.metrics import ShuffleStats
+from qengine.exchange.placement import Reducer
+from qengine.exchange.prediction import coalesce
+from qengine.planner.stages import Stage, StagePlan
+from qengine.runtime.stats import StageStats
+from qengine.transport.rpc import ClientPool
+
+SHUFFLE_KINDS = ("hash", "range", "roundrobin", "single")
+
+
+class Cluster(Protocol):
+    pool: ClientPool
+
+    @property
+    def addresses(self) -> list[str]: ...
+
+    def check_alive(self, addresses: list[str]) -> None: ...
+
+    def check_readable(self, paths: list[str]) -> None: ...
+
+
+@dataclass
+class ExecutionOptions:
+    """The scheduler's share of a session's settings (see ``qengine.api.options.SessionSettings``)."""
+
+    slots: int
+    coalesce_bytes: int
+    split_bytes: int
+    samples_per_partition: int
+    shuffle: str
+    prefetch_fraction: float
+
+
+@dataclass
+class StageRun:
+    stage: Stage
+    tasks: int
+    splits: list[dict] | None
+    stats: StageStats
+    # Each task's worker; a task free to run anywhere has None until it takes a slot.
+    placement: list[Any] = field(default_factory=list)
+    groups: list[list[int]] | None = None
+    holders: set[int] = field(default_factory=set)
+    schema: str | None = None
+    samples: dict[int, tuple[pa.Array, int, int]] = field(default_factory=dict)
+    outputs: list[dict] = field(default_factory=list)
+    pending: int = 0
+    aux_pending: int = 0
+    started: float = 0.0
+    submitted: bool = False
+    done: bool = False
+    # shuffle-producing stages
+    task_bytes: dict[int, list[int]] = field(default_factory=dict)
+    finished: list[int] = field(default_factory=list)
+    finalized: set[int] = field(default_factory=set)
+    pushed: set[int] = field(default_factory=set)
+    bounds: pa.Array | None = None
+    finalize_body: dict[str, Any] = field(default_factory=dict)  # what every finalize request shares
+    # Once bounds and reducer hosts are known (prefetch): map tasks starting after that partition
+    # and push their own output with this, instead of staging it for a finalize request.
+    inline: dict[str, Any] | None = None
+    ranges: dict[str, list[int] | None] = field(default_factory=dict)
+    prediction: list[Reducer] | None = None
+    maps_done_at: float | None = None
+    shuffle: ShuffleStats | None = None
+    # The fragment's SQL rendered while the stage waited for its inputs, with the join sides
+    # it was rendered for (see QueryRun._wait)
+    rendered: tuple[tuple[bool, ...], str] | None = None
+
+    def partition_sizes(self) -> list[int]:
+        """Bytes per partition of a shuffle so far (kept up to date by ``StageStats.add_partition_bytes``)."""
+        parts = self.stage.output.partitions if self.stage.output is not None else 1
+        return (self.stats.partition_bytes + [0] * parts)[:parts]
+
+
+@dataclass
+class ReducerPlacement:
+    """Where a consumer stage's reduce tasks run, decided ahead of time in prefetch mode."""
+
+    groups: list[list[int]]
+    hosts: list[int]
+    addresses: InitVar[list[str]]
+    # False when every map task had finished by the time the reducers were placed: a push would
+    # then overlap nothing and only hold the reducers back, so they read the blocks where they are.
+    push: bool
+    _by_partition: dict[int, int] = field(init=False, repr=False)
+    # partition → its reducer's host address, as finalize and push requests carry it
+    destinations: dict[str, str] = field(init=False, repr=False)
+
+    def __post_init__(self, addresses: list[str]) -> None:
+        self._by_partition = {p: self.hosts[g] for g, members in enumerate(self.groups) for p in members}
+        self.destinations = {str(p): addresses[h] for p, h in self._by_partition.items()}
+
+    def host_of(self, partition: int) -> int:
+        return self._by_partition[partition]
+
+
+@dataclass
+class QueryState:
+    """One query's stages as they run, and the decisions taken about them so far."""
+
+    query_id: str
+    options: ExecutionOptions
+    plan: StagePlan
+    addresses: list[str]
+    output_override: dict | None
+    runs: list[StageRun] = field(default_factory=list)
+    # shuffle (producer stage id) → the stage reading it
+    consumer_of: dict[int, int] = field(default_factory=dict)
+    # consumer stage id → its reducers' placement, decided ahead of time (prefetch)
+    placements: dict[int, ReducerPlacement] = field(default_factory=dict)
+    total_tasks: int = 0
+
+    @property
+    def mode(self) -> str:
+        return self.options.shuffle
+
+    @property
+    def workers(self) -> int:
+        return len(self.addresses)
+
+    def key(self, stage_id: int) -> str:
+        return f"{self.query_id}/{stage_id}"
+
+    def set_tasks(self, run: StageRun, tasks: int) -> None:
+        """Change a stage's task count (coalesced reducers, a pruned scan) everywhere it is kept."""
+        self.total_tasks += tasks - run.tasks
+        run.tasks = run.stats.tasks = tasks
+        if run.shuffle is not None:
+            run.shuffle.map_tasks = tasks
+
+    def coalescable(self, run: StageRun) -> bool:
+        """Partition i must stay task i where data is read as materialized; a materialized
+        output may have fewer partitions only if its readers read nothing else partitioned
+        (their task count then follows it, see ``QueryRun._submit``)."""
+        reads = run.stage.partitioned_reads
+        if not reads or self.options.coalesce_bytes <= 0 or run.tasks <= 1:
+            return False
+        if any(r.kind not in SHUFFLE_KINDS for r in reads):
+            return False
+        if run.stage.output and run.stage.output.kind == "materialize":
+            readers = [r.stage for r in self.runs if run.stage.id in r.stage.parents]
+            return all(all(x.shuffle_id == run.stage.id for x in reader.partitioned_reads) for reader in readers)
+        return True
+
+    def groups(self, run: StageRun, sizes: list[float]) -> list[list[int]]:
+        """The reduce partitions each of ``run``'s tasks reads, adjacent small ones coalesced."""
+        if not self.coalescable(run):
+            return [[p] for p in range(run.tasks)]
+        return coalesce(sizes, self.options.coalesce_bytes, self.workers)
+
+    def apply_groups(self, run: StageRun, groups: list[list[int]]) -> None:
+        run.groups = groups
+        self.set_tasks(run, len(groups))
+
+    def locations(self, source: StageRun, partitions: list[int]) -> dict[int, dict[int, int]]:
+        """Bytes of these partitions per holding worker: where each map task produced its block,
+        or, once pushed (prefetch), the reducer's host."""
+        ahead = self.placements.get(self.consumer_of.get(source.stage.id, -1))
+        out: dict[int, dict[int, int]] = {}
+        for task, task_sizes in source.task_bytes.items():
+            pushed = ahead is not None and task in source.pushed  # placed ahead only in prefetch
+            for p in partitions:
+                b = task_sizes[p] if p < len(task_sizes) else 0
+                if b:
+                    host = ahead.host_of(p) if pushed else source.placement[task]
+                    per_host = out.setdefault(p, {})
+                    per_host[host] = per_host.get(host, 0) + b
+        return out
+
+
+def release_blocks(cluster: Cluster, prefix: str) -> int:
+    """Free everything under ``prefix`` on every worker; returns the bytes they had spilled."""
+    spilled = 0
+    for address in cluster.addresses:
+        with contextlib.suppress(Error):  # a dead worker holds nothing any more
+            reply = cluster.pool.get(address).action("release", {"prefix": prefix}, timeout=10)
+            spilled += int((reply or {}).get("spilled", 0))
+    return spilled

@@ -1,0 +1,225 @@
+"""The shuffle as its map tasks finish: size prediction, range bounds, reducer placement ahead
+of time (prefetch), the side work that partitions and pushes map output, and the shuffle's metrics.
+
+This is the coordinator's half of the SCache exchange: once ``prefetch_fraction`` of a shuffle's
+map tasks have finished, their output sizes (hash) or key samples (range) predict each reducer's
+size; the consumer's reducers are placed with MinHeap (accumulate scheduling across the shuffles
+a stage reads), and every finished map task's blocks are pushed to their reducers' hosts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+
+import pyarrow as pa
+
+from qengine.exchange.placement import Reducer, accumulate, round_robin
+from qengine.exchange.prediction import grouped, hash_prediction, range_prediction
+from qengine.exchange.sampling import weighted_bounds
+from qengine.planner import logical as lp
+from qengine.runtime.query_state import QueryState, ReducerPlacement, StageRun
+from qengine.transport.wire import schema_from_hex, table_from_hex, table_to_hex
+
+# Submits side work of a shuffle (finalize_range, push, expect) to a worker, tracked like a task.
+AuxCall = Callable[[StageRun, str, int, dict], None]
+
+
+class ShuffleDriver:
+    """Drives every shuffle of one query from its map tasks' results."""
+
+    def __init__(self, state: QueryState, aux: AuxCall) -> None:
+        self.state = state
+        self.aux = aux
+        self._seq = itertools.count()
+
+    def map_finished(self, run: StageRun, index: int, result: dict) -> None:
+        """Record a finished map task's output (sizes or key samples) and react to it."""
+        run.finished.append(index)
+        if result.get("finalized"):  # partitioned and pushed by the task itself
+            run.finalized.add(index)
+            run.pushed.add(index)
+            run.shuffle.self_pushed_tasks += 1
+        if "sample" in result:
+            keys = table_from_hex(result["sample"]).column(0).combine_chunks()
+            run.samples[index] = (keys, result["rows"], result["bytes"])
+        else:
+            run.task_bytes[index] = result["partition_bytes"]
+            run.stats.add_partition_bytes(result["partition_bytes"])
+        self._progress(run, index)
+
+    def _threshold(self, run: StageRun) -> int:
+        return max(1, math.ceil(self.state.options.prefetch_fraction * run.tasks))
+
+    def _progress(self, run: StageRun, index: int) -> None:
+        """React to a finished map task: predict once enough have finished, then (prefetch)
+        place the reducers and push every finished task's blocks to its reducers' hosts."""
+        state = self.state
+        ex = run.stage.output
+        assert ex is not None and run.shuffle is not None
+        # Range bounds need the samples: prefetch picks them once enough map tasks have finished,
+        # pull (like Spark) after all of them. Hash sizes are predicted at the threshold in both
+        # modes, so both record prediction accuracy; only prefetch acts on it.
+        need = self._threshold(run) if state.mode == "prefetch" or ex.kind != "range" else run.tasks
+        if run.prediction is None and len(run.finished) >= need:
+            if ex.kind == "range":
+                self._choose_bounds(run, ex)
+                run.prediction = self._range_prediction(run, ex)
+            else:
+                finished = [(run.placement[t], run.task_bytes[t]) for t in run.finished]
+                run.prediction = hash_prediction(finished, run.tasks, ex.partitions)
+            run.shuffle.predicted = [r.size for r in run.prediction]
+            if state.mode == "prefetch":
+                self._try_place(state.consumer_of.get(run.stage.id))
+            if ex.kind == "range":
+                destinations = self._destinations(run)
+                if destinations is not None:
+                    run.inline = dict(run.finalize_body, destinations=destinations)
+                self._finalize(run, run.finished)
+            else:
+                self._push(run, run.finished)
+        elif run.prediction is not None:
+            if ex.kind == "range":
+                self._finalize(run, [index])
+            else:
+                self._push(run, [index])
+
+    def _choose_bounds(self, run: StageRun, ex: lp.Exchange) -> None:
+        typ = schema_from_hex(run.schema).field(ex.order[0].this.name).type
+        samples = [(keys.cast(typ), rows) for keys, rows, _ in run.samples.values()]
+        bounds = weighted_bounds(samples, ex.partitions) if samples else pa.array([], typ)
+        if 0 < len(bounds) < ex.partitions - 1:  # too few distinct samples: pad, reducers stay valid
+            bounds = pa.concat_arrays([bounds] + [bounds[-1:]] * (ex.partitions - 1 - len(bounds)))
+        run.bounds = bounds
+        first = ex.order[0]
+        run.finalize_body = {
+            "key": self.state.key(run.stage.id),
+            "bounds": table_to_hex(pa.table({"b": bounds})),
+            "sort_key": first.this.name,
+            "desc": bool(first.args.get("desc")),
+            "nulls_first": bool(first.args.get("nulls_first")),
+            "mode": self.state.mode,
+        }
+
+    @staticmethod
+    def _range_prediction(run: StageRun, ex: lp.Exchange) -> list[Reducer]:
+        first = ex.order[0]
+        typ = run.bounds.type
+        samples = [(run.placement[t], keys.cast(typ), size) for t, (keys, _, size) in run.samples.items()]
+        prediction = range_prediction(samples, run.bounds, bool(first.args.get("desc")), bool(first.args.get("nulls_first")), run.tasks)
+        return prediction + [Reducer(p, 0.0) for p in range(len(prediction), ex.partitions)]
+
+    def _destinations(self, run: StageRun) -> dict[str, str] | None:
+        """Where this shuffle's partitions are pushed, once its reducers are placed (prefetch
+        only, and only while there is a map stage to overlap)."""
+        ahead = self.state.placements.get(self.state.consumer_of.get(run.stage.id, -1))
+        return ahead.destinations if ahead is not None and ahead.push else None
+
+    def _finalize(self, run: StageRun, tasks: list[int]) -> None:
+        """Partition staged range output with the bounds (and push it, once placed)."""
+        destinations = self._destinations(run)
+        by_worker: dict[int, list[int]] = {}
+        for t in [t for t in tasks if t not in run.finalized]:
+            run.finalized.add(t)
+            by_worker.setdefault(run.placement[t], []).append(t)
+            if destinations is not None:
+                run.pushed.add(t)
+        for worker, mine in by_worker.items():
+            self.aux(run, "finalize_range", worker, dict(run.finalize_body, tasks=mine, destinations=destinations))
+
+    def _push(self, run: StageRun, tasks: list[int]) -> None:
+        """Push these map tasks' blocks to their reducers' hosts, each once, when both the
+        placement and the task's block sizes are known."""
+        destinations = self._destinations(run)
+        if destinations is None:
+            return
+        for t in tasks:
+            if t in run.pushed or t not in run.task_bytes:
+                continue
+            run.pushed.add(t)
+            body = {"key": self.state.key(run.stage.id), "task": t, "destinations": destinations}
+            self.aux(run, "push", run.placement[t], body)
+
+    def _try_place(self, consumer_id: int | None) -> None:
+        """Place a consumer's reducers once every shuffle it reads has a prediction (MinHeap for
+        one input, accumulate scheduling across several), then tell hosts what to expect."""
+        state = self.state
+        if consumer_id is None or consumer_id in state.placements:
+            return
+        consumer = state.runs[consumer_id]
+        inputs = [state.runs[r.shuffle_id] for r in consumer.stage.partitioned_reads]
+        if any(r.shuffle is None or r.prediction is None for r in inputs):
+            return
+        partitions = consumer.tasks
+        sizes = [sum(r.prediction[p].size for r in inputs if p < len(r.prediction)) for p in range(partitions)]
+        groups = state.groups(consumer, sizes)
+        hosts = list(range(state.workers))
+        previous: dict[int, Reducer] | None = None
+        placed = None
+        for source in inputs:
+            reducers = grouped(source.prediction, groups)
+            placed = accumulate(reducers, hosts, max(1, source.tasks), previous)
+            previous = {
+                g: Reducer(g, (previous[g].size if previous else 0.0) + reducers[g].size, 1.0, placed.hosts[g])
+                for g in range(len(groups))
+            }
+        assert placed is not None
+        push = any(source.pending for source in inputs)
+        state.placements[consumer_id] = ReducerPlacement(groups, [placed.hosts[g] for g in range(len(groups))], state.addresses, push)
+        for source in inputs:
+            source.shuffle.placement = "minheap"
+        if not push:
+            return
+        mine = {host: [p for g, members in enumerate(groups) if placed.hosts[g] == host for p in members] for host in hosts}
+        for source in inputs:
+            key = state.key(source.stage.id)
+            seq = next(self._seq)
+            for host in hosts:
+                body = {"key": key, "seq": seq, "expected": source.tasks, "partitions": mine[host], "slots": state.options.slots}
+                self.aux(source, "expect", host, body)
+        for source in inputs:  # tasks that finished (and, for range, were finalized) before placement
+            self._push(source, source.finished)
+
+    def aux_done(self, run: StageRun, kind: str, result: dict) -> None:
+        """Take the result of side work: a range finalize reports the bytes it partitioned."""
+        run.aux_pending -= 1
+        if kind == "finalize_range":
+            for task, sizes in result["tasks"].items():
+                run.task_bytes[int(task)] = sizes
+                run.stats.add_partition_bytes(sizes)
+            # Finalized before the reducers were placed: push now that both are known.
+            self._push(run, [int(t) for t in result["tasks"]])
+
+    def measure(self, source: StageRun, consumer: StageRun) -> None:
+        """Shuffle metrics, once the consumer's reducers are placed and before they run."""
+        shuffle = source.shuffle
+        if shuffle is None:
+            return
+        workers = self.state.workers
+        shuffle.actual = source.partition_sizes()
+        shuffle.pushed_tasks = len(source.pushed)
+        groups = consumer.groups or [[p] for p in range(consumer.tasks)]
+        host_of = {p: consumer.placement[g] for g, members in enumerate(groups) for p in members}
+        ahead = self.state.placements.get(consumer.stage.id)
+        loads = [0.0] * workers
+        reducers = []
+        for g, members in enumerate(groups):
+            size = sum(shuffle.actual[p] for p in members if p < len(shuffle.actual))
+            loads[consumer.placement[g]] += size
+            reducers.append(Reducer(g, size))
+        naive = round_robin(reducers, list(range(workers))).loads
+        shuffle.host_loads, shuffle.naive_host_loads = loads, [naive[h] for h in range(workers)]
+        for task, sizes in source.task_bytes.items():
+            for p, b in enumerate(sizes):
+                if not b or p not in host_of:
+                    continue
+                produced = source.placement[task]
+                shuffle.blocks_total += 1
+                if produced == host_of[p]:
+                    shuffle.local_bytes += b
+                else:
+                    shuffle.remote_bytes += b
+                pushed = ahead is not None and task in source.pushed
+                if produced == host_of[p] or pushed:
+                    shuffle.blocks_local += 1

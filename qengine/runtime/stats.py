@@ -1,0 +1,77 @@
+"""What a query's run measured, per stage and per shuffle: what EXPLAIN ANALYZE, the JSON
+reports and a standalone coordinator's client are shown."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from qengine.exchange.metrics import ShuffleStats
+
+# Outputs that leave the query (rows to the client, a session table, files): nothing is shuffled.
+FINAL_KINDS = ("result", "table", "files")
+
+
+@dataclass
+class StageStats:
+    """What EXPLAIN ANALYZE and the harness reports show per stage."""
+
+    stage: int
+    kind: str
+    tasks: int
+    rows: int = 0
+    bytes: int = 0
+    rows_in: int = 0
+    partition_bytes: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+    task_seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "output": self.kind,
+            "tasks": self.tasks,
+            "rows": self.rows,
+            "bytes": self.bytes,
+            "shuffle_bytes": sum(self.partition_bytes) if self.kind not in FINAL_KINDS else 0,
+            "seconds": round(self.seconds, 4),
+            "task_seconds": round(self.task_seconds, 4),
+        }
+
+    def add_partition_bytes(self, sizes: list[int]) -> None:
+        """Add one map task's bytes per output partition to the stage's totals."""
+        if not sizes:
+            return
+        if len(self.partition_bytes) < len(sizes):
+            self.partition_bytes += [0] * (len(sizes) - len(self.partition_bytes))
+        for p, b in enumerate(sizes):
+            self.partition_bytes[p] += b
+
+
+@dataclass
+class QueryStats:
+    stages: list[StageStats]
+    seconds: float
+    shuffles: list[ShuffleStats] = field(default_factory=list)
+    spilled_bytes: int = 0
+
+    @property
+    def tasks(self) -> int:
+        return sum(s.tasks for s in self.stages)
+
+    @property
+    def shuffle_bytes(self) -> int:
+        return sum(s.as_dict()["shuffle_bytes"] for s in self.stages)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data, for a standalone coordinator to send its client."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> QueryStats:
+        return cls(
+            [StageStats(**s) for s in data["stages"]],
+            data["seconds"],
+            [ShuffleStats(**s) for s in data["shuffles"]],
+            data["spilled_bytes"],
+        )
