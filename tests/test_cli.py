@@ -272,9 +272,12 @@ def _repl(con, lines: list[str], monkeypatch, tmp_path) -> int:
 
     def fake_input(prompt: str = "") -> str:
         try:
-            return next(feed)
+            line = next(feed)
         except StopIteration:
             raise EOFError from None
+        if line == "<Ctrl-C>":
+            raise KeyboardInterrupt
+        return line
 
     monkeypatch.setattr("builtins.input", fake_input)
     monkeypatch.setattr(qengine.cli.repl, "HISTORY", str(tmp_path / "history"))
@@ -315,3 +318,12 @@ def test_repl_ends_on_eof(default_engine, monkeypatch, tmp_path, capsys) -> None
     assert _repl(default_engine, ["SELECT 7 AS seven;"], monkeypatch, tmp_path) == 0
     out, _ = capsys.readouterr()
     assert "seven" in out and "1 row(s)" in out
+
+
+def test_ctrl_c_at_the_prompt_clears_the_line_and_the_shell_goes_on(default_engine, monkeypatch, tmp_path, capsys) -> None:
+    lines = ["SELECT 'half typed' AS x", "<Ctrl-C>", "<Ctrl-C>", "SELECT 'after ctrl-c' AS y;"]
+    assert _repl(default_engine, lines, monkeypatch, tmp_path) == 0
+    out, err = capsys.readouterr()
+    assert "after ctrl-c" in out
+    assert "half typed" not in out and "Error" not in err
+

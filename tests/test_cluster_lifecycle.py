@@ -373,3 +373,18 @@ def test_queries_share_the_coordinator_s_threads_and_closing_stops_them(data_pat
     finally:
         con.close()
     wait_until(lambda: not any(t.is_alive() for t in threads), 10, "the coordinator's call threads to stop")
+
+
+def test_local_workers_are_out_of_reach_of_the_terminals_ctrl_c(data_paths) -> None:
+    """Ctrl-C signals the terminal's foreground process group: local workers are in a session
+    of their own and ignore SIGINT anyway, so they outlive it and the next query runs."""
+    with qengine.connect(workers=2) as con:
+        con.register_parquet("sales", data_paths["sales"])
+        before = con.execute("SELECT count(*) FROM sales").fetchone()
+        for w in con._cluster.workers:
+            assert os.getpgid(w.process.pid) != os.getpgid(0)
+            assert os.getsid(w.process.pid) != os.getsid(0)
+            os.kill(w.process.pid, signal.SIGINT)
+        time.sleep(0.5)
+        assert all(w.alive() for w in con._cluster.workers)
+        assert con.execute("SELECT count(*) FROM sales").fetchone() == before

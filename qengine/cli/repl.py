@@ -33,7 +33,7 @@ def repl(con: Any, args: argparse.Namespace) -> int:
             readline.read_history_file(HISTORY)
     except ImportError:  # pragma: no cover - readline missing on some platforms
         readline = None
-    print("qengine SQL shell. End statements with ';'. .tables, .schema NAME, .quit")
+    print("qengine SQL shell. End statements with ';'. .tables, .schema NAME, .quit (or Ctrl-D); Ctrl-C clears the line")
     buffer: list[str] = []
     try:
         while True:
@@ -42,6 +42,10 @@ def repl(con: Any, args: argparse.Namespace) -> int:
             except EOFError:
                 print()
                 break
+            except KeyboardInterrupt:  # Ctrl-C at the prompt drops the half-typed statement
+                print()
+                buffer = []
+                continue
             stripped = line.strip()
             if not buffer and stripped.startswith("."):
                 if _dot_command(con, stripped, args):

@@ -28,6 +28,7 @@ from sqlglot.optimizer.simplify import simplify
 from qengine.catalog.catalog import Catalog
 from qengine.catalog.sources import CsvSource, ParquetSource
 from qengine.errors import NotSupportedError, ProgrammingError
+from qengine.planner.unsupported import refuse_unmodelled
 
 
 class _Rule:
@@ -58,7 +59,8 @@ _counter = itertools.count()
 
 
 def parse(sql: str, dialect: str) -> list[exp.Expression]:
-    """Parse one or more statements, naming line and column on a syntax error."""
+    """Parse one or more statements, naming line and column on a syntax error, and refuse
+    those with a construct the planner does not model (see :mod:`qengine.planner.unsupported`)."""
     try:
         statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
     except sqlglot.errors.ParseError as e:
@@ -73,6 +75,8 @@ def parse(sql: str, dialect: str) -> list[exp.Expression]:
         raise ProgrammingError(f"unknown SQL dialect {dialect!r}") from e
     if not statements:
         raise ProgrammingError("empty statement")
+    for statement in statements:
+        refuse_unmodelled(statement)
     return statements
 
 

@@ -88,6 +88,10 @@ class LocalCluster:
                 stderr=err,
                 env=env,
                 close_fds=True,
+                # Ctrl-C in a terminal signals its whole foreground process group; in a session
+                # of their own the workers are out of its reach, and the client alone decides
+                # (it cancels its query). They still exit when this process goes: stdin closes.
+                start_new_session=True,
             )
         self._procs.append(proc)
         return proc

@@ -13,6 +13,7 @@ import gc
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -195,6 +196,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shuffle-memory", type=int, default=None, help="shuffle memory budget in bytes")
     parser.add_argument("--spill-dir", default=None, help="where shuffle blocks spill (default: a new temporary directory)")
     args = parser.parse_args(argv)
+    # A local cluster's worker belongs to its client, not to the terminal: an interrupt meant
+    # for the client must not kill it (its parent stops it, or it exits when the parent goes).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     token = os.environ.pop("QENGINE_TOKEN", "")
     if not token:
         sys.exit("qengine worker: QENGINE_TOKEN is not set")
