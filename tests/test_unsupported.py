@@ -39,3 +39,10 @@ def test_refusal_also_covers_explain(default_engine) -> None:
 def test_ordinary_semi_and_anti_joins_still_run(default_engine, oracle) -> None:
     for sql in ("SELECT count(*) FROM sales SEMI JOIN items USING (item_id)", "SELECT count(*) FROM sales ANTI JOIN items USING (item_id)"):
         assert default_engine.execute(sql).fetchall() == oracle.execute(sql).fetchall()
+
+
+def test_natural_join_is_modelled_and_runs(default_engine, oracle) -> None:
+    """NATURAL is a join method the optimizer expands into an equi-join: it must not be refused."""
+    sql = "SELECT count(*), sum(s.qty) FROM sales s NATURAL JOIN customers c"
+    assert default_engine.execute(sql).fetchall() == oracle.execute(sql).fetchall()
+

@@ -12,17 +12,17 @@ import sqlglot.expressions as exp
 
 from qengine.errors import NotSupportedError
 
-# Join methods DuckDB has and qengine's joins do not (an ordinary join has no method).
-_JOIN_METHODS = {"ASOF": "ASOF JOIN", "POSITIONAL": "POSITIONAL JOIN", "ANY": "ANY JOIN"}
+# Join methods the planner models: none (an ordinary join), and NATURAL, which the optimizer's
+# qualification turns into an equi-join on the shared columns. Any other (ASOF, POSITIONAL, …)
+# is refused.
+_MODELLED_JOIN_METHODS = frozenset({"", "NATURAL"})
 
 
 def _construct(node: exp.Expression) -> str | None:
     """The user's name for ``node`` if the planner does not model it, else None."""
     if isinstance(node, exp.Join):
         method = (node.args.get("method") or "").upper()
-        if method:
-            return _JOIN_METHODS.get(method, f"{method} JOIN")
-        return None
+        return None if method in _MODELLED_JOIN_METHODS else f"{method} JOIN"
     if isinstance(node, exp.TableSample):
         return "TABLESAMPLE / USING SAMPLE"
     if isinstance(node, exp.Pivot):
