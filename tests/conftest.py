@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import os
+import socket
 import time
 from collections.abc import Callable
 
@@ -28,6 +29,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def subprocess_env() -> dict[str, str]:
     """This process's environment with the repository prepended to PYTHONPATH, for ``python -m qengine...``."""
     return dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+
+
+def free_port() -> int:
+    """A loopback port free at the moment of asking, for a server a test starts as a process."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def wait_until(predicate: Callable[[], object], timeout: float, what: str | Callable[[], str], interval: float = 0.05) -> None:

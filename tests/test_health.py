@@ -11,8 +11,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from qengine.runtime.health import HealthEndpoint
-from tests.conftest import wait_until
-from tests.test_multihost import free_port
+from tests.conftest import free_port, wait_until
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

@@ -9,7 +9,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,16 +19,10 @@ import pytest
 
 import qengine
 from qengine.transport.rpc import Client
-from tests.conftest import assert_same, wait_until
+from tests.conftest import assert_same, free_port, wait_until
 
 HEARTBEAT_TIMEOUT = 3.0
 HANG_BOUND = 30.0  # seconds; only guards against hangs
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Cluster:

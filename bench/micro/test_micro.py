@@ -94,7 +94,7 @@ def test_slot_hold_and_release(benchmark) -> None:
     assert slots.running() == 0
 
 
-def test_flight_block_fetch(benchmark, table, tmp_path) -> None:
+def test_flight_block_fetch(benchmark, table) -> None:
     server = WorkerServer("127.0.0.1", 0, "bench-token", 0, None, None, None)
     try:
         server.store.put("q/0", 0, table)

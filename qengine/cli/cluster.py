@@ -76,15 +76,16 @@ def _stop_on_sigterm(stop: Any) -> None:
     signal.signal(signal.SIGINT, handler)
 
 
-def _health(args: argparse.Namespace, token: str, pair: tuple[bytes, bytes] | None, service: str) -> Any:
-    """The grpc.health.v1 endpoint ``--health`` asks for, or None."""
+def _health(args: argparse.Namespace, token: str, pair: tuple[bytes, bytes] | None, role: str) -> Any:
+    """The grpc.health.v1 endpoint ``--health`` asks for (service ``qengine.Coordinator`` or
+    ``qengine.Worker`` for ``role``), or None."""
     if not args.health:
         return None
     from qengine.runtime.health import HealthEndpoint
 
     host, port = parse_listen(args.health)
-    endpoint = HealthEndpoint(f"{host}:{port}", token, service, pair)
-    print(f"qengine {service.split('.')[-1].lower()} health service on {endpoint.address}", flush=True)
+    endpoint = HealthEndpoint(f"{host}:{port}", token, f"qengine.{role.capitalize()}", pair)
+    print(f"qengine {role} health service on {endpoint.address}", flush=True)
     return endpoint
 
 
@@ -97,7 +98,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s coordinator %(levelname)s %(message)s")
     server = CoordinatorServer(host, port, token, args.heartbeat_timeout, pair, root)
     print(f"qengine coordinator listening on {server.address}", flush=True)
-    health = _health(args, token, pair, "qengine.Coordinator")
+    health = _health(args, token, pair, "coordinator")
     _stop_on_sigterm(server.shutdown)
     try:
         if health is not None:
@@ -120,7 +121,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     budget = parse_size(args.memory_budget, "--memory-budget")
     log_file = args.log or os.path.join(cache_dir(), "logs", f"worker-{os.getpid()}.log")
     os.makedirs(os.path.dirname(os.path.abspath(log_file)), exist_ok=True)
-    health = _health(args, token, pair, "qengine.Worker")
+    health = _health(args, token, pair, "worker")
 
     def started(stop: Any) -> None:  # registered with the coordinator: ready for tasks
         _stop_on_sigterm(stop)
