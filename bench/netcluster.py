@@ -65,13 +65,17 @@ def _run(*cmd: str) -> None:
 class NetCluster:
     """H host namespaces + a coordinator namespace on a bridge, each link shaped to ``rate``."""
 
-    def __init__(self, hosts: int, rate: str, workdir: str, memory_budget: str | None = None) -> None:
+    def __init__(
+        self, hosts: int, rate: str, workdir: str, memory_budget: str | None = None, data_roots: list[str] = ()
+    ) -> None:
+        """Sessions may read below ``workdir`` and ``data_roots``, and COPY may write below ``workdir``."""
         if hosts < 1:
             raise qengine.ProgrammingError("--hosts must be at least 1")
         self.hosts = hosts
         self.rate = rate
         self.workdir = workdir
         self.memory_budget = memory_budget
+        self.data_roots = [workdir, *data_roots]
         tag = f"{os.getpid() % 100000}"
         self.prefix = f"qe{tag}"
         self.subnet = SUBNET.format(os.getpid() % 200 + 20)
@@ -132,7 +136,8 @@ class NetCluster:
         _run("ip", "addr", "add", f"{self.subnet}.254/24", "dev", self.bridge)
         _run("ip", "link", "set", self.bridge, "up")
         self._add_host("c", f"{self.subnet}.100", shaped=False)
-        self._start(self.namespaces[0], ["coordinator", "--listen", self.address, "--heartbeat-timeout", "10"], "coordinator")
+        roots = [arg for root in self.data_roots for arg in ("--data-root", root)] + ["--output-root", self.workdir]
+        self._start(self.namespaces[0], ["coordinator", "--listen", self.address, "--heartbeat-timeout", "10", *roots], "coordinator")
         for h in range(self.hosts):
             self._add_host(f"h{h}", f"{self.subnet}.{h + 1}", shaped=True)
             args = ["worker", "--join", self.address, "--listen", f"{self.subnet}.{h + 1}:{WORKER_PORT}",
@@ -218,9 +223,9 @@ def _tpcds(args: argparse.Namespace, workdir: str) -> tuple[dict[str, str], str]
 JOB_BUILDERS = {"terasort": _terasort, "shuffle": _shuffle, "tpcds": _tpcds}
 
 
-def run_jobs(cluster: NetCluster, args: argparse.Namespace, workdir: str) -> list[dict]:
-    """Every job of ``args.job`` in pull and prefetch mode alternately, ``args.repeat`` times."""
-    sqls, root = JOB_BUILDERS[args.job](args, workdir)
+def run_jobs(cluster: NetCluster, args: argparse.Namespace, sqls: dict[str, str], root: str) -> list[dict]:
+    """Every job of ``args.job`` (``sqls`` over the tables under ``root``) in pull and prefetch
+    mode alternately, ``args.repeat`` times."""
     # TeraSort keeps one task per range partition (its layout); the others use the default coalescing.
     options = {"coalesce_size": 0} if args.job == "terasort" else {}
     connections = {}
@@ -283,8 +288,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     workdir = tempfile.mkdtemp(prefix="qengine-netcluster-")
     try:
-        with _signals_raise(), NetCluster(args.hosts, args.rate, workdir, args.memory_budget) as cluster:
-            results = run_jobs(cluster, args, workdir)
+        sqls, root = JOB_BUILDERS[args.job](args, workdir)
+        with _signals_raise(), NetCluster(args.hosts, args.rate, workdir, args.memory_budget, [root]) as cluster:
+            results = run_jobs(cluster, args, sqls, root)
         summary = report(results, args)
         out = args.out or os.path.join(cache_dir(), f"netcluster-{args.job}.json")
         write_json({"args": vars(args), "summary": summary, "runs": results}, out)

@@ -66,6 +66,7 @@ def connect(
     samples_per_partition: int = SessionSettings.samples_per_partition,
     coalesce_size: int | str = SessionSettings.coalesce_size,
     allowed_roots: list[str] | None = None,
+    output_roots: list[str] | None = None,
     token: str | None = None,
     tls_root_certs: bytes | None = None,
 ) -> Any:
@@ -82,8 +83,12 @@ def connect(
     it blocks spill to disk); ``prefetch_fraction`` the share of map tasks that must finish
     before reducers are placed; ``samples_per_partition`` is s in the s×p range samples;
     ``coalesce_size`` is the bytes below which adjacent reduce partitions merge into one task
-    (0 keeps one task per partition). ``allowed_roots`` confines which
-    directories tables may be read from.
+    (0 keeps one task per partition).
+
+    ``allowed_roots`` are the directories tables and SQL's read_parquet()/read_csv() may read
+    below; by default the current directory and the directories of the files registered
+    explicitly. ``output_roots`` are where COPY may write; by default ``allowed_roots`` if
+    given, else the current directory. Paths are compared after resolving links.
 
     ``target`` "qengine://HOST:PORT" connects to a standalone coordinator instead (``qengine
     coordinator``) with its cluster ``token``; ``tls_root_certs`` (PEM bytes) switches the
@@ -91,7 +96,7 @@ def connect(
     """
     from qengine.api.dbapi import Connection
     from qengine.api.session import Session
-    from qengine.catalog.catalog import Catalog
+    from qengine.catalog.catalog import local_catalog
     from qengine.runtime.local_cluster import LocalCluster
 
     settings = SessionSettings(
@@ -109,8 +114,11 @@ def connect(
     if target is not None and target.startswith("qengine://"):
         from qengine.api.remote import RemoteSession
 
-        if allowed_roots is not None or shuffle_memory is not None:
-            raise ProgrammingError("allowed_roots and shuffle_memory are set on the cluster's workers, not per connection")
+        if allowed_roots is not None or output_roots is not None or shuffle_memory is not None:
+            raise ProgrammingError(
+                "allowed_roots, output_roots and shuffle_memory are set on the cluster "
+                "(qengine coordinator --data-root/--output-root, qengine worker --memory-budget), not per connection"
+            )
         session = RemoteSession(target, token, settings, tls_root_certs)
         return Connection(session)
     if target not in (None, "local", ":local:"):
@@ -118,8 +126,9 @@ def connect(
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ProgrammingError(f"workers must be a positive integer, not {workers!r}")
     memory = parse_size(shuffle_memory, "shuffle_memory")
+    catalog = local_catalog(allowed_roots, output_roots)
     cluster = LocalCluster(workers, shuffle_memory=memory)
-    session = Session(cluster, settings.plan_options(workers), settings.execution_options(), Catalog(allowed_roots))
+    session = Session(cluster, settings.plan_options(workers), settings.execution_options(), catalog)
     return Connection(session, cluster)
 
 

@@ -62,18 +62,24 @@ _BY_NAME: dict[str, type[Error]] = {
     )
 }
 
-# DuckDB exception class names (as raised inside a worker) mapped to the PEP 249 class the user sees.
+# DuckDB's and Arrow's exception class names (as raised inside a worker) mapped to the PEP 249
+# class the user sees. What is not here is taken for trouble with the cluster (OperationalError).
 _DUCKDB_TO_DBAPI: dict[str, type[Error]] = {
     "ConversionException": DataError,
     "OutOfRangeException": DataError,
     "InvalidInputException": DataError,
     "TypeMismatchException": DataError,
     "DataError": DataError,
+    "ArrowInvalid": DataError,  # values Arrow cannot hold or carry: an overflow, types nested past its limit
     "BinderException": ProgrammingError,
     "CatalogException": ProgrammingError,
     "ParserException": ProgrammingError,
+    "SyntaxException": ProgrammingError,
+    "InvalidTypeException": ProgrammingError,
+    "DependencyException": ProgrammingError,
     "ProgrammingError": ProgrammingError,
     "NotImplementedException": NotSupportedError,
+    "ArrowNotImplementedError": NotSupportedError,
     "NotSupportedError": NotSupportedError,
     "ConstraintException": IntegrityError,
     "IntegrityError": IntegrityError,

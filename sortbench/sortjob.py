@@ -64,7 +64,9 @@ def sort(
         workers = options.get("workers") or DEFAULT_WORKERS
         options["partitions"] = max(default_partitions(workers), math.ceil(_record_bytes(input_dir, names) / REDUCER_BYTES))
     # One reducer per range partition, so each writes its own file (TeraSort's layout).
-    with qengine.connect(**{"coalesce_size": 0, **options}) as con:
+    # The output directory was named on the command line: COPY may write there.
+    output_roots = [os.path.dirname(os.path.abspath(output_dir))]
+    with qengine.connect(**{"coalesce_size": 0, "output_roots": output_roots, **options}) as con:
         if any(n.endswith(".parquet") for n in names):
             con.register_parquet("records", input_dir)
         else:

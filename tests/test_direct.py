@@ -16,6 +16,7 @@ import pytest
 import sqlglot.expressions as exp
 
 import qengine
+from qengine.catalog.access import claim_output
 from qengine.exchange import partitioner
 from qengine.planner import direct
 from qengine.planner import logical as lp
@@ -149,6 +150,7 @@ def test_sorted_output_is_written_batch_by_batch(t: pa.Table, tmp_path, monkeypa
     form = {"input": "x0", "ops": [["select", [[c, c] for c in ("i", "b", "row")]], ["sort", order]]}
     stream = direct.execute(form, {"x0": blocks.select(["i", "b", "row"])})
     assert isinstance(stream, pa.RecordBatchReader)
+    claim_output(str(tmp_path), overwrite=False)  # what COPY does before its tasks write
     stats = _write_file(stream, ["i", "key", "row"], str(tmp_path), 4, fmt)
     path = tmp_path / f"part-00004.{fmt}"
     assert stats["rows"] == ROWS

@@ -42,7 +42,7 @@ def error_of(con, sql: str, params: list | None = None) -> qengine.Error:
     [
         ("SELEC 1", 1),
         ("SELECT sale_id FROM sales WHERE", 1),
-        ("SELECT sale_id,\n       qty\nFROM sales\nWHERE qty >> > 3", 4),
+        ("SELECT sale_id,\n       qty\nFROM sales\nWHERE qty = (1 +", 4),
         ("SELECT 1 AS a,\n  2 AS b,\n  FROM", 3),
     ],
 )
@@ -222,7 +222,7 @@ def test_read_csv_does_not_read_a_passwd_like_file(default_engine, tmp_path) -> 
     path.write_text("root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n")
     e = error_of(default_engine, f"SELECT * FROM read_csv('{path}')")
     assert isinstance(e, qengine.ProgrammingError), f"{type(e).__name__}: {e}"
-    assert "outside the allowed data roots" in str(e), str(e)
+    assert "outside the data roots" in str(e), str(e)
     assert "root:" not in str(e)
 
 
@@ -237,7 +237,7 @@ def test_allowed_roots_confine_table_functions_and_registration(data_paths, orac
     # under the root as written, outside it once the ".." is resolved
     traversal = os.path.join(root, os.path.relpath(outside_parquet, root))
     assert traversal.startswith(root + os.sep) and ".." in traversal
-    roots_refusal = f"is outside the allowed data roots {[os.path.abspath(root)]}"
+    roots_refusal = f"is outside the data roots {[os.path.realpath(root)]}"
     with qengine.connect(workers=1, allowed_roots=[root]) as con:
         sql = f"SELECT count(item_id) FROM read_parquet('{data_paths['items']}/*.parquet')"
         assert con.execute(sql).fetchone() == oracle.execute(sql).fetchone()

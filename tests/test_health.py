@@ -57,7 +57,8 @@ def test_coordinator_and_worker_serve_health_when_asked(tmp_path) -> None:
     procs: list[subprocess.Popen] = []
     try:
         coordinator = subprocess.Popen(
-            [*base, "coordinator", "--listen", address, "--health", coordinator_health, "--token-file", str(token_file)],
+            [*base, "coordinator", "--listen", address, "--health", coordinator_health, "--token-file", str(token_file),
+             "--data-root", str(tmp_path)],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         )
         procs.append(coordinator)

@@ -28,7 +28,9 @@ HANG_BOUND = 30.0  # seconds; only guards against hangs
 class Cluster:
     """A coordinator and its workers as separate ``qengine`` processes."""
 
-    def __init__(self, tmp: str, tls: tuple[str, str] | None = None) -> None:
+    def __init__(
+        self, tmp: str, tls: tuple[str, str] | None = None, data_roots: list[str] | None = None, output_roots: list[str] = ()
+    ) -> None:
         self.tmp = tmp
         self.tls = tls
         self.token = "test-token-" + os.urandom(8).hex()
@@ -38,7 +40,11 @@ class Cluster:
         self.address = f"127.0.0.1:{free_port()}"
         self.procs: list[subprocess.Popen] = []
         self.workers: list[subprocess.Popen] = []
-        self.coordinator = self._start(["coordinator", "--listen", self.address, "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT)], "coordinator")
+        roots = [arg for root in data_roots or [tmp] for arg in ("--data-root", root)]
+        roots += [arg for root in output_roots for arg in ("--output-root", root)]
+        self.coordinator = self._start(
+            ["coordinator", "--listen", self.address, "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT), *roots], "coordinator"
+        )
         line = self.coordinator.stdout.readline()
         assert "listening on" in line, line
 
@@ -95,9 +101,12 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def cluster(tmp_path, workers: int, tls: tuple[str, str] | None = None) -> Iterator[Cluster]:
+def cluster(
+    tmp_path, workers: int, tls: tuple[str, str] | None = None, data_roots: list[str] | None = None, output_roots: list[str] = ()
+) -> Iterator[Cluster]:
+    """A cluster whose sessions may read below ``data_roots`` (default: ``tmp_path``) and write below ``output_roots``."""
     os.makedirs(tmp_path, exist_ok=True)
-    c = Cluster(str(tmp_path), tls)
+    c = Cluster(str(tmp_path), tls, data_roots, list(output_roots))
     try:
         for _ in range(workers):
             c.add_worker()
@@ -113,13 +122,18 @@ JOIN_SQL = """
 """
 
 
+def data_root(data_paths: dict[str, str]) -> list[str]:
+    """The directory the test tables live in, as a cluster's data roots."""
+    return [os.path.dirname(data_paths["sales"])]
+
+
 def register(con, data_paths: dict[str, str]) -> None:
     for name, path in data_paths.items():
         con.register_parquet(name, path)
 
 
 def test_three_workers_run_a_join_and_a_new_worker_is_used(tmp_path, data_paths, oracle):
-    with cluster(tmp_path, 3) as c:
+    with cluster(tmp_path, 3, data_roots=data_root(data_paths)) as c:
         assert [m["alive"] for m in c.members()] == [True, True, True]
         with c.connect(broadcast_threshold=0, split_size="200KB") as con:
             register(con, data_paths)
@@ -132,7 +146,7 @@ def test_three_workers_run_a_join_and_a_new_worker_is_used(tmp_path, data_paths,
 
 
 def test_cli_sql_against_the_cluster(tmp_path, data_paths, oracle):
-    with cluster(tmp_path, 2) as c:
+    with cluster(tmp_path, 2, data_roots=data_root(data_paths)) as c:
         out = subprocess.run(
             [sys.executable, "-m", "qengine.cli", "sql", "--cluster", c.address, "--token-file", c.token_file,
              "-d", os.path.dirname(data_paths["sales"]), "--format", "csv", "-c", "SELECT count(*) AS n FROM sales"],
@@ -155,7 +169,7 @@ def test_wrong_token_is_refused_and_logged(tmp_path):
 
 
 def test_killed_worker_is_marked_dead_and_its_query_fails_cleanly(tmp_path, data_paths, oracle):
-    with cluster(tmp_path, 2) as c, c.connect(broadcast_threshold=0, split_size="200KB") as con:
+    with cluster(tmp_path, 2, data_roots=data_root(data_paths)) as c, c.connect(broadcast_threshold=0, split_size="200KB") as con:
         register(con, data_paths)
         con.execute(JOIN_SQL).fetchall()
         victim = c.workers[1]
@@ -203,7 +217,7 @@ def test_tls_with_a_self_signed_certificate(tmp_path, data_paths, oracle):
          "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", cert],
         check=True, capture_output=True, timeout=HANG_BOUND,
     )
-    with cluster(tmp_path, 2, tls=(cert, key)) as c:
+    with cluster(tmp_path, 2, tls=(cert, key), data_roots=data_root(data_paths)) as c:
         with c.connect(broadcast_threshold=0, split_size="200KB") as con:
             register(con, data_paths)
             assert_same(con, oracle, JOIN_SQL)

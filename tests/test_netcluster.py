@@ -23,7 +23,7 @@ REASON = missing_requirement()
 
 @pytest.mark.skipif(REASON is not None, reason=REASON or "")
 def test_two_namespace_hosts_run_a_query_and_are_torn_down(tmp_path, data_paths, oracle):
-    cluster = NetCluster(2, "300mbit", str(tmp_path))
+    cluster = NetCluster(2, "300mbit", str(tmp_path), data_roots=[os.path.dirname(data_paths["sales"])])
     try:
         with cluster:
             namespaces = list(cluster.namespaces)

@@ -20,6 +20,12 @@ REFUSED = [
     ("UNPIVOT", "SELECT * FROM (SELECT item_id, list_price, list_price AS p2 FROM items) UNPIVOT (v FOR k IN (list_price, p2))"),
     ("LATERAL", "SELECT count(*) FROM items i, LATERAL (SELECT i.item_id + 1 AS x) t"),
     ("LATERAL", "SELECT count(*) FROM items i CROSS JOIN LATERAL (SELECT i.item_id AS x) t"),
+    ("LIMIT … PERCENT", "SELECT item_id FROM items ORDER BY item_id LIMIT 10 PERCENT"),
+    ("ORDER BY ALL", "SELECT category, brand FROM items ORDER BY ALL LIMIT 5"),
+    ("named WINDOW", "SELECT sum(list_price) OVER w FROM items WINDOW w AS (PARTITION BY category)"),
+    ("COLUMNS(...)", "SELECT COLUMNS('item_id|brand') FROM items"),
+    ("UNION BY NAME", "SELECT item_id, brand FROM items UNION ALL BY NAME SELECT item_id FROM items"),
+    ("UNION BY NAME", "SELECT item_id FROM items UNION BY NAME SELECT brand AS item_id FROM items"),
 ]
 
 
@@ -46,3 +52,10 @@ def test_natural_join_is_modelled_and_runs(default_engine, oracle) -> None:
     sql = "SELECT count(*), sum(s.qty) FROM sales s NATURAL JOIN customers c"
     assert default_engine.execute(sql).fetchall() == oracle.execute(sql).fetchall()
 
+
+
+@pytest.mark.parametrize("kind", ["INTERSECT", "EXCEPT"])
+def test_intersect_and_except_by_name_are_refused_by_name(default_engine, kind) -> None:
+    """sqlglot parses these though DuckDB does not: refused like UNION BY NAME, not run positionally."""
+    with pytest.raises(qengine.NotSupportedError, match=f"{kind} BY NAME"):
+        default_engine.execute(f"SELECT item_id, brand FROM items {kind} BY NAME SELECT brand, item_id FROM items")

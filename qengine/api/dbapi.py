@@ -12,6 +12,7 @@ import pyarrow as pa
 from qengine.api.session import Result, Session
 from qengine.catalog.types import type_code
 from qengine.errors import Error, InterfaceError, InternalError, NotSupportedError
+from qengine.sandbox.carried_types import python_values, untagged
 
 
 def _user_errors(fn: Callable) -> Callable:
@@ -98,7 +99,7 @@ class Cursor:
             raise InterfaceError("no result set: execute a query first")
         if self._rows is None:
             table = self._result.table
-            columns = [c.to_pylist() for c in table.columns]
+            columns = [python_values(c, f) for c, f in zip(table.columns, table.schema, strict=True)]
             self._rows = list(zip(*columns, strict=True)) if columns else [()] * table.num_rows
         return self._rows
 
@@ -130,7 +131,7 @@ class Cursor:
         self._check()
         if self._result is None or self._result.table is None:
             raise InterfaceError("no result set: execute a query first")
-        return self._result.table
+        return untagged(self._result.table)
 
     def fetchdf(self):
         """The result as a pandas DataFrame."""

@@ -7,18 +7,23 @@ them on its workers; each result comes back as one Arrow Flight stream.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
 
 from qengine.api.options import SessionSettings
 from qengine.api.session import Result
-from qengine.errors import NotSupportedError, ProgrammingError
+from qengine.errors import Error, NotSupportedError, ProgrammingError
 from qengine.runtime.stats import QueryStats
 from qengine.transport.rpc import Client
 from qengine.transport.wire import schema_from_hex, table_to_hex
+
+CANCEL_TIMEOUT = 10.0  # seconds the coordinator has to take, and carry out, a cancel
 
 
 def parse_target(target: str) -> str:
@@ -51,10 +56,30 @@ class RemoteSession:
                 body["params"] = table_to_hex(pa.table({f"p{i}": [v] for i, v in enumerate(params)}))
             except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
                 raise ProgrammingError(f"cannot send these parameters: {e}") from e
-        reply = self._call("execute", body)
+        reply = self._interruptible(functools.partial(self._call, "execute", body))
         table = self._client.get({"result": reply["result"]}) if reply["result"] is not None else None
         stats = QueryStats.from_json(reply["stats"]) if reply["stats"] is not None else None
         return Result(table, reply["rowcount"], stats)
+
+    def _interruptible(self, call: Callable[[], Any]) -> Any:
+        """Make ``call`` in a thread of its own, so that Ctrl-C reaches this one while it waits
+        (a blocking Flight call does not see it); on Ctrl-C the coordinator is told to cancel
+        the session's query, and the interruption goes on to the caller."""
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qengine-call")
+        future = pool.submit(call)
+        pool.shutdown(wait=False)  # the thread ends with its call
+        try:
+            while True:
+                try:
+                    return future.result(timeout=0.2)
+                except TimeoutError:
+                    continue
+        except KeyboardInterrupt:
+            with contextlib.suppress(Error):
+                self._client.action("cancel", {"session": self._id}, timeout=CANCEL_TIMEOUT)
+            with contextlib.suppress(Exception):
+                future.result(timeout=CANCEL_TIMEOUT)  # "query cancelled", once it has stopped
+            raise
 
     def register_parquet(self, name: str, path: str) -> None:
         self._call("register_table", {"kind": "parquet", "name": name, "path": path})

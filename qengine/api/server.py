@@ -20,6 +20,7 @@ import pyarrow.flight as flight
 
 from qengine.api.options import SessionSettings
 from qengine.api.session import Session
+from qengine.catalog.access import AccessPolicy
 from qengine.catalog.catalog import Catalog
 from qengine.errors import OperationalError, ProgrammingError
 from qengine.runtime.membership import WorkerRegistry
@@ -40,9 +41,12 @@ class CoordinatorServer(ActionServer):
         heartbeat_timeout: float,
         tls: tuple[bytes, bytes] | None = None,
         tls_root: bytes | None = None,
+        policy: AccessPolicy | None = None,
     ) -> None:
         super().__init__(host, port, token, tls)
         load_converters()
+        # Where every session may read and write; none given, nothing at all.
+        self.policy = policy if policy is not None else AccessPolicy((), ())
         self.registry = WorkerRegistry(token, heartbeat_timeout, tls_root)
         self._sessions: dict[str, Session] = {}
         self._results: dict[str, pa.Table] = {}
@@ -60,7 +64,7 @@ class CoordinatorServer(ActionServer):
     def _handle(self, name: str, body: dict) -> Any:
         if name == "register":
             worker_id = self.registry.register(body["address"], body.get("memory_budget"))
-            return {"id": worker_id, "heartbeat_timeout": self.registry.heartbeat_timeout}
+            return {"id": worker_id, "heartbeat_timeout": self.registry.heartbeat_timeout, "access": self.policy.to_json()}
         if name == "heartbeat":
             return {"alive": self.registry.heartbeat(int(body["id"]))}
         if name == "workers":
@@ -71,7 +75,7 @@ class CoordinatorServer(ActionServer):
         if name == "open_session":
             settings = SessionSettings(**body.get("settings", {})).validated()
             workers = len(self.registry.addresses)
-            session = Session(self.registry, settings.plan_options(workers), settings.execution_options(), Catalog())
+            session = Session(self.registry, settings.plan_options(workers), settings.execution_options(), Catalog(self.policy, extendable=False))
             sid = secrets.token_hex(8)
             with self._lock:
                 self._sessions[sid] = session
@@ -84,6 +88,9 @@ class CoordinatorServer(ActionServer):
             return {"ok": True}
         if name == "execute":
             return self._execute(self._session(body), body)
+        if name == "cancel":
+            self._session(body).cancel()
+            return {"ok": True}
         if name == "register_table":
             session = self._session(body)
             kind, table, path = body["kind"], body["name"], body["path"]

@@ -7,7 +7,6 @@ It executes one SQL statement at a time: queries, EXPLAIN [ANALYZE], views, sess
 from __future__ import annotations
 
 import itertools
-import os
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -18,12 +17,13 @@ import duckdb
 import pyarrow as pa
 import sqlglot.expressions as exp
 
+from qengine.catalog.access import claim_output, record_output
 from qengine.catalog.catalog import Catalog, View
 from qengine.catalog.sources import CsvSource, MemorySource, ParquetSource, Partition, RecordSource, Source
 from qengine.errors import NotSupportedError, ProgrammingError
 from qengine.planner import PlanOptions, plan_query
 from qengine.planner.explain import explain_lines
-from qengine.planner.frontend import bind, expand_sources, name_outputs, normalize_null_ordering, parse
+from qengine.planner.frontend import bind, expand_sources, name_outputs, normalize_null_ordering, parse, user_terms
 from qengine.planner.stages import StagePlan
 from qengine.runtime.coordinator import Coordinator
 from qengine.runtime.query_state import ExecutionOptions
@@ -59,15 +59,21 @@ class Session:
         if not isinstance(sql, str):
             raise ProgrammingError(f"SQL must be a string, not {type(sql).__name__}")
         match = _EXPLAIN.match(sql)
-        if match:
-            return self._explain(match.group(2), params, analyze=bool(match.group(1)))
-        statements = parse(sql, self.plan_options.dialect)
-        if params and len(statements) > 1:
-            raise ProgrammingError("parameters can only be bound to a single statement")
-        result = Result(None, -1)
-        for statement in statements:
-            result = self._execute_one(bind(statement, params), progress)
-        return result
+        with user_terms(sql, self.plan_options.dialect):
+            if match:  # EXPLAIN blanked out rather than cut off: syntax errors give the user's positions
+                query = re.sub(r"[^\n]", " ", sql[: match.start(2)]) + match.group(2)
+                return self._explain(query, params, analyze=bool(match.group(1)))
+            statements = parse(sql, self.plan_options.dialect)
+            if params and len(statements) > 1:
+                raise ProgrammingError("parameters can only be bound to a single statement")
+            result = Result(None, -1)
+            for statement in statements:
+                result = self._execute_one(bind(statement, params), progress)
+            return result
+
+    def cancel(self) -> None:
+        """Cancel this session's running query (a remote client's Ctrl-C)."""
+        self.coordinator.cancel()
 
     def _execute_one(self, st: exp.Expression, progress: Callable[[int, int], None] | None) -> Result:
         if isinstance(st, exp.Query | exp.Values):
@@ -156,10 +162,7 @@ class Session:
     ) -> tuple[MemorySource, QueryStats]:
         """Run a query and keep its result partitions in the workers as a session table."""
         plan = self.plan(query)
-        lowered = [n.lower() for n in plan.names]
-        duplicate = next((n for n in plan.names if lowered.count(n.lower()) > 1), None)
-        if duplicate:
-            raise ProgrammingError(f"column {duplicate!r} appears twice in the table definition")
+        plan.names = deduplicated(plan.names)
         uid = next(_table_ids)
         key = f"table/{uid}/0"
         placement, stats, query_id = self.coordinator.run(plan, output={"kind": "table", "key": key, "names": plan.names}, progress=progress)
@@ -207,7 +210,7 @@ class Session:
         if isinstance(query, exp.Table):
             query = exp.select("*").from_(query)
         files = st.args.get("files") or []
-        if len(files) != 1 or not isinstance(files[0], exp.Literal):
+        if len(files) != 1 or not isinstance(files[0], exp.Literal) or not files[0].is_string:
             raise ProgrammingError("COPY ... TO takes one output directory as a string literal")
         params = {p.this.name.upper(): _copy_option(p.expression) for p in st.args.get("params") or []}
         fmt = params.pop("FORMAT", "parquet").lower()
@@ -216,11 +219,14 @@ class Session:
             raise NotSupportedError(f"COPY format {fmt!r} is not supported (parquet, csv)")
         if params:
             raise NotSupportedError(f"COPY option {next(iter(params))} is not supported")
-        directory = os.path.abspath(os.path.expanduser(files[0].name))
-        self.catalog.check_writable(directory, overwrite)
+        directory = self.catalog.policy.check_write(files[0].name)
         plan = self.plan(query)
+        claim_output(directory, overwrite)
         output = {"kind": "files", "key": "files", "dir": directory, "format": fmt, "names": plan.names}
-        placement, stats, query_id = self.coordinator.run(plan, output=output, progress=progress)
+        try:
+            placement, stats, query_id = self.coordinator.run(plan, output=output, progress=progress)
+        finally:
+            record_output(directory)
         stats.spilled_bytes = self.coordinator.release(f"{query_id}/")
         return Result(None, sum(s["rows"] for _, s in placement), stats)
 
@@ -299,6 +305,27 @@ class Session:
         self.catalog.add_table(source)
 
 
+def deduplicated(names: list[str]) -> list[str]:
+    """Column names made unique as DuckDB makes a new table's (QueryResult::DeduplicateColumns):
+    a repeated name, compared without case, gets the suffix _1 (or the first _n not taken).
+    ``CREATE TABLE t AS SELECT 1 AS a, 2 AS a`` makes columns a and a_1 there; so it does here."""
+    taken: dict[str, int] = {}
+    out = []
+    for name in names:
+        low = name.lower()
+        if low not in taken:
+            taken[low] = 1
+            out.append(name)
+            continue
+        new = f"{name}_{taken[low]}"
+        while new.lower() in taken:
+            taken[low] += 1
+            new = f"{name}_{taken[low]}"
+        taken[new.lower()] = 1
+        out.append(new)
+    return out
+
+
 def _add_partitions(source: MemorySource, key: str, placement: list[tuple[str, dict]]) -> None:
     """Record where a table-writing query left each of its result partitions."""
     for index, (address, stats) in enumerate(placement):
@@ -320,7 +347,8 @@ def _schema_of(schema: exp.Schema) -> pa.Schema:
         finally:
             con.close()
     except duckdb.Error as e:
-        raise ProgrammingError(f"bad column type in CREATE TABLE: {e}") from e
+        # only DuckDB's first line: the next ones quote the SQL qengine wrote to check the types
+        raise ProgrammingError(f"bad column type in CREATE TABLE: {str(e).splitlines()[0]}") from e
 
 
 def _copy_option(value: exp.Expression | None) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import sqlglot.expressions as exp
 
+from qengine.catalog.access import AccessPolicy, real
 from qengine.catalog.sources import ParquetSource, Source
 from qengine.errors import ProgrammingError
 
@@ -25,9 +26,14 @@ class View:
 
 @dataclass
 class Catalog:
-    """Tables and views by lower-cased name. ``allowed_roots``, when set, confines file access."""
+    """Tables and views by lower-cased name, and the access policy file reads are confined to.
 
-    allowed_roots: list[str] | None = None
+    With ``extendable`` (a local cluster given no roots) registering a file explicitly also
+    lets SQL read below its directory; otherwise only the policy's roots count.
+    """
+
+    policy: AccessPolicy = field(default_factory=lambda: AccessPolicy.of([os.getcwd()], [os.getcwd()]))
+    extendable: bool = True
     registered_roots: list[str] = field(default_factory=list)
     tables: dict[str, Source] = field(default_factory=dict)
     views: dict[str, View] = field(default_factory=dict)
@@ -35,19 +41,26 @@ class Catalog:
 
     def add_root(self, spec: str) -> None:
         """Let SQL table functions (read_parquet, read_csv) read below the directory a file,
-        directory or glob lives in (the part before any wildcard)."""
-        head = os.path.expanduser(spec).split("*")[0].split("?")[0].split("[")[0]
-        root = os.path.abspath(head if os.path.isdir(head) else os.path.dirname(head) or ".")
+        directory or glob lives in; where the roots are fixed, it must already lie inside them."""
+        root = _root_of(spec)
+        if not self.extendable:
+            self.policy.check_read(root)
+            return
         with self._lock:
             if root not in self.registered_roots:
                 self.registered_roots.append(root)
 
-    def resolve_paths(self, spec: str, suffixes: tuple[str, ...], from_sql: bool = False) -> list[str]:
-        """Expand a file, directory or glob into a sorted list of files, enforcing the roots.
+    def effective_policy(self) -> AccessPolicy:
+        """The policy with the registered directories among its read roots: what the workers
+        check the files they open against."""
+        with self._lock:
+            return AccessPolicy((*self.policy.read_roots, *self.registered_roots), self.policy.write_roots)
 
-        Paths named inside SQL (``from_sql``) must lie under ``allowed_roots`` or, when that is
-        not set, under a directory the user registered data from: SQL text alone never opens
-        an arbitrary file of the host.
+    def resolve_paths(self, spec: str, suffixes: tuple[str, ...], from_sql: bool = False) -> list[str]:
+        """Expand a file, directory or glob into a sorted list of resolved files inside the roots.
+
+        Paths named inside SQL (``from_sql``) must lie under the roots; a path the user registers
+        explicitly may also lie under its own directory when the catalog is ``extendable``.
         """
         spec = os.path.expanduser(spec)
         if os.path.isdir(spec):
@@ -63,35 +76,24 @@ class Catalog:
             found = [spec]
         else:
             raise ProgrammingError(f"no such file or directory: {spec}")
-        paths = sorted(os.path.abspath(p) for p in found)
-        if not paths:
+        if not found:
             raise ProgrammingError(f"no {'/'.join(suffixes)} files match {spec}")
         if from_sql:
-            bad = [p for p in paths if not p.endswith(suffixes)]
+            bad = [p for p in found if not p.endswith(suffixes)]
             if bad:
                 raise ProgrammingError(f"{bad[0]} is not a {'/'.join(suffixes)} file")
-        roots = self.allowed_roots if self.allowed_roots is not None else (self.registered_roots if from_sql else None)
-        if roots is not None:
-            hint = "" if roots else " (register data with register_parquet/-d, or pass allowed_roots to connect())"
-            for p in paths:
-                _require_under(p, roots, hint)
+        own = [_root_of(spec)] if self.extendable and not from_sql else []
+        with self._lock:
+            extra = (*self.registered_roots, *own)
+        try:
+            paths = sorted({self.policy.check_read(p, extra) for p in found})
+        except ProgrammingError as e:
+            hint = " (register the data with register_parquet/register_csv or -d, or widen allowed_roots)"
+            raise ProgrammingError(f"{e}{hint if self.extendable else ''}") from None
         for p in paths:
             if not os.access(p, os.R_OK):
                 raise ProgrammingError(f"{p} is not readable")
         return paths
-
-    def check_writable(self, directory: str, overwrite: bool) -> None:
-        """COPY's target: new or empty (unless overwriting), and inside the allowed roots."""
-        if self.allowed_roots is not None:
-            _require_under(directory, self.allowed_roots)
-        if os.path.isfile(directory):
-            raise ProgrammingError(f"{directory} is a file; COPY writes a directory of part files")
-        if os.path.isdir(directory) and os.listdir(directory):
-            if not overwrite:
-                raise ProgrammingError(f"{directory} is not empty (add OVERWRITE true to replace its part files)")
-            for name in os.listdir(directory):
-                if name.startswith("part-"):
-                    os.unlink(os.path.join(directory, name))
 
     def parquet_files(self) -> tuple[str, ...]:
         """Every Parquet file of a registered table: what a fragment's connection may read.
@@ -138,8 +140,19 @@ class Catalog:
         return dropped if isinstance(dropped, Source) else None
 
 
-def _require_under(path: str, roots: list[str], hint: str = "") -> None:
-    """Refuse ``path`` unless it lies below one of ``roots``."""
-    roots = [os.path.abspath(r) for r in roots]
-    if not any(os.path.commonpath([path, r]) == r for r in roots):
-        raise ProgrammingError(f"{path} is outside the allowed data roots {roots}{hint}")
+def _root_of(spec: str) -> str:
+    """The resolved directory a file, directory or glob lives in (the part before any wildcard)."""
+    head = os.path.expanduser(spec).split("*")[0].split("?")[0].split("[")[0]
+    return real(head if os.path.isdir(head) else os.path.dirname(os.path.abspath(head)) or ".")
+
+
+def local_catalog(allowed_roots: list[str] | None, output_roots: list[str] | None) -> Catalog:
+    """A local cluster's catalog. With no roots it reads under the current directory and the
+    directories of explicitly registered files, and writes under the current directory."""
+    for name, roots in (("allowed_roots", allowed_roots), ("output_roots", output_roots)):
+        if roots is not None and (isinstance(roots, str) or not all(isinstance(r, str) and r for r in roots)):
+            raise ProgrammingError(f"{name} must be a list of directory paths, not {roots!r}")
+    cwd = [os.getcwd()]
+    reads = cwd if allowed_roots is None else allowed_roots
+    writes = output_roots if output_roots is not None else (allowed_roots if allowed_roots is not None else cwd)
+    return Catalog(AccessPolicy.of(reads, writes), extendable=allowed_roots is None)

@@ -9,6 +9,7 @@ connection may read the registered tables' Parquet files and nothing else
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -17,7 +18,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from qengine.catalog import records
-from qengine.errors import OperationalError
+from qengine.errors import DataError, OperationalError
 from qengine.sandbox.quoting import identifier, string_literal
 from qengine.transport.wire import schema_from_hex
 
@@ -45,8 +46,10 @@ def parquet_sql(split: dict, columns: list[tuple[str, str]]) -> str | None:
 
 
 def split_files(split: dict) -> tuple[str, ...]:
-    """The files a split reads (for the fragment connection's allowed paths)."""
-    return tuple(sorted({path for path, _, _ in split.get("runs") or []}))
+    """Every file a split may open: what the worker checks against the data roots first."""
+    paths = {path for path, _, _ in split.get("runs") or []} | {path for path, _ in split.get("pieces") or []}
+    paths |= {split[key] for key in ("path", "schema_path") if split.get(key)}
+    return tuple(sorted(paths))
 
 
 def read_split(split: dict, columns: list[tuple[str, str]], fetch_memory: Callable[[dict], pa.Table]) -> pa.Table:
@@ -88,6 +91,30 @@ def read_split(split: dict, columns: list[tuple[str, str]], fetch_memory: Callab
             table = table.select(sources)
         else:
             raise OperationalError(f"unknown split kind {kind!r}")
-    except (OSError, pa.ArrowInvalid) as e:
+    except pa.ArrowInvalid as e:
+        if kind == "csv":  # the file's rows, not the cluster, are at fault
+            raise csv_error(split["path"], schema_from_hex(split["schema"]).names, e) from e
+        raise OperationalError(f"scan failed: {e}") from e
+    except OSError as e:
         raise OperationalError(f"scan failed: {e}") from e
     return table.rename_columns([internal for _, internal in columns])
+
+
+# Arrow's complaints, read on one thread (which makes them number the row: its line in the file).
+_CSV_VALUE = re.compile(r"In CSV column #(\d+): Row #(\d+): (.*)")
+_CSV_ROW = re.compile(r"CSV parse error: Row #(\d+): (.*)")
+
+
+def csv_error(path: str, names: list[str], error: pa.ArrowInvalid) -> DataError:
+    """A CSV file whose rows do not fit its table, with the file, line and column named.
+
+    ``names`` are the file's columns, which Arrow numbers: a bad value is named by its column.
+    """
+    message = str(error)
+    if match := _CSV_VALUE.search(message):
+        index, line, detail = int(match.group(1)), match.group(2), match.group(3)
+        column = repr(names[index]) if index < len(names) else f"#{index + 1}"
+        return DataError(f"bad value in CSV file {path}, line {line}, column {column}: {detail}")
+    if match := _CSV_ROW.search(message):
+        return DataError(f"bad row in CSV file {path}, line {match.group(1)}: {match.group(2)}")
+    return DataError(f"bad CSV file {path}: {message}")

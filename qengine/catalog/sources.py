@@ -16,6 +16,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from qengine.catalog import records
+from qengine.catalog.scan import csv_error
 from qengine.catalog.types import type_code
 from qengine.errors import ProgrammingError
 from qengine.transport.wire import schema_to_hex
@@ -229,12 +230,15 @@ class CsvSource(Source):
         try:
             reader = pacsv.open_csv(
                 paths[0],
-                read_options=pacsv.ReadOptions(autogenerate_column_names=not header),
+                # one thread: Arrow then numbers a bad row (see scan.csv_error)
+                read_options=pacsv.ReadOptions(autogenerate_column_names=not header, use_threads=False),
                 parse_options=pacsv.ParseOptions(delimiter=delimiter),
             )
             self.schema = reader.schema
             reader.close()
-        except (OSError, pa.ArrowInvalid) as e:
+        except pa.ArrowInvalid as e:
+            raise csv_error(paths[0], [], e) from e
+        except OSError as e:
             raise ProgrammingError(f"table {name!r}: cannot read CSV file {paths[0]}: {e}") from e
         self._bytes = sum(os.path.getsize(p) for p in paths)
 

@@ -10,6 +10,7 @@ import threading
 from typing import Any
 
 from qengine.api.options import parse_size
+from qengine.catalog.access import AccessPolicy
 from qengine.errors import ProgrammingError
 from qengine.runtime.membership import DEFAULT_HEARTBEAT_TIMEOUT
 
@@ -89,6 +90,25 @@ def _health(args: argparse.Namespace, token: str, pair: tuple[bytes, bytes] | No
     return endpoint
 
 
+def access_policy(data_roots: list[str] | None, output_roots: list[str] | None) -> AccessPolicy:
+    """The coordinator's roots. Reading is confined by default: with no ``--data-root`` it
+    refuses to start rather than expose every file of its hosts to each token holder."""
+    if not data_roots:
+        raise ProgrammingError(
+            "give the directories sessions may read with --data-root DIR (repeatable); "
+            "--data-root / allows every file the worker processes can read"
+        )
+    for root in [*data_roots, *(output_roots or [])]:
+        if not os.path.isdir(root):
+            raise ProgrammingError(f"{root} is not a directory")
+    policy = AccessPolicy.of(data_roots, output_roots or [])
+    if "/" in policy.read_roots or "/" in policy.write_roots:
+        logging.getLogger("qengine.runtime.coordinator").warning(
+            "a root is /: every token holder may read (or write) any file the cluster's processes can"
+        )
+    return policy
+
+
 def cmd_coordinator(args: argparse.Namespace) -> int:
     from qengine.api.server import CoordinatorServer
 
@@ -96,10 +116,11 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     host, port = parse_listen(args.listen)
     pair, root = tls_material(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s coordinator %(levelname)s %(message)s")
-    server = CoordinatorServer(host, port, token, args.heartbeat_timeout, pair, root)
+    policy = access_policy(args.data_root, args.output_root)
+    server = CoordinatorServer(host, port, token, args.heartbeat_timeout, pair, root, policy)
+    _stop_on_sigterm(server.shutdown)  # before saying so: a SIGTERM sent once it listens must stop it
     print(f"qengine coordinator listening on {server.address}", flush=True)
     health = _health(args, token, pair, "coordinator")
-    _stop_on_sigterm(server.shutdown)
     try:
         if health is not None:
             health.set_serving(True)
@@ -141,6 +162,10 @@ def add_parsers(sub: Any) -> None:
     co.add_argument("--listen", default="127.0.0.1:7777", help="HOST:PORT to serve on (default 127.0.0.1:7777)")
     co.add_argument("--heartbeat-timeout", type=float, default=DEFAULT_HEARTBEAT_TIMEOUT,
                     help=f"seconds without a heartbeat before a worker is marked dead (default {DEFAULT_HEARTBEAT_TIMEOUT:g})")
+    co.add_argument("--data-root", action="append", metavar="DIR",
+                    help="a directory sessions may read tables from (repeatable; required: / allows every file)")
+    co.add_argument("--output-root", action="append", metavar="DIR",
+                    help="a directory COPY may write below (repeatable; default: none, COPY is refused)")
     add_security_arguments(co)
     co.set_defaults(func=cmd_coordinator)
 

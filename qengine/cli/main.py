@@ -23,7 +23,9 @@ def _connect(args: argparse.Namespace) -> Any:
     """A local cluster, or with --cluster the standalone coordinator at HOST:PORT."""
     options = connection_options(args)
     if not args.cluster:
-        return qengine.connect(**options)
+        return qengine.connect(**options, output_roots=args.output_root)
+    if args.output_root:
+        raise qengine.ProgrammingError("--output-root is set on the coordinator (qengine coordinator --output-root DIR), not with --cluster")
     del options["workers"], options["shuffle_memory"]
     root = cluster.read_pem(args.tls_ca) if args.tls_ca else None
     return qengine.connect(f"qengine://{args.cluster}", token=cluster.read_token(args.token_file), tls_root_certs=root, **options)
@@ -53,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument("-d", "--data", action="append", help="register every Parquet/CSV file or directory under DIR")
     sql.add_argument("--format", choices=["table", "csv", "json", "parquet"], default="table")
     sql.add_argument("-o", "--output", help="write the result to FILE")
+    sql.add_argument("--output-root", action="append", metavar="DIR",
+                     help="a directory COPY may write below (repeatable; default: the current directory)")
     sql.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_cluster_arguments(sql)
     sql.add_argument("--cluster", metavar="HOST:PORT", help="run on the standalone coordinator at HOST:PORT instead of a local cluster")

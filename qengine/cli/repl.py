@@ -59,8 +59,8 @@ def repl(con: Any, args: argparse.Namespace) -> int:
                     run_statement(con, sql, args)
                 except Error as e:
                     print(f"Error: {e}", file=sys.stderr)
-                except KeyboardInterrupt:
-                    print("interrupted", file=sys.stderr)
+                except KeyboardInterrupt:  # the query's tasks are stopped on the workers too (QueryRun)
+                    print("Interrupted: the query was cancelled", file=sys.stderr)
     finally:
         if readline is not None:
             with contextlib.suppress(OSError):

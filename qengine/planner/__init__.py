@@ -11,7 +11,7 @@ from qengine.catalog.sources import DEFAULT_SPLIT_BYTES
 from qengine.planner.builder import Builder
 from qengine.planner.decorrelate import decorrelate
 from qengine.planner.frontend import optimize_query
-from qengine.planner.logical import Scan, walk
+from qengine.planner.logical import Scan, walk_query
 from qengine.planner.merge_aggregates import merge_scalar_aggregates
 from qengine.planner.physical import PhysicalPlanner
 from qengine.planner.pushdown import push_down
@@ -36,7 +36,7 @@ def plan_query(query: exp.Expression, catalog: Catalog, options: PlanOptions) ->
     optimized = decorrelate(merge_scalar_aggregates(optimize_query(query, catalog, options.dialect)))
     builder = Builder(catalog)
     rel = builder.build(optimized)
-    for node in walk(rel.node):
+    for node in walk_query(rel.node):
         if isinstance(node, Scan) and not node.column_map:
             # Nothing referenced (e.g. count(*)): read the first column so rows can be counted.
             first = node.source.schema[0].name
@@ -47,4 +47,5 @@ def plan_query(query: exp.Expression, catalog: Catalog, options: PlanOptions) ->
     root, _ = physical.plan(push_down(rel.node))
     plan = cut(root, rel.names, options.replicate_bytes)
     plan.readable = catalog.parquet_files()
+    plan.access = catalog.effective_policy().to_json()
     return plan

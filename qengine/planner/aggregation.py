@@ -13,6 +13,8 @@ import sqlglot
 import sqlglot.expressions as exp
 
 from qengine.errors import ProgrammingError
+from qengine.planner.expressions import in_place_of
+from qengine.planner.frontend import unparen
 from qengine.planner.logical import Aggregate, Node, col
 from qengine.planner.scope import SourceScope
 
@@ -58,13 +60,13 @@ class AggregatePlanning:
                 if gid is None:
                     return exp.Literal.number(0)
                 bits = []
-                for arg in n.expressions:
+                for arg in map(unparen, n.expressions):
                     idx = next((i for i, (k, _) in enumerate(keys) if arg.name == k), None)
                     if idx is None or not isinstance(arg, exp.Column):
                         raise ProgrammingError(f"GROUPING argument {arg.sql()} is not a GROUP BY key")
                     bits.append(f"(({gid} >> {len(key_exprs) - 1 - idx}) & 1)")
                 terms = [f"({b} << {len(bits) - 1 - i})" for i, b in enumerate(bits)]
-                return sqlglot.parse_one(" | ".join(terms), read="duckdb")
+                return in_place_of(n, sqlglot.parse_one(" | ".join(terms), read="duckdb"))
 
             return e.copy().transform(visit, copy=False)
 
@@ -78,39 +80,34 @@ def grouping_sets(group: exp.Group | None) -> tuple[list[exp.Expression], list[l
     keys: list[exp.Expression] = []
 
     def index(e: exp.Expression) -> int:
-        e = e.this if isinstance(e, exp.Paren) else e
+        e = unparen(e)
         if e not in keys:
             keys.append(e)
         return keys.index(e)
 
-    factors: list[list[list[int]]] = []
-    plain = True
-    for g in group.expressions:
+    def sets_of(g: exp.Expression) -> list[list[int]] | None:
+        """The grouping sets a ROLLUP, CUBE or GROUPING SETS (nested in each other or not)
+        stands for; None for a plain key."""
         if isinstance(g, exp.Rollup):
             items = [index(x) for x in g.expressions]
-            factors.append([items[:i] for i in range(len(items), -1, -1)])
-            plain = False
-        elif isinstance(g, exp.Cube):
+            return [items[:i] for i in range(len(items), -1, -1)]
+        if isinstance(g, exp.Cube):
             items = [index(x) for x in g.expressions]
-            factors.append([[x for j, x in enumerate(items) if mask >> j & 1] for mask in range(2 ** len(items) - 1, -1, -1)])
-            plain = False
-        elif isinstance(g, exp.GroupingSets):
-            sets = []
-            for s in g.expressions:
-                members = s.expressions if isinstance(s, exp.Tuple) else [s]
-                sets.append([index(x) for x in members])
-            factors.append(sets)
-            plain = False
-        else:
-            factors.append([[index(g)]])
-    for kind in ("rollup", "cube"):
-        for g in group.args.get(kind) or []:
-            items = [index(x) for x in g.expressions]
-            if kind == "rollup":
-                factors.append([items[:i] for i in range(len(items), -1, -1)])
-            else:
-                factors.append([[x for j, x in enumerate(items) if m >> j & 1] for m in range(2 ** len(items) - 1, -1, -1)])
-            plain = False
+            return [[x for j, x in enumerate(items) if mask >> j & 1] for mask in range(2 ** len(items) - 1, -1, -1)]
+        if isinstance(g, exp.GroupingSets):
+            return [
+                s
+                for member in g.expressions
+                for s in sets_of(member) or [[index(x) for x in (member.expressions if isinstance(member, exp.Tuple) else [member])]]
+            ]
+        return None
+
+    factors: list[list[list[int]]] = []
+    plain = True
+    for g in [*group.expressions, *(group.args.get("rollup") or []), *(group.args.get("cube") or [])]:
+        found = sets_of(g)
+        plain = plain and found is None
+        factors.append([[index(g)]] if found is None else found)
     if plain:
         return keys, None
     sets = [sorted(set(itertools.chain.from_iterable(combo))) for combo in itertools.product(*factors)]

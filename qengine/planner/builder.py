@@ -20,7 +20,7 @@ from qengine.catalog.sources import Source
 from qengine.errors import NotSupportedError, ProgrammingError
 from qengine.planner import estimates
 from qengine.planner.aggregation import AggregatePlanning
-from qengine.planner.expressions import and_all, collect_aggregates, has_aggregate
+from qengine.planner.expressions import and_all, collect_aggregates, has_aggregate, in_place_of, window_operands
 from qengine.planner.frontend import unparen
 from qengine.planner.joins import JoinPlanning
 from qengine.planner.logical import (
@@ -39,6 +39,7 @@ from qengine.planner.logical import (
     Values,
     Window,
     col,
+    evaluated,
     walk,
 )
 from qengine.planner.scope import Rel, SourceScope
@@ -92,10 +93,14 @@ class Builder(JoinPlanning, AggregatePlanning):
     # ---- helpers -----------------------------------------------------------------------
 
     def _finish(self, node: Node) -> Node:
-        """Attach collected subquery plans and compute the estimate."""
+        """Attach the collected subquery plans the node's own expressions read, and compute the
+        estimate. A subquery goes to the operator that evaluates it, not to the first one made
+        after it was planned: that may be one below, across an exchange from it (the projection
+        under a window's shuffle, or a join key's under a join's), where its table is not read."""
         if self._pending_subqueries:
-            node.subqueries.update(self._pending_subqueries)
-            self._pending_subqueries = {}
+            read = {t.name for e in evaluated(node) for t in e.find_all(exp.Table)}
+            for name in [n for n in self._pending_subqueries if n in read]:
+                node.subqueries[name] = self._pending_subqueries.pop(name)
         node.est_rows = estimates.rows(node)
         return node
 
@@ -128,11 +133,18 @@ class Builder(JoinPlanning, AggregatePlanning):
         def visit(node: exp.Expression) -> exp.Expression:
             if mapping and not isinstance(node, exp.Identifier | exp.Literal) and node in mapping:
                 return col(mapping[node])
+            if isinstance(node, exp.Window):
+                # rewritten piece by piece, so that its function is never taken for an equal aggregate
+                window = node.copy()
+                for operand in window_operands(window):
+                    operand.replace(self.rewrite(operand, scopes, mapping, what))
+                return window
             if isinstance(node, exp.Column):
                 return self._resolve_column(node, scopes, what)
             if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Query):
-                name, rel = self._subquery(node.this)
-                return exp.Subquery(this=exp.select(*[col(c) for c in rel.node.columns]).from_(name))
+                return exp.Subquery(this=self._subquery_read(node.this))
+            if isinstance(node, exp.All) and isinstance(node.this, exp.Query):  # ALL (SELECT ...) holds it bare
+                return exp.All(this=self._subquery_read(node.this))
             if isinstance(node, exp.Exists) and isinstance(node.this, exp.Query):
                 name, _ = self._subquery(node.this)
                 return exp.Exists(this=exp.select("*").from_(name))
@@ -159,6 +171,11 @@ class Builder(JoinPlanning, AggregatePlanning):
         if internal is None:
             raise ProgrammingError(f"column {column.name!r} not found in {column.table!r}")
         return col(internal)
+
+    def _subquery_read(self, query: exp.Expression) -> exp.Select:
+        """Plan an uncorrelated subquery; the SELECT that reads its placeholder table."""
+        name, rel = self._subquery(query)
+        return exp.select(*[col(c) for c in rel.node.columns]).from_(name)
 
     def _subquery(self, query: exp.Expression) -> tuple[str, Rel]:
         saved = self._pending_subqueries
@@ -233,7 +250,7 @@ class Builder(JoinPlanning, AggregatePlanning):
         outputs = [unparen(e.unalias()) for e in select.expressions]
         display = [e.alias_or_name for e in select.expressions]
         order = select.args.get("order")
-        order_exprs = [self._order_target(o.this, select.expressions) for o in order.expressions] if order else []
+        order_exprs = [unparen(self._order_target(o.this, select.expressions)) for o in order.expressions] if order else []
         having = select.args.get("having")
         qualify = select.args.get("qualify")
 
@@ -257,7 +274,10 @@ class Builder(JoinPlanning, AggregatePlanning):
         if having is not None:
             node = self._finish(Filter(node, post(having.this, "HAVING")))
         resolved = [post(e, "SELECT") for e in outputs]
-        resolved_order = [post(e, "ORDER BY") for e in order_exprs]
+        # An ORDER BY key that is a select item (by position, alias or repetition) is that item:
+        # resolved again, a subquery in it would be planned again under a new name, and the key
+        # would no longer match its select item (SELECT DISTINCT then refuses it).
+        resolved_order = [resolved[outputs.index(e)] if e in outputs else post(e, "ORDER BY") for e in order_exprs]
         resolved_qualify = post(qualify.this, "QUALIFY") if qualify is not None else None
         node, replaced = self._windows(node, [*resolved, *resolved_order, *([resolved_qualify] if qualify else [])])
         resolved = replaced[: len(resolved)]
@@ -306,7 +326,7 @@ class Builder(JoinPlanning, AggregatePlanning):
 
         def inline(node: exp.Expression) -> exp.Expression:
             if isinstance(node, exp.Column) and not node.table and node.name.lower() in aliases:
-                return aliases[node.name.lower()].copy()
+                return in_place_of(node, aliases[node.name.lower()].copy())
             return node
 
         return target.copy().transform(inline, copy=False)
@@ -375,8 +395,6 @@ class Builder(JoinPlanning, AggregatePlanning):
             raise ProgrammingError(
                 f"{kind.upper()} inputs have {len(left.names)} and {len(right.names)} columns; they must match"
             )
-        if query.args.get("by_name"):
-            raise NotSupportedError(f"{kind.upper()} BY NAME is not supported")
         distinct = query.args.get("distinct") is not False
         names = [self.names.new() for _ in left.names]
         node = self._finish(SetOp(kind, distinct, [left.node, right.node], names))
@@ -397,6 +415,8 @@ class Builder(JoinPlanning, AggregatePlanning):
 
 def _int_clause(clause: exp.Expression, what: str) -> int:
     value = clause.args.get("expression") or clause.this
+    if isinstance(value, exp.Neg) and isinstance(value.this, exp.Literal) and not value.this.is_string:
+        raise ProgrammingError(f"{what} must not be negative")
     if not isinstance(value, exp.Literal) or value.is_string:
         raise NotSupportedError(f"{what} must be an integer literal")
     n = int(value.name)

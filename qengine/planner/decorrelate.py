@@ -12,7 +12,19 @@ WHERE's conjuncts and the subquery returns one aggregate:
         WHERE x > CASE WHEN d._m THEN d._v ELSE <agg over no rows> END
 
 The value over no rows is the aggregate expression with COUNT as 0 and every other aggregate
-NULL, which is what the subquery returns when no inner row matches.
+NULL, which is what the subquery returns when no inner row matches. Such a subquery makes one
+row, so ``x op ANY (...)`` or ``x op ALL (...)`` of it is ``x op CASE ... END`` (left as
+``ANY (CASE ... END)``, DuckDB read it as a search of a list).
+
+A correlated scalar subquery of a plain value (no aggregate) may make several rows for an outer
+row, where DuckDB fails the query; sqlglot's optimizer is kept off it (planner/unnest.py), and it
+is rewritten the same way with the group's row count, the error raised where an outer row reads
+a group of more than one row (in the WHERE, or the select list of a SELECT without aggregates):
+
+    ... WHERE x = (SELECT t.v FROM t WHERE t.k = o.k AND p)
+    ... LEFT JOIN (SELECT t.k AS _k0, count(*) AS _n, any_value(t.v) AS _v FROM t WHERE p GROUP BY t.k) d
+          ON o.k = d._k0
+        WHERE x = CASE WHEN d._n > 1 THEN error('More than one row ...') ELSE d._v END
 
 EXISTS with an inequality beside its equalities (TPC-DS q16, q94: another row of the same
 order from a different warehouse) is decorrelated by sqlglot into every group's ARRAY_AGG of
@@ -35,9 +47,11 @@ import itertools
 
 import sqlglot.expressions as exp
 
-from qengine.planner.expressions import conjuncts
+from qengine.planner.expressions import conjuncts, has_aggregate
 
 _ids = itertools.count()
+# DuckDB's own message, for a scalar subquery that makes more than one row.
+MULTIPLE_ROWS = "More than one row returned by a subquery used as an expression - scalar subqueries can only return a single row."
 
 
 def _sources(select: exp.Select) -> list[exp.Expression]:
@@ -70,11 +84,13 @@ def decorrelate(query: exp.Expression) -> exp.Expression:
     eligible list search in a WHERE's conjuncts into a comparison with bounds."""
     for select in list(query.find_all(exp.Select)):
         where = select.args.get("where")
-        if where is None:
-            continue
-        for sub in list(where.find_all(exp.Subquery)):
-            if sub.find_ancestor(exp.Select) is select:
-                _rewrite(select, sub)
+        # ``op ALL (SELECT ...)`` holds its query itself; any other, a Subquery.
+        holders = list(where.find_all(exp.Subquery, exp.All)) if where is not None else []
+        if not _aggregates(select):  # else the joined columns could not be read after its GROUP BY
+            holders += [h for e in select.expressions for h in e.find_all(exp.Subquery)]
+        for holder in holders:
+            if holder.find_ancestor(exp.Select) is select:
+                _rewrite(select, holder)
         for test in conjuncts(where):
             if isinstance(test, exp.ArrayAny):
                 _by_bounds(query, select, test)
@@ -146,14 +162,25 @@ def _producer(query: exp.Expression, outer: exp.Select, alias: str) -> exp.Selec
     return None
 
 
-def _rewrite(outer: exp.Select, sub: exp.Subquery) -> None:
+def _aggregates(select: exp.Select) -> bool:
+    return any(select.args.get(k) is not None for k in ("group", "having")) or any(has_aggregate(e) for e in select.expressions)
+
+
+def _rewrite(outer: exp.Select, sub: exp.Subquery | exp.All) -> None:
     inner = sub.this
     if not isinstance(inner, exp.Select) or len(inner.expressions) != 1:
         return
     if any(inner.args.get(k) for k in ("group", "having", "limit", "offset", "order", "qualify", "with_", "distinct")):
         return
     value = inner.expressions[0].unalias()
-    if not value.find(exp.AggFunc) or value.find(exp.Window):
+    if value.find(exp.Window):
+        return
+    # A plain value is the one row's, checked to be one (of a quantified or IN test, the
+    # subquery's rows are a list, not one value).
+    checked = not has_aggregate(value)
+    if checked and (isinstance(sub, exp.All) or isinstance(sub.parent, exp.In | exp.Any)):
+        return
+    if not checked and not value.find(exp.AggFunc):
         return
     local = _aliases(inner)
     outer_aliases = _aliases(outer)
@@ -179,11 +206,11 @@ def _rewrite(outer: exp.Select, sub: exp.Subquery) -> None:
     if not keys or _tables(value) - local:
         return
     alias = f"_dc{next(_ids)}"
-    derived = exp.select(
-        *[inner_e.copy().as_(f"_k{i}") for i, (_, inner_e) in enumerate(keys)],
-        value.copy().as_("_v"),
-        exp.true().as_("_m"),
-    )
+    if checked:
+        outputs = [exp.Count(this=exp.Star()).as_("_n"), exp.AnyValue(this=value.copy()).as_("_v")]
+    else:
+        outputs = [value.copy().as_("_v"), exp.true().as_("_m")]
+    derived = exp.select(*[inner_e.copy().as_(f"_k{i}") for i, (_, inner_e) in enumerate(keys)], *outputs)
     derived.set("from_", inner.args["from_"].copy())
     if inner.args.get("joins"):
         derived.set("joins", [j.copy() for j in inner.args["joins"]])
@@ -192,8 +219,19 @@ def _rewrite(outer: exp.Select, sub: exp.Subquery) -> None:
     derived.group_by(*[inner_e.copy() for _, inner_e in keys], copy=False)
     on = exp.and_(*[exp.EQ(this=outer_e.copy(), expression=exp.column(f"_k{i}", alias)) for i, (outer_e, _) in enumerate(keys)])
     outer.join(derived.subquery(alias), on=on, join_type="LEFT", copy=False)
-    replacement = exp.Case(
-        ifs=[exp.If(this=exp.column("_m", alias), true=exp.column("_v", alias))],
-        default=_empty_value(value),
-    )
-    sub.replace(exp.paren(replacement))
+    if checked:
+        several = exp.GT(this=exp.column("_n", alias), expression=exp.Literal.number(1))
+        replacement = exp.Case(
+            ifs=[exp.If(this=several, true=exp.Anonymous(this="error", expressions=[exp.Literal.string(MULTIPLE_ROWS)]))],
+            default=exp.column("_v", alias),
+        )
+    else:
+        replacement = exp.Case(
+            ifs=[exp.If(this=exp.column("_m", alias), true=exp.column("_v", alias))],
+            default=_empty_value(value),
+        )
+    # Of its one row, ``x op ANY (...)`` and ``x op ALL (...)`` are ``x op`` the row's value.
+    quantified = sub.parent if isinstance(sub.parent, exp.Any | exp.All) else sub
+    alias_arg = sub.args.get("alias")  # a select item's name, which the optimizer puts on the subquery
+    value_expr = exp.paren(replacement)
+    quantified.replace(exp.alias_(value_expr, alias_arg.this) if alias_arg is not None else value_expr)

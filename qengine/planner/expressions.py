@@ -53,7 +53,7 @@ COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 # a filter built only of these, over a column of the padded side, is NULL (so false) on every
 # padded row.
 _STRICT_TESTS = (*COMPARISONS, exp.Between, exp.Like, exp.ILike)
-_STRICT = (exp.Column, exp.Identifier, exp.Literal, exp.Paren, exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Div,
+STRICT = (exp.Column, exp.Identifier, exp.Literal, exp.Paren, exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Div,
            exp.Mod, exp.Cast, exp.DataType, exp.DataTypeParam, *_STRICT_TESTS)
 
 
@@ -67,7 +67,7 @@ def null_rejecting(p: exp.Expression, padded: AbstractSet[str], refs: Callable[[
         p = p.this  # x IN (...) is NULL for a NULL x
     elif not isinstance(p, _STRICT_TESTS):
         return False
-    return bool(refs(p) & padded) and all(isinstance(n, _STRICT) for n in p.walk())
+    return bool(refs(p) & padded) and all(isinstance(n, STRICT) for n in p.walk())
 
 
 def source_aliases(e: exp.Expression) -> frozenset[str]:
@@ -96,12 +96,8 @@ def collect_aggregates(e: exp.Expression, out: list[exp.Expression]) -> None:
     if isinstance(e, exp.Query):
         return
     if isinstance(e, exp.Window):
-        for arg in e.this.iter_expressions():
-            collect_aggregates(arg, out)
-        for part in e.args.get("partition_by") or []:
-            collect_aggregates(part, out)
-        if e.args.get("order") is not None:
-            collect_aggregates(e.args["order"], out)
+        for operand in window_operands(e):
+            collect_aggregates(operand, out)
         return
     if is_aggregate(e):
         if e not in out:
@@ -109,3 +105,73 @@ def collect_aggregates(e: exp.Expression, out: list[exp.Expression]) -> None:
         return
     for child in e.iter_expressions():
         collect_aggregates(child, out)
+
+
+def window_operands(w: exp.Window) -> list[exp.Expression]:
+    """What a window evaluates on each row: its function's arguments, its FILTER condition,
+    PARTITION BY, ORDER BY and frame; not the function itself.
+
+    The function sits under IGNORE NULLS, RESPECT NULLS and FILTER wrappers. It is not an
+    aggregate of the SELECT it appears in, even where an equal aggregate is one (``count(*)``
+    and ``count(*) OVER ()`` side by side), so what walks a SELECT for its aggregates, or
+    replaces them by their columns, must step over it to reach these.
+    """
+    out = [v for k, v in w.args.items() if k != "this" and isinstance(v, exp.Expression)]
+    out += [p for p in w.args.get("partition_by") or []]
+    function = w.this
+    while isinstance(function, exp.IgnoreNulls | exp.RespectNulls | exp.Filter):
+        if isinstance(function, exp.Filter):
+            out.append(function.expression)
+        function = function.this
+    return [*function.iter_expressions(), *out]
+
+
+# How tightly DuckDB binds each operator (PostgreSQL's table), weakest first. A binary operator
+# not named here (||, the bitwise ones, @>, …) binds as PostgreSQL's "any other operator": above
+# the comparisons, below + and -.
+_BINDING: tuple[tuple[type[exp.Expression], ...], ...] = (
+    (exp.Or,),
+    (exp.Xor,),
+    (exp.And,),
+    (exp.Not,),
+    (exp.Is, exp.NullSafeEQ, exp.NullSafeNEQ),
+    (*COMPARISONS, exp.Like, exp.ILike, exp.SimilarTo, exp.Glob, exp.In, exp.Between),
+    (),
+    (exp.Add, exp.Sub),
+    (exp.Mul, exp.Div, exp.IntDiv, exp.Mod),
+    (exp.Neg, exp.BitwiseNot),
+    (exp.Collate, exp.Bracket, exp.Dot),
+)
+_OTHER_OPERATOR = 6
+_LEFT_ASSOCIATIVE = (exp.Or, exp.Xor, exp.And, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod)
+# Binary nodes written as a function call or a named argument: they delimit their operands.
+_DELIMITED = (exp.Func, exp.PropertyEQ, exp.Kwarg, exp.Slice)
+
+
+def _binding(e: exp.Expression) -> int | None:
+    """The level in :data:`_BINDING` of ``e`` written as an operator; None when it is written
+    self-contained (a column, a literal, a function call, CASE, a parenthesized expression)."""
+    for level, kinds in enumerate(_BINDING):
+        if kinds and isinstance(e, kinds):
+            return level
+    if isinstance(e, exp.Binary) and not isinstance(e, _DELIMITED):
+        return _OTHER_OPERATOR
+    return None
+
+
+def in_place_of(node: exp.Expression, replacement: exp.Expression) -> exp.Expression:
+    """``replacement`` as it must stand where ``node`` is: parenthesized when the operator
+    ``node`` is an operand of binds tighter than it.
+
+    sqlglot writes a tree without regard to precedence, so a column replaced by the expression
+    it names would otherwise be reparsed differently: ``NOT (s = 1)`` put in for ``c`` in
+    ``c IS TRUE`` reads as ``NOT ((s = 1) IS TRUE)``, which is TRUE where ``s`` is NULL.
+    """
+    inner, outer = _binding(replacement), _binding(node.parent) if node.parent is not None else None
+    if inner is None or outer is None:
+        return replacement
+    if node.arg_key in ("expressions", "query") and isinstance(node.parent, exp.In):
+        return replacement  # the IN list is delimited
+    if inner > outer or (inner == outer and node.arg_key == "this" and isinstance(node.parent, _LEFT_ASSOCIATIVE)):
+        return replacement
+    return exp.paren(replacement, copy=False)

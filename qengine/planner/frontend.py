@@ -2,19 +2,24 @@
 
 sqlglot's optimizer qualifies every column, decorrelates subqueries into joins and pushes
 projections down; the logical planner then only sees fully qualified, mostly flat SELECTs.
-Every sqlglot failure is turned into a qengine ProgrammingError that names the spot (line and
-column for syntax errors, the name for unknown tables and columns).
+Every sqlglot failure is turned into a qengine ProgrammingError in the user's terms: syntax errors
+say what was expected and where (line and column), unknown and ambiguous names are named with
+the tables in reach, and no token or class of sqlglot's shows through.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import decimal
+import functools
 import inspect
 import itertools
-from collections.abc import Sequence
-from typing import Any
+import re
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
+import duckdb
 import sqlglot
 import sqlglot.errors
 import sqlglot.expressions as exp
@@ -22,13 +27,29 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.optimizer import RULES, optimize
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.canonicalize import canonicalize
+from sqlglot.optimizer.eliminate_joins import eliminate_joins as sqlglot_eliminate_joins
+from sqlglot.optimizer.merge_subqueries import merge_subqueries as sqlglot_merge_subqueries
+from sqlglot.optimizer.optimize_joins import optimize_joins as sqlglot_optimize_joins
 from sqlglot.optimizer.pushdown_predicates import pushdown_predicates
+from sqlglot.optimizer.qualify import qualify
+from sqlglot.optimizer.scope import Scope, traverse_scope
 from sqlglot.optimizer.simplify import simplify
+from sqlglot.optimizer.unnest_subqueries import unnest_subqueries as sqlglot_unnest_subqueries
+from sqlglot.tokens import Token, TokenType
 
 from qengine.catalog.catalog import Catalog
 from qengine.catalog.sources import CsvSource, ParquetSource
-from qengine.errors import NotSupportedError, ProgrammingError
+from qengine.errors import Error, NotSupportedError, ProgrammingError
+from qengine.planner import logical as lp
+from qengine.planner.eliminate_joins import eliminate_joins
+from qengine.planner.grouping_syntax import parse_tokens
+from qengine.planner.join_order import optimize_joins
+from qengine.planner.merge_derived import merge_subqueries
+from qengine.planner.unnest import unnest_subqueries
 from qengine.planner.unsupported import refuse_unmodelled
+
+if TYPE_CHECKING:
+    from qengine.planner.stages import StagePlan
 
 
 class _Rule:
@@ -52,32 +73,417 @@ class _Rule:
 # engines that lack DuckDB's implicit casts (string literals compared with dates, integers as
 # booleans); the fragments run on DuckDB itself, which reads the query the way the user meant
 # it, so they are left out too, and no node carries a type for every copy to deep-copy.
-_RULES = tuple(_Rule(rule) for rule in RULES if rule not in (simplify, pushdown_predicates, annotate_types, canonicalize))
+# Subqueries are unnested, joins ordered, derived tables merged and unused joins dropped by
+# qengine's wrappers of sqlglot's rules (planner/unnest.py, planner/join_order.py,
+# planner/merge_derived.py, planner/eliminate_joins.py), which keep each rule off those it would
+# answer wrongly for.
+_WRAPPED = {
+    sqlglot_unnest_subqueries: unnest_subqueries,
+    sqlglot_optimize_joins: optimize_joins,
+    sqlglot_merge_subqueries: merge_subqueries,
+    sqlglot_eliminate_joins: eliminate_joins,
+}
+_RULES = tuple(
+    _Rule(_WRAPPED.get(rule, rule))
+    for rule in RULES
+    if rule not in (simplify, pushdown_predicates, annotate_types, canonicalize)
+)
 
 _TABLE_FUNCTIONS = {"read_parquet": "parquet", "parquet_scan": "parquet", "read_csv": "csv", "read_csv_auto": "csv"}
 _counter = itertools.count()
 
 
+# How deep parentheses (and brackets) may nest. sqlglot's parser recurses a few Python frames a
+# level, and the optimizer and the planner recurse over the tree it builds: a query nested past
+# this is refused where the nesting goes too deep, before the parser runs out of stack (at about
+# 500 levels). Most shapes plan to about 300 levels; what is nested less deeply but still too
+# deeply to plan (scalar subqueries, long chains of operators) is refused by ``user_terms``.
+MAX_NESTING = 256
+TOO_DEEP = "query too deeply nested"
+_OPENING = {TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.L_BRACE}
+_CLOSING = {TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.R_BRACE}
+
+
 def parse(sql: str, dialect: str) -> list[exp.Expression]:
-    """Parse one or more statements, naming line and column on a syntax error, and refuse
-    those with a construct the planner does not model (see :mod:`qengine.planner.unsupported`)."""
+    """Parse one or more statements, saying what was expected where on a syntax error, and
+    refuse those with a construct the planner does not model (see :mod:`qengine.planner.unsupported`).
+
+    The text is tokenized here rather than inside ``sqlglot.parse`` (which does the same), so
+    that nesting is checked before the parser recurses, and syntax errors can be told in tokens
+    the user wrote."""
     try:
-        statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
-    except sqlglot.errors.ParseError as e:
-        first = e.errors[0] if e.errors else {}
-        where = f" at line {first.get('line')}, column {first.get('col')}" if first else ""
-        desc = first.get("description", str(e)) if first else str(e)
-        near = f" near {first.get('highlight')!r}" if first.get("highlight") else ""
-        raise ProgrammingError(f"syntax error{where}{near}: {desc}") from e
-    except sqlglot.errors.TokenError as e:
-        raise ProgrammingError(f"syntax error: {e}") from e
+        reader = Dialect.get_or_raise(dialect)
     except ValueError as e:
         raise ProgrammingError(f"unknown SQL dialect {dialect!r}") from e
+    try:
+        tokens = reader.tokenize(sql)
+    except sqlglot.errors.TokenError as e:
+        raise ProgrammingError(_token_error(sql, e)) from e
+    _check_nesting(sql, tokens)
+    _check_operators(sql, tokens)
+    _check_clauses(sql, tokens)
+    try:
+        statements = [s for s in parse_tokens(reader, tokens, sql) if s is not None]
+    except sqlglot.errors.ParseError as e:
+        raise ProgrammingError(_syntax_error(sql, tokens, e)) from e
     if not statements:
         raise ProgrammingError("empty statement")
     for statement in statements:
+        _check_aliases(sql, tokens, statement)
         refuse_unmodelled(statement)
     return statements
+
+
+@contextlib.contextmanager
+def user_terms(sql: str, dialect: str) -> Iterator[None]:
+    """Plan and run a statement with its failures told in the user's terms.
+
+    DuckDB names a function by what qengine sent it (the user's substr() arrives as
+    substring()): such names are turned back into the user's. A query nested deeply enough
+    for the optimizer or the planner to recurse past Python's limit, short of
+    :data:`MAX_NESTING` levels of parentheses (a long chain of ANDs, say), is refused as
+    such rather than reported as a bug.
+    """
+    try:
+        yield
+    except Error as e:
+        e.args = (_user_functions(str(e), sql, dialect),)
+        raise
+    except RecursionError as e:
+        raise ProgrammingError(f"{TOO_DEEP} for qengine to plan") from e
+
+
+_CALLED = re.compile(r"\b(\w+)\(")
+
+
+def _user_functions(message: str, sql: str, dialect: str) -> str:
+    """``message`` with each function the user did not write named as the user wrote it.
+
+    Each call in the text is read alone and written back as DuckDB reads it; a name in the
+    message that only a call's DuckDB form has is that call's. Only done on failure: it
+    re-parses the calls."""
+    named = {m.group(1).lower() for m in _CALLED.finditer(message)}
+    if not named:
+        return message
+    try:
+        tokens = Dialect.get_or_raise(dialect).tokenize(sql)
+    except (ValueError, sqlglot.errors.TokenError):
+        return message
+    written = {t.text.lower() for t in tokens}
+    renames: dict[str, str] = {}
+    for i, token in enumerate(tokens[:-1]):
+        if tokens[i + 1].token_type != TokenType.L_PAREN or token.text.lower() in named:
+            continue
+        end = _closing(tokens, i + 1)
+        try:
+            call = sqlglot.parse_one(sql[token.start:tokens[end].end + 1], read=dialect)
+        except (sqlglot.errors.SqlglotError, RecursionError):
+            continue
+        sent = call.sql(dialect="duckdb").split("(")[0].lower()
+        if sent in named and sent not in written:
+            renames[sent] = token.text
+    if not renames:
+        return message
+    return _CALLED.sub(lambda m: f"{renames.get(m.group(1).lower(), m.group(1))}(", message)
+
+
+def _closing(tokens: list[Token], opening: int) -> int:
+    """The index of the token that closes the parenthesis at ``opening`` (the last if none does)."""
+    depth = 0
+    for i in range(opening, len(tokens)):
+        depth += {TokenType.L_PAREN: 1, TokenType.R_PAREN: -1}.get(tokens[i].token_type, 0)
+        if depth == 0:
+            return i
+    return len(tokens) - 1
+
+
+def _position(sql: str, offset: int) -> str:
+    """'line L, column C' (both from 1) of a character offset into ``sql``."""
+    line = sql.count("\n", 0, offset) + 1
+    column = offset - sql.rfind("\n", 0, offset)  # rfind is -1 on the first line
+    return f"line {line}, column {column}"
+
+
+def _check_nesting(sql: str, tokens: list[Token]) -> None:
+    """Refuse the query where its parentheses first nest past :data:`MAX_NESTING`."""
+    depth = 0
+    for token in tokens:
+        if token.token_type in _OPENING:
+            depth += 1
+            if depth > MAX_NESTING:
+                raise ProgrammingError(
+                    f"{TOO_DEEP}: more than {MAX_NESTING} levels of parentheses at {_position(sql, token.start)}"
+                )
+        elif token.token_type in _CLOSING:
+            depth -= 1
+
+
+# Operators sqlglot's tokenizer cuts into tokens of one character and its parser joins again:
+# ``>>`` and ``<<`` (GT GT, LT LT) and DuckDB's ``!~``, ``!~~``, ``!~*`` and ``!~~*`` (a NOT
+# written ``!`` and a ~ operator). DuckDB reads an operator only from adjacent characters, so
+# ``> >`` is a syntax error there, not a shift.
+_JOINED = {(TokenType.GT, TokenType.GT), (TokenType.LT, TokenType.LT)}
+
+
+def _check_operators(sql: str, tokens: list[Token]) -> None:
+    """Refuse what sqlglot reads as an operator that DuckDB reads differently, or not at all.
+
+    Two tokens sqlglot joins into one operator are a syntax error where something separates
+    them, as in DuckDB. A ``!`` that begins no ~ operator is DuckDB's factorial (``5 !`` is
+    120, ``x ! IN (...)`` tests the factorial), which sqlglot reads as NOT; and ``<=>``, which
+    sqlglot reads as a NULL-safe equality, is no operator of DuckDB's."""
+    for i, token in enumerate(tokens):
+        after = tokens[i + 1] if i + 1 < len(tokens) else None
+        adjacent = after is not None and after.start == token.end + 1
+        if after is not None and (token.token_type, after.token_type) in _JOINED and not adjacent:
+            raise ProgrammingError(f"syntax error at {_position(sql, after.start)}: unexpected {after.text!r}")
+        if token.token_type == TokenType.NOT and token.text == "!" and not (adjacent and after.text.startswith("~")):
+            raise NotSupportedError(f"the factorial operator '!' at {_position(sql, token.start)} is not supported: write factorial(x)")
+        if token.token_type in (TokenType.COMMA, TokenType.L_PAREN) and after is not None and after.token_type == TokenType.COMMA:
+            # sqlglot skips an empty list item: (1,, 2) read as (1, 2)
+            raise ProgrammingError(f"syntax error at {_position(sql, after.start)}: unexpected ','")
+        if token.token_type == TokenType.NULLSAFE_EQ and token.text == "<=>":
+            raise ProgrammingError(f"operator '<=>' at {_position(sql, token.start)} does not exist: write IS NOT DISTINCT FROM")
+
+
+# Tokens that end a clause: after one of these, a clause that needs an expression has none.
+_CLAUSE_END = {
+    TokenType.SEMICOLON, TokenType.R_PAREN, TokenType.COMMA, TokenType.WHERE, TokenType.GROUP_BY, TokenType.HAVING,
+    TokenType.QUALIFY, TokenType.WINDOW, TokenType.ORDER_BY, TokenType.LIMIT, TokenType.OFFSET, TokenType.FETCH,
+    TokenType.UNION, TokenType.EXCEPT, TokenType.INTERSECT, TokenType.JOIN,
+}
+# Tokens that end an item of a list: AS before one of these has no name after it.
+_LIST_END = {TokenType.SEMICOLON, TokenType.R_PAREN, TokenType.COMMA}
+# Clauses sqlglot reads as empty when nothing follows them (GROUP BY then groups by nothing).
+_NEEDS_EXPRESSION = {TokenType.GROUP_BY, TokenType.HAVING, TokenType.QUALIFY, TokenType.ON}
+_JOIN_WORDS = {
+    TokenType.LEFT, TokenType.RIGHT, TokenType.FULL, TokenType.INNER, TokenType.OUTER, TokenType.SEMI,
+    TokenType.ANTI, TokenType.NATURAL, TokenType.CROSS, TokenType.POSITIONAL, TokenType.ASOF,
+}
+# Joins that take no ON or USING; every other needs one.
+_UNCONDITIONED = {TokenType.CROSS, TokenType.NATURAL, TokenType.POSITIONAL}
+
+
+def _check_clauses(sql: str, tokens: list[Token]) -> None:
+    """Refuse, as DuckDB does, clauses sqlglot's parser lets go without what they need.
+
+    sqlglot reads ``a JOIN b`` without ON or USING (or with an empty ON) as a cross join, and
+    ``GROUP BY`` with nothing after it as no grouping; it takes ON after a CROSS or NATURAL
+    JOIN as the join's condition. To DuckDB each is a syntax error. Joins are followed at each
+    depth of parentheses: a join that needs a condition must get its ON or USING (after any
+    joins nested in it) before its FROM item ends."""
+    pending: dict[int, list[Token]] = {}  # depth → joins still waiting for their ON or USING
+    unconditioned: dict[int, bool] = {}  # depth → whether its last join takes no condition
+    callers: list[str] = []  # the word before each open parenthesis (CAST's has an AS of its own)
+    depth = 0
+    for i, token in enumerate(tokens):
+        kind = token.token_type
+        after = tokens[i + 1] if i + 1 < len(tokens) else None
+        if kind in _NEEDS_EXPRESSION and (after is None or after.token_type in _CLAUSE_END):
+            raise ProgrammingError(_nothing_after(sql, token, after, "an expression"))
+        if pending.get(depth) and (kind in _CLAUSE_END - {TokenType.JOIN}):
+            raise ProgrammingError(_missing_condition(sql, token, kind == TokenType.SEMICOLON))
+        if kind == TokenType.ALIAS and (after is None or after.token_type in _LIST_END) and callers[-1:] not in (["CAST"], ["TRY_CAST"]):
+            raise ProgrammingError(_nothing_after(sql, token, after, "a name"))
+        if kind == TokenType.L_PAREN:
+            depth += 1
+            callers.append(tokens[i - 1].text.upper() if i else "")
+        elif kind == TokenType.R_PAREN:
+            pending.pop(depth, None)
+            unconditioned.pop(depth, None)
+            depth -= 1
+            callers = callers[:-1]
+        elif kind == TokenType.JOIN:
+            words = set()
+            for before in reversed(tokens[:i]):
+                if before.token_type not in _JOIN_WORDS:
+                    break
+                words.add(before.token_type)
+            unconditioned[depth] = bool(words & _UNCONDITIONED)
+            if not unconditioned[depth]:
+                pending.setdefault(depth, []).append(token)
+        elif kind in (TokenType.ON, TokenType.USING) and not (after is not None and after.text.upper() == "SAMPLE"):
+            if pending.get(depth):
+                pending[depth].pop()
+            elif unconditioned.get(depth):
+                raise ProgrammingError(f"syntax error at {_position(sql, token.start)}: unexpected {token.text!r}")
+        elif kind in _CLAUSE_END:
+            unconditioned.pop(depth, None)
+    if pending.get(depth):
+        raise ProgrammingError(_missing_condition(sql, tokens[-1], True))
+
+
+def _nothing_after(sql: str, token: Token, after: Token | None, wanted: str) -> str:
+    """A clause with nothing after it: at the clause if the statement ends, else at what follows."""
+    if after is None or after.token_type == TokenType.SEMICOLON:
+        return f"syntax error at {_position(sql, token.start)}: expected {wanted} after {token.text!r}, but the statement ends there"
+    return f"syntax error at {_position(sql, after.start)}: expected {wanted} after {token.text!r}, found {after.text!r}"
+
+
+def _missing_condition(sql: str, token: Token, ends: bool) -> str:
+    """A join without ON or USING, found at ``token`` (or, if the statement ``ends``, after it)."""
+    found = "but the statement ends there" if ends else f"found {token.text!r}"
+    return f"syntax error at {_position(sql, token.start)}: expected ON or USING after the joined table, {found}"
+
+
+@functools.cache
+def _keywords() -> tuple[frozenset[str], frozenset[str]]:
+    """DuckDB's keywords (lower case), and those of them it refuses as a table alias.
+
+    Asked of a scratch DuckDB, once: its list of keywords, and for each whether its parser
+    takes ``FROM t AS keyword`` (a few hundred parses, a few milliseconds)."""
+    con = duckdb.connect()
+    try:
+        words = frozenset(r[0].lower() for r in con.execute("SELECT keyword_name FROM duckdb_keywords()").fetchall())
+        refused = set()
+        for word in words:
+            try:
+                con.extract_statements(f"SELECT 1 FROM t AS {word}")
+            except duckdb.Error:
+                refused.add(word)
+    finally:
+        con.close()
+    return words, frozenset(refused)
+
+
+def _check_aliases(sql: str, tokens: list[Token], statement: exp.Expression) -> None:
+    """Refuse an unquoted alias that DuckDB reads as a keyword, where sqlglot takes it as a name.
+
+    A table alias (also a CTE's name, a column's in ``t(a, b)``, a column's in ``* REPLACE
+    (... AS name)`` and a prefix alias ``name: expr``) may be no reserved keyword and few of
+    the type and function names: ``FROM sales ORDER`` is a syntax error to DuckDB, an alias to
+    sqlglot. A column alias without AS may be no keyword at all (``SELECT x name``); with AS,
+    any keyword, as in DuckDB."""
+    words, refused_as_table = _keywords()
+    index = {token.start: i for i, token in enumerate(tokens)}
+    for node in statement.walk():
+        if isinstance(node, exp.TableAlias):
+            names = [node.this, *node.columns]
+        elif isinstance(node, exp.Alias):
+            names = [node.args.get("alias")]
+        else:
+            continue
+        for name in names:
+            at = index.get(name.meta.get("start", -1)) if isinstance(name, exp.Identifier) and not name.quoted else None
+            if at is None:
+                continue
+            prefixed = at + 1 < len(tokens) and tokens[at + 1].token_type == TokenType.COLON
+            if isinstance(node, exp.TableAlias) or isinstance(node.parent, exp.Star) or prefixed:
+                refused, why = refused_as_table, "cannot be an alias unless quoted"
+            elif at > 0 and tokens[at - 1].token_type == TokenType.ALIAS:
+                continue
+            else:
+                refused, why = words, "names a column only after AS, or quoted"
+            word = tokens[at].text
+            if word.lower() in refused:
+                raise ProgrammingError(f'syntax error at {_position(sql, tokens[at].start)}: the keyword {word!r} {why} ("{word}")')
+
+
+_QUOTES = {"'": "string literal", '"': "quoted identifier", "`": "quoted identifier"}
+
+
+def _token_error(sql: str, error: sqlglot.errors.TokenError) -> str:
+    """The text cannot be cut into tokens: nearly always a quote or comment left open."""
+    i = 0
+    while i < len(sql):
+        if sql.startswith("--", i):  # a comment to the end of its line, or of the text
+            i = sql.find("\n", i) if "\n" in sql[i:] else len(sql)
+        elif sql.startswith("/*", i):
+            end = sql.find("*/", i + 2)
+            if end < 0:
+                return f"syntax error at {_position(sql, i)}: unterminated comment (/* without */)"
+            i = end + 2
+        elif sql[i] in _QUOTES:
+            end = i
+            while True:
+                end = sql.find(sql[i], end + 1)
+                if end < 0:
+                    return f"syntax error at {_position(sql, i)}: unterminated {_QUOTES[sql[i]]} (the {sql[i]} here is never closed)"
+                if not sql.startswith(sql[i], end + 1):  # a doubled quote stands for itself
+                    break
+                end += 1
+            i = end + 1
+        else:
+            i += 1
+    start = error.start or 0
+    return f"syntax error: cannot read the SQL text near {sql[start:error.end or len(sql)]!r}"
+
+
+_TOKEN_REPR = re.compile(r"<Token token_type: TokenType\.(\w+), text: (.*?), line: \d+, col: \d+, start: \d+, end: \d+, comments: \[.*?\]>")
+_CLASS_REPR = re.compile(r"<class '(?:\w+\.)*(\w+)'>")
+_MISSING = re.compile(r"Required keyword: '\w+' missing for <class '(?:\w+\.)*(\w+)'>")
+_TOO_MANY = re.compile(r"The number of provided arguments \((\d+)\) is greater than the maximum number of supported arguments \((\d+)\)")
+_EXPECTED = re.compile(r"Expected (.+?) but got (<Token .*>)")
+_EXPECTING = re.compile(r"Expecting (\S+)$")
+
+
+def _syntax_error(sql: str, tokens: list[Token], error: sqlglot.errors.ParseError) -> str:
+    """sqlglot's first complaint, told with the user's tokens: what was expected, where, and
+    what came instead (or that the statement ended). sqlglot reports the token it stopped at
+    (by its line and last column), and describes what is missing with reprs of its own classes
+    and tokens; those are translated, never shown."""
+    info = error.errors[0] if error.errors else {}
+    description = info.get("description") or str(error)
+    index = next((i for i, t in enumerate(tokens) if t.line == info.get("line") and t.col == info.get("col")), None)
+    if index is None:
+        return f"syntax error: {_plain(description)}"
+    token = tokens[index]
+    ends = index + 1 == len(tokens) or tokens[index + 1].token_type == TokenType.SEMICOLON
+    instead = ", but the statement ends there" if ends else f", found {token.text!r}"
+    where = token.start
+    if match := _MISSING.search(description):
+        node = getattr(exp, match.group(1), None)
+        if isinstance(node, type) and issubclass(node, exp.Func):
+            text = f"{_called(tokens, index)} is missing an argument"
+        else:  # an operator or clause without its operand: name the word it follows
+            after = token if ends else tokens[index - 1]
+            text = f"expected an expression after {after.text!r}{instead}"
+    elif match := _TOO_MANY.search(description):
+        given, most = match.groups()
+        text = f"{_called(tokens, index)} takes at most {_count(int(most), 'argument')}, but {given} were given"
+    elif match := _EXPECTED.search(description):
+        wanted, got = match.groups()
+        text = f"expected {wanted} after {token.text!r}{instead}" if "SENTINEL" in got else f"expected {wanted}, found {_plain(got)!r}"
+    elif match := _EXPECTING.search(description):
+        text = f"expected {match.group(1)!r}{instead}"
+    elif description.startswith("Invalid expression / Unexpected token"):
+        first = _statement_start(tokens, index)
+        if tokens[first].token_type == TokenType.VAR:  # "SELEC 1": sqlglot stumbles only later
+            token, where = tokens[first], tokens[first].start
+            text = f"{token.text!r} does not begin an SQL statement"
+        else:
+            text = f"unexpected {token.text!r}"
+    else:
+        text = _plain(description)
+    return f"syntax error at {_position(sql, where)}: {text}"
+
+
+def _plain(description: str) -> str:
+    """A sqlglot description with its token and class reprs replaced by what they stand for."""
+    description = _TOKEN_REPR.sub(lambda m: "end of input" if m.group(1) == "SENTINEL" else m.group(2), description)
+    return _CLASS_REPR.sub(lambda m: m.group(1).upper(), description)
+
+
+def _called(tokens: list[Token], index: int) -> str:
+    """'name()' of the function whose argument list holds (or is closed by) token ``index``."""
+    depth = 0
+    for i in range(index, 0, -1):
+        kind = tokens[i].token_type
+        if kind == TokenType.R_PAREN:
+            depth += 1
+        elif kind == TokenType.L_PAREN:
+            depth -= 1
+            if depth <= 0:
+                return f"{tokens[i - 1].text}()"
+    return "a function call"
+
+
+def _statement_start(tokens: list[Token], index: int) -> int:
+    """The index of the first token of the statement that token ``index`` is in."""
+    for i in range(index - 1, -1, -1):
+        if tokens[i].token_type == TokenType.SEMICOLON:
+            return i + 1
+    return 0
 
 
 def literal(value: Any) -> exp.Expression:
@@ -105,6 +511,10 @@ def literal(value: Any) -> exp.Expression:
     raise ProgrammingError(f"cannot bind a parameter of type {type(value).__name__}")
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def bind(statement: exp.Expression, params: Sequence[Any] | None) -> exp.Expression:
     """Replace ``?`` / ``$n`` placeholders with literals, checking the count."""
     holders = list(statement.find_all(exp.Placeholder, exp.Parameter, bfs=False))  # textual order
@@ -116,7 +526,7 @@ def bind(statement: exp.Expression, params: Sequence[Any] | None) -> exp.Express
     positional = [h for h in holders if isinstance(h, exp.Placeholder) and not h.args.get("this")]
     if len(positional) == len(holders):
         if len(params) != len(holders):
-            raise ProgrammingError(f"statement takes {len(holders)} parameters but {len(params)} were given")
+            raise ProgrammingError(f"statement takes {_count(len(holders), 'parameter')} but {len(params)} were given")
         for holder, value in zip(positional, params, strict=True):
             holder.replace(literal(value))
         return statement
@@ -125,7 +535,7 @@ def bind(statement: exp.Expression, params: Sequence[Any] | None) -> exp.Express
             index = int(holder.name) - 1
             value = params[index]
         except (ValueError, IndexError):
-            raise ProgrammingError(f"no value for parameter {holder.sql()}") from None
+            raise ProgrammingError(f"no value for parameter {holder.sql(dialect='duckdb')}") from None  # as written: $2
         holder.replace(literal(value))
     return statement
 
@@ -169,21 +579,29 @@ def expand_sources(statement: exp.Expression, catalog: Catalog, dialect: str, de
     """Inline views and turn read_parquet()/read_csv() in FROM into catalog tables."""
     if depth > 32:
         raise ProgrammingError("views nest more than 32 deep (a view that refers to itself?)")
+    if any(isinstance(u.parent, exp.From | exp.Join) for u in statement.find_all(exp.Unnest)):
+        raise NotSupportedError("table function unnest() is not supported (unnest() in the select list is)")
     for table in list(statement.find_all(exp.Table)):
         func = table.this
         if isinstance(func, exp.Func):
-            fname = (func.name if isinstance(func, exp.Anonymous) else func.sql_name()).lower()
+            # The name as the user wrote it: sqlglot reads range() as a GenerateSeries node, and
+            # writes it back (in the dialect it was read in) as range() again.
+            fname = func.sql(dialect=dialect).split("(")[0].lower()
             kind = _TABLE_FUNCTIONS.get(fname)
             if kind is None:
                 raise NotSupportedError(f"table function {fname}() is not supported")
             args = func.expressions if func.expressions else [func.this]
-            if not args or not isinstance(args[0], exp.Literal | exp.Array):
+            specs = args[0].expressions if args and isinstance(args[0], exp.Array) else args[:1]
+            if not specs or not all(isinstance(a, exp.Literal) and a.is_string for a in specs):
                 raise ProgrammingError(f"{fname}() takes a path or a list of paths as a string literal")
-            specs = [a.name for a in (args[0].expressions if isinstance(args[0], exp.Array) else [args[0]])]
             suffixes = (".parquet", ".parq") if kind == "parquet" else (".csv", ".tsv", ".txt")
-            paths = [p for spec in specs for p in catalog.resolve_paths(spec, suffixes, from_sql=True)]
+            paths = [p for spec in specs for p in catalog.resolve_paths(spec.name, suffixes, from_sql=True)]
             name = f"__{kind}_{next(_counter)}"
-            source = ParquetSource(name, paths) if kind == "parquet" else CsvSource(name, paths)
+            try:
+                source = ParquetSource(name, paths) if kind == "parquet" else CsvSource(name, paths)
+            except Error as e:  # it names the table, which the user knows only as the call
+                e.args = (str(e).replace(f"table {name!r}", f"{fname}()"),)
+                raise
             catalog.add_table(source)
             alias = table.alias or fname
             table.replace(exp.Table(this=exp.to_identifier(name), alias=exp.TableAlias(this=exp.to_identifier(alias))))
@@ -266,6 +684,7 @@ def optimize_query(query: exp.Expression, catalog: Catalog, dialect: str) -> exp
     schema = {}
     for name in referenced_tables(query) - ctes:
         schema[name] = catalog.table(name).sql_schema()
+    _check_star_lists(query, schema, dialect)
     # optimize() would have qualify wrap every joined table in a subquery of its own, for the
     # rules after it to prune and merge back: with qengine's own pushdown that only tripled the
     # rules' time (without it, TPC-DS's 99 plans have the same stages, scans, joins and
@@ -276,14 +695,174 @@ def optimize_query(query: exp.Expression, catalog: Catalog, dialect: str) -> exp
             query, schema=schema, dialect=dialect, infer_schema=False, rules=_RULES, isolate_tables=False, copy=False
         )
     except sqlglot.errors.OptimizeError as e:
-        message = str(e)
-        if "could not be resolved" in message or "Unknown" in message or "Ambiguous" in message:
-            raise ProgrammingError(message) from e
-        raise NotSupportedError(f"cannot plan this query: {message}") from e
+        raise _optimizer_error(str(e).splitlines()[0], query, schema) from e
     except sqlglot.errors.SqlglotError as e:
-        raise ProgrammingError(str(e)) from e
+        raise ProgrammingError(_plain(str(e).splitlines()[0])) from e
     # The parser's positions on every identifier are not used past this point, and every copy
     # of a node deep-copies them in Python: dropping them makes the planner's copies cheaper.
     for node in optimized.walk():
         node._meta = None
     return optimized
+
+
+def _listed(star: exp.Expression) -> bool:
+    return isinstance(star, exp.Star) and bool(star.args.get("except_") or star.args.get("replace"))
+
+
+def _check_star_lists(query: exp.Expression, schema: dict[str, dict[str, str]], dialect: str) -> None:
+    """Refuse a column in a star's EXCLUDE or REPLACE list that the star does not select.
+
+    sqlglot's qualification skips such a name silently, where DuckDB fails. What a star
+    selects is found by qualifying a copy of the query (once for each such star, in the rare
+    query that has one) in which that star is without its lists and between two markers."""
+    count = sum(1 for node in query.find_all(exp.Star) if _listed(node))
+    for i in range(count):
+        copy = query.copy()
+        star = [node for node in copy.find_all(exp.Star) if _listed(node)][i]
+        excluded = [e.name for e in star.args.get("except_") or []]
+        replaced = [e.alias for e in star.args.get("replace") or []]
+        item = star.parent if isinstance(star.parent, exp.Column) else star
+        select = item.parent
+        if not isinstance(select, exp.Select):
+            continue
+        star.set("except_", None)
+        star.set("replace", None)
+        begin, end = exp.Literal.string("__qengine_star_begin"), exp.Literal.string("__qengine_star_end")
+        at = select.expressions.index(item)
+        select.set("expressions", [*select.expressions[:at], begin, item, end, *select.expressions[at + 1:]])
+        try:
+            qualified = qualify(copy, schema=schema, dialect=dialect, isolate_tables=False)
+        except sqlglot.errors.SqlglotError:
+            return  # the query itself fails as it would have
+        for select in qualified.find_all(exp.Select):
+            items = [e.unalias() for e in select.expressions]
+            if begin in items:
+                break
+        selected = {e.alias_or_name.lower() for e in select.expressions[items.index(begin) + 1:items.index(end)]}
+        for kind, names in (("EXCLUDE", excluded), ("REPLACE", replaced)):
+            missing = next((n for n in names if n.lower() not in selected), None)
+            if missing is not None:
+                where = item.table if isinstance(item, exp.Column) else "the FROM clause"
+                raise ProgrammingError(f"column {missing!r} in {kind} list not found in {where}")
+
+
+_UNRESOLVED = re.compile(r"Column '(.+?)' could not be resolved(?: for table: '(.+?)')?\.(?: Line: (\d+), Col: (\d+))?")
+_AMBIGUOUS = re.compile(r"Ambiguous column '(.+?)'(?: \(Line: (\d+), Col: (\d+)\))?")
+
+
+def _optimizer_error(message: str, query: exp.Expression, schema: dict[str, dict[str, str]]) -> Error:
+    """What sqlglot's optimizer could not make of the query, said with the user's names.
+
+    sqlglot reports a column it cannot place as "could not be resolved" whether no table in
+    reach has it or several do; the two are told apart here from the tables in its scope.
+    """
+    if match := _UNRESOLVED.match(message):
+        name, table, line, col = match.groups()
+        return _unresolved(query, schema, name, table, line, col)
+    if match := _AMBIGUOUS.match(message):
+        name, line, col = match.groups()
+        return _unresolved(query, schema, name, None, line, col)
+    if match := re.match(r"Unknown column: (.+)", message):
+        name = match.group(1)
+        column = next((c for c in query.find_all(exp.Column) if c.name == name and c.table), None)
+        owner = f"table {column.table!r}" if column is not None else "its table"
+        return ProgrammingError(f"{owner} has no column {name!r}{_at(column)}")
+    if match := re.match(r"Unknown table: (.+)", message):
+        return ProgrammingError(f"table or alias {match.group(1)!r} not found in the FROM clause")
+    if match := re.match(r"Unknown output column: (.+)", message):
+        return ProgrammingError(f"position {match.group(1)} in GROUP BY or ORDER BY is not a column of the select list")
+    if match := re.match(r"Alias already used: (.+)", message):
+        return ProgrammingError(f"table alias {match.group(1)!r} is used twice in one FROM clause; give each its own alias")
+    if match := re.match(r"Cannot automatically join: (.+)", message):
+        return ProgrammingError(f"column {match.group(1)!r} of USING is not a column of both joined tables")
+    if message.startswith("Invalid set operation due to column mismatch"):
+        for op in query.find_all(exp.SetOperation):
+            left, right = len(op.left.named_selects), len(op.right.named_selects)
+            if left != right:
+                return ProgrammingError(f"the two sides of {op.key.upper()} have {left} and {right} columns; they must have as many")
+    return NotSupportedError(f"cannot plan this query: {_plain(message)}")
+
+
+def _unresolved(
+    query: exp.Expression, schema: dict[str, dict[str, str]], name: str, table: str | None, line: str | None, col: str | None
+) -> ProgrammingError:
+    """An unknown or ambiguous column, named with the tables of the scope it appears in."""
+    candidates = [c for c in query.find_all(exp.Column) if c.name == name and (c.table or None) == table]
+    column = next((c for c in candidates if str(c.this.meta.get("line")) == line and str(c.this.meta.get("col")) == col), None)
+    column = column or next(iter(candidates), None)
+    at = _at(column)
+    if table is not None:
+        return ProgrammingError(f"table or alias {table!r} of {table}.{name} not found in the FROM clause{at}")
+    scope = next((s for s in traverse_scope(query) if any(c is column for c in s.columns)), None) if column is not None else None
+    sources = scope.selected_sources if scope is not None else {}
+    if not sources:
+        return ProgrammingError(f"column {name!r} not found{at}: the query has no FROM clause")
+    shown = {alias: _shown(alias, source) for alias, (_, source) in sources.items()}
+    owners = [alias for alias, (_, source) in sources.items() if name.lower() in _columns_of(source, schema)]
+    if len(owners) > 1:
+        tables = ", ".join(shown[a] for a in owners[:-1]) + f" and {shown[owners[-1]]}"
+        have = "both have it" if len(owners) == 2 else "all have it"
+        return ProgrammingError(f"column {name!r} is ambiguous{at}: {tables} {have}; qualify it, e.g. {owners[0]}.{name}")
+    return ProgrammingError(f"column {name!r} not found in {', '.join(shown.values())}{at}")
+
+
+def _at(column: exp.Column | None) -> str:
+    """' at line L, column C' of a column as written, if the parser left its position."""
+    meta = column.this.meta if column is not None else {}
+    if not {"line", "col", "start", "end"} <= meta.keys():
+        return ""
+    return f" at line {meta['line']}, column {meta['col'] - (meta['end'] - meta['start'])}"
+
+
+def _shown(alias: str, source: exp.Table | Scope) -> str:
+    """A FROM item as the user knows it: its alias, with the table's name when they differ."""
+    if isinstance(source, exp.Table) and source.name.lower() != alias.lower() and not source.name.startswith("__"):
+        return f"{alias} ({source.name})"
+    return alias
+
+
+def _columns_of(source: exp.Table | Scope, schema: dict[str, dict[str, str]]) -> set[str]:
+    """The lower-cased columns of a FROM item: a catalog table's, or a subquery's or CTE's outputs."""
+    names = schema.get(source.name.lower(), {}) if isinstance(source, exp.Table) else source.expression.named_selects
+    return {n.lower() for n in names}
+
+
+# An internal column in a DuckDB message: "... when casting from source column c3", or quoted.
+_INTERNAL_COLUMN = re.compile(r'(?<=column )(c\d+)\b|"(c\d+)"')
+
+
+def with_user_columns(message: str, plan: StagePlan) -> str:
+    """A worker's error message with the plan's internal column names ("c17") replaced by what
+    the user wrote: a table's column, or the expression that computes it."""
+    if not _INTERNAL_COLUMN.search(message):
+        return message
+    columns: dict[str, str] = {}  # internal name → a table's column
+    computed: dict[str, exp.Expression] = {}  # internal name → its expression over other internal names
+    for node in (n for stage in plan.stages for n in lp.walk(stage.root)):
+        if isinstance(node, lp.Scan):
+            columns.update({internal: source for source, internal in node.column_map.items()})
+        elif isinstance(node, lp.SharedScan):
+            computed.update({own: lp.col(producer) for producer, own in node.column_map.items()})
+        elif isinstance(node, lp.Project | lp.Window):
+            computed.update(node.exprs)
+        elif isinstance(node, lp.Aggregate):
+            computed.update(node.keys + node.aggs)
+        elif isinstance(node, lp.ExchangeRead) and node.aliases:
+            computed.update({alias: lp.col(name) for alias, name in zip(node.aliases, node.names, strict=True)})
+        elif isinstance(node, lp.SetOp) and node.inputs:
+            computed.update({name: lp.col(first) for name, first in zip(node.names, node.inputs[0].columns, strict=False)})
+
+    def shown(name: str, depth: int = 0) -> str:
+        if name in columns:
+            return columns[name]
+        e = computed.get(name)
+        # None: a column of inline VALUES, say, has no name to give; a chain of renames longer
+        # than there are computed columns would be a cycle
+        if e is None or depth > len(computed):
+            return "(an unnamed column)"
+        if (inner := lp.plain_column(e)) is not None:
+            return shown(inner, depth + 1)
+        e = e.transform(lambda n: exp.column(shown(n.name, depth + 1), quoted=False) if isinstance(n, exp.Column) and not n.table else n)
+        return e.sql(dialect="duckdb", normalize_functions="lower")
+
+    return _INTERNAL_COLUMN.sub(lambda m: shown(m.group(1)) if m.group(1) else f'"{shown(m.group(2))}"', message)

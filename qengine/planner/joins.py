@@ -31,6 +31,9 @@ class _Conjunct:
 
     expr: exp.Expression
     used: bool = field(default=False)
+    # Of an inner join's ON: one naming no table (``ON 1 = 0``) filters that join's group, not
+    # the result of the outer joins after it (a RIGHT JOIN keeps its rows when the group is empty).
+    on: bool = field(default=False)
     aliases: frozenset[str] = field(init=False)
     sides: tuple[frozenset[str], frozenset[str]] | None = field(init=False)
 
@@ -84,7 +87,7 @@ class JoinPlanning:
                 if kind == "CROSS" and join.args.get("on"):
                     raise ProgrammingError("CROSS JOIN cannot have an ON clause")
                 item = add(join.this)
-                pool.extend(_Conjunct(c) for c in conjuncts(join.args.get("on")))
+                pool.extend(_Conjunct(c, on=True) for c in conjuncts(join.args.get("on")))
                 pending.append(item)
         if pending:
             current = self._join_group(([current] if current else []) + pending, pool, scopes)
@@ -151,7 +154,7 @@ class JoinPlanning:
                 c.used = True
             joined = self._make_join(a, b, "inner" if conds else "cross", conds, scopes, key)
             items = [it for it in items if it is not a and it is not b] + [joined]
-        return items[0]
+        return self._filter(items[0], [c for c in pool if not c.used and c.on and not c.aliases], scopes)
 
     def _join_key(
         self,

@@ -324,6 +324,22 @@ class ExchangeRead(Node):
         return self.aliases or self.names
 
 
+def evaluated(node: Node) -> list[exp.Expression]:
+    """The expressions ``node`` itself evaluates (its subqueries' placeholders are read there)."""
+    if isinstance(node, Filter):
+        return [node.condition]
+    if isinstance(node, Project | Window | Aggregate):
+        pairs = node.keys + node.aggs if isinstance(node, Aggregate) else node.exprs
+        return [e for _, e in pairs]
+    if isinstance(node, Join):
+        return [*node.left_keys, *node.right_keys, *([node.residual] if node.residual is not None else [])]
+    if isinstance(node, Sort):
+        return list(node.order)
+    if isinstance(node, Values):
+        return [node.rows]
+    return []
+
+
 def walk(node: Node):
     """Pre-order traversal, including subquery plans."""
     yield node
@@ -331,6 +347,14 @@ def walk(node: Node):
         yield from walk(child)
     for sub in node.subqueries.values():
         yield from walk(sub)
+
+
+def walk_query(node: Node):
+    """Pre-order traversal of the whole query: :func:`walk`, going on into shared producers."""
+    for n in walk(node):
+        yield n
+        if isinstance(n, SharedScan):
+            yield from walk_query(n.producer)
 
 
 def table_read(node: Node) -> Scan | None:

@@ -272,7 +272,11 @@ class PhysicalPlanner:
 
     def _aggregate(self, node: lp.Aggregate, want: tuple[str, ...]) -> tuple[lp.Node, Dist]:
         node = self._aggregate_before_join(node) or node
-        split = self._split_aggregates(node)
+        # A grouping set listed twice makes its rows twice; a final aggregate, grouping by the
+        # keys and the grouping id, would merge the two, so such an aggregate runs whole.
+        sets = node.grouping_sets or []
+        repeated = len({tuple(s) for s in sets}) < len(sets)
+        split = None if repeated else self._split_aggregates(node)
         # The keys a shuffle would hash on: the wanted ones if they are all plain grouping columns
         # (not with grouping sets, whose rolled-up rows must also be told apart by level).
         columns = node.sources
@@ -307,6 +311,7 @@ class PhysicalPlanner:
         partial_gid = self.names.new() if node.grouping_sets is not None else None
         partial = lp.Aggregate(child, partial_keys, partial_aggs, node.grouping_sets, partial_gid)
         partial.est_rows = node.est_rows
+        partial.subqueries = node.subqueries  # the aggregates' arguments are evaluated there
         renamed = {n: p for (n, _), (p, _) in zip(node.keys, partial_keys, strict=True)}
         shuffle_keys = [renamed[n] for n in hashed] + ([partial_gid] if partial_gid else [])
         moved, out = self._hash_to(partial, dist, shuffle_keys)
@@ -573,22 +578,59 @@ def _whole_table(node: lp.Node) -> bool:
     return isinstance(node, lp.Scan) and not node.subqueries
 
 
+# The operators :func:`_split_tables` knows to run right in a concatenated UNION ALL's stage.
+_SPLIT_SAFE = (lp.Filter, lp.Project, lp.Join, lp.SetOp, lp.Aggregate, lp.Distinct, lp.Window, lp.Sort, lp.Limit)
+
+
 def _scan_fragment(node: lp.Node) -> bool:
-    """True when ``node`` would run as part of a scan stage: it reads tables, and every
-    exchange in it is a broadcast (anything else would start a stage of its own)."""
-    scans = 0
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, Exchange):
-            if n.kind != "broadcast":
-                return False
-            continue
-        if isinstance(n, lp.SharedScan | lp.Values):
-            return False
-        scans += isinstance(n, lp.Scan)
-        stack.extend(n.children)
-    return scans > 0
+    """True when ``node`` can run in a concatenated UNION ALL's scan stage (see ``_setop``).
+
+    Each task of that stage reads one split of one input's table and finds every other table of
+    the stage empty, so the input's rows must be the union of what it makes of each split alone,
+    and it must make nothing of none. That is proved operator by operator (:func:`_split_tables`)
+    rather than assumed of all but known exceptions: a join of two one-split tables met each
+    with the other empty, and a GROUP BY without keys made a row of no rows, in every task.
+    """
+    return bool(_split_tables(node))
+
+
+def _split_tables(node: lp.Node) -> int | None:
+    """How many tables ``node`` reads split by split in its stage; None unless its rows are
+    provably the union of its rows over each split alone, and none of none.
+
+    Filters, projections and UNION ALL treat rows one by one, over any number of tables. Any
+    other operator listed may read one table: a join with a broadcast treats that table's rows
+    one by one too, and the rest, with no exchange under them, read all of it in one task (a
+    table of one split, planned single). Each is right where it makes nothing of an empty table
+    and the broadcasts (the same in every task) make nothing by themselves. Exchanges other than
+    broadcasts start stages of their own; shared scans and VALUES are read whole by every task.
+    """
+    if isinstance(node, Exchange):
+        return 0 if node.kind == "broadcast" else None
+    if isinstance(node, lp.Scan):
+        return 1
+    if not isinstance(node, _SPLIT_SAFE):
+        return None
+    counts = [_split_tables(c) for c in node.children]
+    if None in counts:
+        return None
+    tables = sum(counts)
+    if isinstance(node, lp.Filter | lp.Project) or (isinstance(node, lp.SetOp) and node.kind == "union" and not node.distinct):
+        return tables
+    if tables != 1:
+        return None
+    if isinstance(node, lp.Aggregate) and (not node.keys or [] in (node.grouping_sets or [])):
+        return None
+    # Inputs whose rows are output without a match (an outer or anti join's kept side, EXCEPT's
+    # first input, any of a UNION's) or once per task that matches them (a semi join's left) must
+    # hold the table: a broadcast there would output its rows from every task.
+    if isinstance(node, lp.Join):
+        kept = {"left": [0], "semi": [0], "anti": [0], "right": [1], "full": [0, 1]}.get(node.kind, [])
+    elif isinstance(node, lp.SetOp):
+        kept = {"union": list(range(len(counts))), "except": [0]}.get(node.kind, [])
+    else:
+        kept = []
+    return 1 if all(counts[i] for i in kept) else None
 
 
 def _with_filter(original: exp.Expression, agg: exp.Expression) -> exp.Expression:

@@ -27,7 +27,7 @@ import sqlglot.expressions as exp
 
 from qengine.planner import estimates
 from qengine.planner import logical as lp
-from qengine.planner.expressions import COMPARISONS, and_all, conjuncts, null_rejecting
+from qengine.planner.expressions import COMPARISONS, and_all, conjuncts, in_place_of, null_rejecting
 from qengine.planner.logical import col
 
 # Functions whose value differs between evaluations: a filter using one stays where it is.
@@ -268,7 +268,7 @@ def _substitute(e: exp.Expression, mapping: dict[str, exp.Expression]) -> exp.Ex
 
     def visit(n: exp.Expression) -> exp.Expression:
         if isinstance(n, exp.Column) and not n.table and n.name in mapping:
-            return mapping[n.name].copy()
+            return in_place_of(n, mapping[n.name].copy())
         return n
 
     return _fold(e.copy().transform(visit, copy=False))

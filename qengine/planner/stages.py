@@ -73,6 +73,8 @@ class StagePlan:
     names: list[str]
     # the Parquet files its fragments may read (catalog.parquet_files)
     readable: tuple[str, ...] = ()
+    # the roots the workers check every file they open against (catalog.effective_policy)
+    access: dict = field(default_factory=dict)
 
     @property
     def result(self) -> Stage:

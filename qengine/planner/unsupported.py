@@ -33,6 +33,29 @@ def _construct(node: exp.Expression) -> str | None:
         return "MATCH_RECOGNIZE"
     if isinstance(node, exp.Connect):
         return "CONNECT BY"
+    return _clause(node)
+
+
+def _clause(node: exp.Expression) -> str | None:
+    """Clauses sqlglot keeps as arguments of nodes the planner does model, but which it ignores:
+    dropping them would change the answer (``LIMIT 10 PERCENT`` returned 10 rows)."""
+    if isinstance(node, exp.Limit | exp.Fetch):
+        options = node.args.get("limit_options")
+        if options is not None and options.args.get("percent"):
+            return "LIMIT … PERCENT"
+        if options is not None and options.args.get("with_ties"):
+            return "FETCH … WITH TIES"
+        if node.expressions:
+            return "LIMIT … BY"
+    if isinstance(node, exp.Ordered) and isinstance(node.this, exp.Var) and node.this.name.upper() == "ALL":
+        return "ORDER BY ALL"
+    if isinstance(node, exp.Select) and node.args.get("windows"):
+        return "a named WINDOW clause (write the window in OVER (...))"
+    if isinstance(node, exp.Columns):
+        return "COLUMNS(...)"
+    if isinstance(node, exp.SetOperation) and node.args.get("by_name"):
+        # sqlglot also parses INTERSECT / EXCEPT BY NAME, which DuckDB does not: refused alike
+        return f"{type(node).__name__.upper()} BY NAME"
     return None
 
 

@@ -7,12 +7,15 @@ evaluation of key ranges that prunes scans. Everything about one query's run liv
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 
+from qengine.errors import Error
 from qengine.exchange.store import concat
+from qengine.planner.frontend import with_user_columns
 from qengine.planner.stages import StagePlan
 from qengine.runtime.key_ranges import KeyRanges
 from qengine.runtime.query_run import QueryRun
@@ -39,6 +42,8 @@ class Coordinator:
         # not overlap the map stage at all.
         self.aux = ThreadPoolExecutor(max_workers=self.AUX_THREADS, thread_name_prefix="qengine-shuffle")
         self.key_ranges = KeyRanges()
+        self._running: set[QueryRun] = set()
+        self._lock = threading.Lock()
 
     def close(self) -> None:
         """Stop the call threads (the calls of a query that is still running fail)."""
@@ -56,7 +61,27 @@ class Coordinator:
         ``output`` overrides the result stage's output spec (CTAS writes a table instead).
         The caller collects the result blocks, then calls :meth:`release`.
         """
-        return QueryRun(self.cluster, self.options, (self.tasks, self.aux), self.key_ranges, plan, output, progress).execute()
+        run = None
+        try:
+            run = QueryRun(self.cluster, self.options, (self.tasks, self.aux), self.key_ranges, plan, output, progress)
+            with self._lock:
+                self._running.add(run)
+            return run.execute()
+        except Error as e:  # a worker's DuckDB names the fragment's columns, which the user never wrote
+            e.args = (with_user_columns(str(e), plan),)
+            raise
+        finally:
+            with self._lock:
+                self._running.discard(run)
+
+    def cancel(self) -> None:
+        """Cancel the queries running here: each fails with "query cancelled" within a liveness
+        poll, its tasks are interrupted on the workers and its blocks freed. This is how a
+        remote client's Ctrl-C reaches the cluster; a local one interrupts the run directly."""
+        with self._lock:
+            running = list(self._running)
+        for run in running:
+            run.cancel()
 
     def fetch_result(self, query_id: str, placement: list[tuple[str, dict]]) -> pa.Table:
         """Collect the result partitions in order; the order of a range-sorted result is kept."""

@@ -4,11 +4,12 @@ independent stages (the two sides of a join) run at the same time.
 Each task is one ``run_task`` call to the worker it is placed on, or, if its inputs are as near
 to every worker (a scan split), to the first worker with a free slot; at most ``slots`` tasks run
 on a worker at once. The first failing task fails the query at once; the rest of its tasks are
-cancelled and its blocks released.
+cancelled (those running are interrupted on their workers) and its blocks released.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import threading
@@ -17,10 +18,11 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from qengine.errors import OperationalError
+from qengine.errors import Error, OperationalError
 from qengine.exchange.metrics import ShuffleStats
 from qengine.planner import direct, estimates
 from qengine.planner import logical as lp
+from qengine.planner.null_columns import null_columns
 from qengine.planner.render import join_sides, render
 from qengine.planner.stages import StagePlan
 from qengine.runtime.key_ranges import KeyRanges, prune_scan
@@ -31,6 +33,7 @@ from qengine.runtime.stats import QueryStats, StageStats
 from qengine.runtime.task_specs import map_spec, task_spec
 
 LIVENESS_POLL_SECONDS = 1.0
+CANCEL_TIMEOUT = 10.0  # seconds a worker has to take a failed query's cancel
 
 _query_ids = itertools.count(1)
 
@@ -62,18 +65,24 @@ class QueryRun:
         self.state = state = QueryState(query_id, options, plan, addresses, output)
         self.slots = Slots(state.workers, options.slots)
         self.failed = threading.Event()
+        self.cancelled = threading.Event()
         self.shuffles = ShuffleDriver(state, self._aux)
         for stage, (splits, tasks) in zip(plan.stages, plan.scan_tasks(state.workers, options.split_bytes), strict=True):
             kind = stage.output.kind if stage.output is not None else (output or {}).get("kind", "result")
             run = StageRun(stage, tasks, splits, StageStats(stage.id, kind, tasks))
             if stage.output is not None and stage.output.kind in SHUFFLE_KINDS:
                 run.shuffle = ShuffleStats(stage.id, stage.output.kind, state.mode, tasks, stage.output.partitions)
+            run.null_columns = null_columns(stage.root, {r.stage.id: r.null_columns for r in state.runs})
             state.runs.append(run)
             for read in stage.partitioned_reads:
                 if read.kind in SHUFFLE_KINDS:
                     state.consumer_of[read.shuffle_id] = stage.id
         state.total_tasks = sum(r.tasks for r in state.runs)
         self.done_tasks = 0
+
+    def cancel(self) -> None:
+        """Ask the run to stop: it fails at its next look at its calls, as a failing task would."""
+        self.cancelled.set()
 
     # ---- placement ---------------------------------------------------------------------
 
@@ -139,6 +148,8 @@ class QueryRun:
                 if not self.futures:
                     raise OperationalError("query stalled: no runnable stage (planner bug)")
                 finished = self._wait()
+                if self.cancelled.is_set():
+                    raise OperationalError("query cancelled")
                 if not finished:  # a worker that hangs never answers: fail once it is declared dead
                     self.cluster.check_alive(state.addresses)
                 for fut in finished:
@@ -182,6 +193,11 @@ class QueryRun:
         return finished
 
     def _release_after(self, futures: list[Future]) -> None:
+        """Stop the failed query's tasks still running on the workers (DuckDB would otherwise
+        run each to its end), then free its blocks once their calls have returned."""
+        for address in self.state.addresses:
+            with contextlib.suppress(Error):  # a worker that is gone runs nothing any more
+                self.cluster.pool.get(address).action("cancel", {"query": self.state.query_id}, timeout=CANCEL_TIMEOUT)
         wait(futures)
         release_blocks(self.cluster, f"{self.state.query_id}/")
 

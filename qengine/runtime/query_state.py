@@ -83,6 +83,8 @@ class StageRun:
     # The fragment's SQL rendered while the stage waited for its inputs, with the join sides
     # it was rendered for (see QueryRun._wait)
     rendered: tuple[tuple[bool, ...], str] | None = None
+    # Output columns of untyped NULL, which the worker tags (see planner.null_columns)
+    null_columns: frozenset[str] = frozenset()
 
     def partition_sizes(self) -> list[int]:
         """Bytes per partition of a shuffle so far (kept up to date by ``StageStats.add_partition_bytes``)."""

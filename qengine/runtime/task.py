@@ -11,7 +11,7 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -23,12 +23,15 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from qengine.catalog import scan
+from qengine.catalog.access import MARKER, AccessPolicy, check_opened
+from qengine.catalog.types import type_code
 from qengine.errors import DataError, OperationalError
 from qengine.exchange import partitioner
 from qengine.exchange.sampling import sample_keys
 from qengine.exchange.store import BlockStore, concat
 from qengine.planner import direct
-from qengine.sandbox.pool import ConnectionPool, Lease
+from qengine.sandbox.carried_types import tag_types
+from qengine.sandbox.pool import ConnectionPool, Lease, filters_mishandle
 from qengine.transport.rpc import ClientPool
 from qengine.transport.wire import schema_from_hex, schema_to_hex, table_from_hex, table_to_hex
 
@@ -64,8 +67,13 @@ class PartitionIds:
 class TaskRunner:
     """Executes task specs against a worker's block store, fetching remote blocks over Flight."""
 
-    def __init__(self, store: BlockStore, address: str, pool: ClientPool, threads: int | None = None) -> None:
+    def __init__(
+        self, store: BlockStore, address: str, pool: ClientPool, threads: int | None = None, ceiling: AccessPolicy | None = None
+    ) -> None:
         self.store = store
+        # The roots a standalone coordinator gave this worker when it joined: files outside
+        # them are refused whatever a task spec says.
+        self.ceiling = ceiling
         self.address = address
         self.pool = pool
         self.connections = ConnectionPool(threads or int(os.environ.get("QENGINE_TASK_THREADS", "1")))
@@ -73,6 +81,7 @@ class TaskRunner:
         self.host_threads = max(self.connections.threads, _usable_cores())
         self.limiter = FetchLimiter()
         self.partition_ids = PartitionIds()
+        self.cancellations = Cancellations()
         # Two pools: loading a task's inputs waits on per-source fetches, so they must not share one.
         self._inputs = ThreadPoolExecutor(max_workers=8, thread_name_prefix="input")
         self._fetches = ThreadPoolExecutor(max_workers=16, thread_name_prefix="fetch")
@@ -120,8 +129,21 @@ class TaskRunner:
 
     # ---- running -----------------------------------------------------------------------
 
+    def _policies(self, spec: dict) -> list[AccessPolicy]:
+        """What every file this task opens must lie inside: its query's policy (none given, no
+        roots at all) and the worker's own ceiling."""
+        own = AccessPolicy.from_json(spec.get("access") or {})
+        return [own] if self.ceiling is None else [own, self.ceiling]
+
     def run(self, spec: dict) -> dict[str, Any]:
         started = time.perf_counter()
+        policies = self._policies(spec)
+        for inp in spec["inputs"]:
+            if inp["kind"] == "scan":
+                for path in scan.split_files(inp["split"] or {}):
+                    check_opened(path, policies)
+        if spec["output"]["kind"] == "files":
+            check_opened(spec["output"]["dir"], policies, write=True)
         # A DuckDB fragment reads its Parquet splits itself; a direct one needs them as Arrow.
         scans = {} if spec.get("direct") else {
             inp["name"]: sql
@@ -132,8 +154,12 @@ class TaskRunner:
         inputs = [inp for inp in spec["inputs"] if inp["name"] not in scans]
         readable = tuple(spec.get("readable") or ()) if scans else ()
         threads = self.host_threads if spec.get("alone") else None  # None: the pool's own
-        with self.connections.connection(readable, bool(spec.get("build_sides")), threads) as lease:
+        with (
+            self.connections.connection(readable, bool(spec.get("build_sides")), threads) as lease,
+            self.cancellations.running(spec["query"], lease.con),
+        ):
             loaded = list(self._inputs.map(self._load, inputs)) if len(inputs) > 1 else [self._load(i) for i in inputs]
+            self.cancellations.check(spec["query"])  # before the fragment: loading may have taken a while
             read_at = time.perf_counter()
             rows_in = sum(t.num_rows for t in loaded) + sum(split["rows"] for split in splits)
             # Only this dict holds the inputs, so a direct fragment can free one as it copies it.
@@ -142,7 +168,7 @@ class TaskRunner:
             result = direct.execute(spec["direct"], named) if spec.get("direct") else None
             if result is None:
                 ids = functools.partial(self.partition_ids.select, output=spec["output"]) if spec["output"]["kind"] == "hash" else None
-                result = _run_fragment(lease, spec["sql"], named, scans, splits, ids)
+                result = _run_fragment(lease, spec["sql"], named, scans, splits, ids, spec.get("null_columns", ()))
             stats = self._write(lease.con, spec, result)
         stats.update(rows_in=rows_in, read_seconds=read_at - started, seconds=time.perf_counter() - started)
         return stats
@@ -269,6 +295,70 @@ class TaskRunner:
         return sum(self._fetches.map(send, by_host.items()))
 
 
+class Cancellations:
+    """The DuckDB connections each query's tasks run on here, so that cancelling a query (its
+    client interrupted it, or another of its tasks failed) stops the tasks it has running.
+
+    DuckDB drops an interrupt that comes before its query starts, so a cancelled query's
+    connections are interrupted again until none is left running (for at most
+    ``INTERRUPT_SECONDS``), and a task checks that its query is not cancelled when it starts
+    and before it runs its fragment. The last ``KEPT`` cancelled queries are remembered: a task
+    that arrives after its query was cancelled is refused.
+    """
+
+    KEPT = 1024
+    INTERRUPT_SECONDS = 5.0
+    INTERRUPT_EVERY = 0.05
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[str, set[duckdb.DuckDBPyConnection]] = {}
+        self._cancelled: dict[str, None] = {}  # an ordered set: the oldest go first
+
+    @contextlib.contextmanager
+    def running(self, query: str, con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+        """Hold ``con`` as one of ``query``'s while a task of it runs there."""
+        with self._lock:
+            self._refuse_cancelled(query)
+            self._running.setdefault(query, set()).add(con)
+        try:
+            yield
+        finally:
+            with self._lock:
+                cons = self._running[query]
+                cons.discard(con)
+                if not cons:
+                    del self._running[query]
+
+    def check(self, query: str) -> None:
+        """Raise if ``query`` has been cancelled."""
+        with self._lock:
+            self._refuse_cancelled(query)
+
+    def _refuse_cancelled(self, query: str) -> None:
+        if query in self._cancelled:
+            raise OperationalError(f"query {query} was cancelled")
+
+    def cancel(self, query: str) -> None:
+        """Stop ``query``'s tasks here, now and when they arrive; returns at once."""
+        with self._lock:
+            self._cancelled[query] = None
+            while len(self._cancelled) > self.KEPT:
+                del self._cancelled[next(iter(self._cancelled))]
+        threading.Thread(target=self._interrupt, args=(query,), name=f"cancel-{query}", daemon=True).start()
+
+    def _interrupt(self, query: str) -> None:
+        deadline = time.monotonic() + self.INTERRUPT_SECONDS
+        while time.monotonic() < deadline:
+            with self._lock:
+                cons = list(self._running.get(query, ()))
+            if not cons:
+                return
+            for con in cons:
+                con.interrupt()
+            time.sleep(self.INTERRUPT_EVERY)
+
+
 class FetchLimiter:
     """Bounds remote transfers in flight, like Spark's maxReqsInFlight,
     maxBlocksInFlightPerAddress and maxBytesInFlight: at most ``per_host`` requests to one host,
@@ -305,6 +395,7 @@ def _run_fragment(
     scans: dict[str, str],
     splits: list[dict],
     partition_ids: Callable[[duckdb.DuckDBPyConnection, str], str] | None,
+    nulls: Sequence[str] = (),
 ) -> pa.Table:
     """Run a fragment over its Arrow inputs and Parquet scans.
 
@@ -321,20 +412,27 @@ def _run_fragment(
     cost more: those copies take longer than most fragments do. An empty input beside a scan
     (a concatenated union's other branch, a broadcast only the first task reads) is the usual
     one to get that filter, found only once the join's build side is done, so it is copied at
-    once: an empty copy costs about 2 ms, the failed run tens.
+    once: an empty copy costs about 2 ms, the failed run tens. An input holding NaN is copied
+    too: DuckDB filters pushed into an Arrow scan treat NaN as IEEE does, not as DuckDB does
+    (``sandbox.pool.filters_mishandle``).
 
     ``splits`` are the Parquet splits the scans read (a missing file is looked for among theirs);
     ``partition_ids`` (a hash output's :meth:`PartitionIds.select`) adds each row's partition id.
+    The result's columns of types Arrow does not carry, and the untyped NULL columns ``nulls``,
+    are tagged for the fragments that read them (``sandbox.carried_types``).
     """
     if scans:
         sql = "WITH " + ", ".join(f'"{name}" AS ({query})' for name, query in scans.items()) + " " + sql
 
     def execute() -> pa.Table:
-        return lease.con.sql(sql if partition_ids is None else partition_ids(lease.con, sql)).to_arrow_table()
+        relation = lease.con.sql(sql if partition_ids is None else partition_ids(lease.con, sql))
+        return tag_types(relation.to_arrow_table(), [str(t) for t in relation.types], nulls)
 
-    empty = {name for name, table in inputs.items() if scans and table.num_rows == 0}
-    lease.add_inputs({name: table for name, table in inputs.items() if name not in empty})
-    lease.add_inputs({name: inputs[name] for name in empty}, copy=True)
+    copied = {
+        name for name, table in inputs.items() if (scans and table.num_rows == 0) or filters_mishandle(table, sql)
+    }
+    lease.add_inputs({name: table for name, table in inputs.items() if name not in copied})
+    lease.add_inputs({name: inputs[name] for name in copied}, copy=True)
     try:
         try:
             return execute()
@@ -371,12 +469,14 @@ def _write_file(result: pa.Table | pa.RecordBatchReader, names: list[str], direc
     A table is written whole (Parquet cuts it into row groups); a stream one batch at a time,
     so only one batch of it is ever in memory.
     """
-    os.makedirs(directory, exist_ok=True)
+    if not os.path.isfile(os.path.join(directory, MARKER)):
+        raise OperationalError(f"cannot write into {directory}: COPY has not claimed it (its {MARKER} is missing)")
     path = os.path.join(directory, f"part-{task:05d}.{fmt}")
     schema = pa.schema([f.with_name(n) for f, n in zip(result.schema, names, strict=True)])
     rows = nbytes = 0
     try:
-        with pacsv.CSVWriter(path, schema) if fmt == "csv" else pq.ParquetWriter(path, schema) as writer:
+        # "x": a file that appeared since COPY claimed the directory is never overwritten.
+        with open(path, "xb") as sink, pacsv.CSVWriter(sink, schema) if fmt == "csv" else pq.ParquetWriter(sink, schema) as writer:
             for part in [result] if isinstance(result, pa.Table) else result:
                 part = part.rename_columns(names)
                 writer.write(part)
@@ -401,10 +501,10 @@ def _conform(result: pa.Table, target: pa.Schema, columns: list[str]) -> pa.Tabl
     """Lay INSERT rows out as the table's columns: listed ones cast, the others NULL."""
     position = {name: i for i, name in enumerate(columns)}
     arrays = []
-    try:
-        for f in target:
-            i = position.get(f.name)
+    for f in target:
+        i = position.get(f.name)
+        try:
             arrays.append(result.column(i).cast(f.type) if i is not None else pa.nulls(result.num_rows, f.type))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-        raise DataError(f"cannot store the rows in the table's column types: {e}") from e
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise DataError(f"cannot store the rows in column {f.name!r} ({type_code(f.type)}): {e}") from e
     return pa.Table.from_arrays(arrays, schema=target)

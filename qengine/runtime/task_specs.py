@@ -55,7 +55,7 @@ def task_spec(state: QueryState, run: StageRun, index: int, sql: str, form: dict
                 "sizes": sizes,
             }
         )
-    return {
+    spec = {
         "query": state.query_id,
         "stage": stage.id,
         "task": index,
@@ -63,9 +63,13 @@ def task_spec(state: QueryState, run: StageRun, index: int, sql: str, form: dict
         "direct": form,
         "inputs": inputs,
         "readable": state.plan.readable if stage.scans or stage.replicated else (),
+        "access": state.plan.access,
         "build_sides": duckdb_builds(stage),
         "output": output_spec(state, run, index),
     }
+    if run.null_columns:
+        spec["null_columns"] = sorted(run.null_columns)
+    return spec
 
 
 def output_spec(state: QueryState, run: StageRun, index: int) -> dict:

@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from qengine.catalog.access import AccessPolicy
 from qengine.errors import Error
 from qengine.exchange.store import BlockStore
 from qengine.runtime.task import TaskRunner
@@ -43,13 +44,14 @@ class WorkerServer(ActionServer):
         tls: tuple[bytes, bytes] | None = None,
         tls_root: bytes | None = None,
         spill_dir: str | None = None,
+        ceiling: AccessPolicy | None = None,
     ) -> None:
         super().__init__(host, port, token, tls)
         load_converters()
         self.worker_id = worker_id
         self.store = BlockStore(budget=shuffle_memory, spill_dir=spill_dir)
         self.pool = ClientPool(token, tls_root)
-        self.runner = TaskRunner(self.store, self.address, self.pool)
+        self.runner = TaskRunner(self.store, self.address, self.pool, ceiling=ceiling)
         self.tasks_run = 0
 
     def _handle(self, name: str, body: dict) -> Any:
@@ -62,6 +64,9 @@ class WorkerServer(ActionServer):
             return self.runner.push(body)
         if name == "expect":
             self.store.expect(body["key"], body["seq"], body["expected"], body["partitions"], body["slots"])
+            return {"ok": True}
+        if name == "cancel":
+            self.runner.cancellations.cancel(body["query"])
             return {"ok": True}
         if name == "release":
             return {"released": body["prefix"], "spilled": self.store.release(body["prefix"])}
@@ -128,7 +133,8 @@ def serve_joined(
     Registers, then heartbeats; leaves when the coordinator says shutdown, or when it has not
     answered for a whole heartbeat timeout (a worker never outlives its coordinator).
     """
-    server = WorkerServer(host, port, token, -1, memory_budget, tls, tls_root)
+    # No file may be opened until the coordinator has said where data lives.
+    server = WorkerServer(host, port, token, -1, memory_budget, tls, tls_root, ceiling=AccessPolicy((), ()))
     coordinator = Client(join, token, tls_root, role="coordinator")
     hello = {"address": server.address, "memory_budget": memory_budget}
     try:
@@ -137,6 +143,8 @@ def serve_joined(
         server.shutdown()
         raise
     server.worker_id = reply["id"]
+    # The coordinator's data and output roots bound every file this worker opens.
+    server.runner.ceiling = AccessPolicy.from_json(reply["access"])
     timeout = float(reply["heartbeat_timeout"])
     print(f"qengine worker {server.worker_id} serving on {server.address}, joined {join}; log: {log_file}", flush=True)
     _log_to(log_file)

@@ -4,13 +4,38 @@ take to run. Workers run their tasks on them, the coordinator its key-range prob
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 from collections.abc import Iterator
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from qengine.sandbox.carried_types import restoring_query
 from qengine.sandbox.connection import safe_connection
+from qengine.sandbox.quoting import identifier
+
+# A NaN constant in fragment SQL: 'nan'::DOUBLE, CAST('NaN' AS FLOAT), '-nan', ...
+_NAN_LITERAL = re.compile(r"'\s*[+-]?nan\s*'", re.IGNORECASE)
+
+
+def filters_mishandle(table: pa.Table, sql: str) -> bool:
+    """Whether DuckDB 1.5.5 may filter ``table`` wrongly if it is scanned as Arrow.
+
+    DuckDB orders NaN above every number and equal to itself, but the filters it pushes into an
+    Arrow scan are evaluated by Arrow with IEEE semantics: over [1, NaN, NULL], ``d >= 1`` keeps
+    one row instead of two, a join on a NaN key loses its NaN pairs (join filter pushdown), and
+    ``d <= 'nan'`` lets the NULL through (duckdb/duckdb-python#615). A table filters wrongly
+    only when a floating-point column holds NaN, or when the query compares with a NaN
+    constant; such an input is copied into a DuckDB table, where filters are DuckDB's own.
+    """
+    floats = [c for c, f in zip(table.columns, table.schema, strict=True) if pa.types.is_floating(f.type)]
+    if not floats or table.num_rows == 0:
+        return False
+    if _NAN_LITERAL.search(sql):
+        return True
+    return any(pc.any(pc.is_nan(c)).as_py() for c in floats)
 
 
 class Lease:
@@ -21,27 +46,41 @@ class Lease:
         self.con = con
         self._registered: list[str] = []
         self._tables: list[str] = []
+        self._views: list[str] = []
 
     def add_inputs(self, tables: dict[str, pa.Table], copy: bool = False) -> None:
         """Make a fragment's Arrow inputs visible to it: registered as they are, or copied into
-        temporary tables (``copy``; see ``task._run_fragment`` for when)."""
+        temporary tables (``copy``; see ``task._run_fragment`` for when). An input with columns
+        of a type Arrow does not carry is read through a view that casts them back
+        (:mod:`qengine.sandbox.carried_types`)."""
         for name, table in tables.items():
-            if not copy:
+            raw = f"__raw_{name}"
+            restoring = restoring_query(raw, table.schema)  # tagged columns cast back
+            if restoring is None and not copy:
                 self.con.register(name, table)
                 self._registered.append(name)
                 continue
-            self.con.register("__input", table)
+            self.con.register(raw, table)
+            query = restoring or f"SELECT * FROM {identifier(raw)}"
+            if not copy:
+                self._registered.append(raw)
+                self.con.execute(f"CREATE TEMP VIEW {identifier(name)} AS {query}")
+                self._views.append(name)
+                continue
             try:
-                self.con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM __input')
+                self.con.execute(f"CREATE TEMP TABLE {identifier(name)} AS {query}")
                 self._tables.append(name)
             finally:
-                self.con.unregister("__input")
+                self.con.unregister(raw)
 
     def clear(self) -> None:
+        for name in self._views:
+            self.con.execute(f"DROP VIEW {identifier(name)}")
         for name in self._registered:  # unregistering also frees the Arrow data
             self.con.unregister(name)
         for name in self._tables:
-            self.con.execute(f'DROP TABLE "{name}"')
+            self.con.execute(f"DROP TABLE {identifier(name)}")
+        self._views.clear()
         self._registered.clear()
         self._tables.clear()
 

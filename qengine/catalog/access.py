@@ -1,0 +1,141 @@
+"""The data-access policy: which directories a cluster may read data from and write COPY output to.
+
+Every path is resolved with ``realpath`` before it is compared with the roots, so neither ``..``
+nor a symbolic link leads out of them. The coordinator checks a path when a statement names it;
+the worker that opens the file checks it again, against the policy its task carries and, on a
+standalone cluster, against the roots its coordinator gave it when it joined, so a link swapped
+in after planning, or a task sent to the worker directly, cannot escape either.
+
+COPY writes only into a directory it creates, or into one holding nothing but an earlier
+COPY's output: it leaves a marker file naming the part files it wrote, and OVERWRITE deletes
+only those.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from qengine.errors import ProgrammingError
+
+# The file COPY leaves in its output directory. Names starting with "_" are skipped when a
+# directory is registered, so the marker is never read as data.
+MARKER = "_qengine_copy.json"
+_PART = re.compile(r"part-\d{5}\.(csv|parquet)")
+
+
+def real(path: str) -> str:
+    """``path`` with ``~``, ``..`` and every symbolic link resolved."""
+    return os.path.realpath(os.path.expanduser(path))
+
+
+def inside(path: str, roots: Iterable[str]) -> bool:
+    """Whether the resolved ``path`` lies at or below one of the (resolved) ``roots``."""
+    return any(os.path.commonpath([path, root]) == root for root in roots)
+
+
+@dataclass(frozen=True)
+class AccessPolicy:
+    """Roots for reading and for writing, each a tuple of resolved directories."""
+
+    read_roots: tuple[str, ...]
+    write_roots: tuple[str, ...]
+
+    @classmethod
+    def of(cls, read_roots: Iterable[str], write_roots: Iterable[str]) -> AccessPolicy:
+        return cls(tuple(dict.fromkeys(map(real, read_roots))), tuple(dict.fromkeys(map(real, write_roots))))
+
+    def to_json(self) -> dict[str, list[str]]:
+        return {"read": list(self.read_roots), "write": list(self.write_roots)}
+
+    @classmethod
+    def from_json(cls, body: dict) -> AccessPolicy:
+        return cls(tuple(body.get("read") or ()), tuple(body.get("write") or ()))
+
+    def check_read(self, path: str, extra_roots: Iterable[str] = ()) -> str:
+        """The resolved ``path`` if it may be read, else ProgrammingError naming the roots."""
+        resolved = real(path)
+        roots = (*self.read_roots, *extra_roots)
+        if not inside(resolved, roots):
+            raise ProgrammingError(f"{_shown(path, resolved)} is outside the data roots {list(roots)}")
+        return resolved
+
+    def check_write(self, directory: str) -> str:
+        """The resolved ``directory`` if COPY may write there, else ProgrammingError."""
+        resolved = real(directory)
+        if not self.write_roots:
+            raise ProgrammingError("this cluster has no output roots, so COPY cannot write anywhere "
+                                   "(start the coordinator with --output-root DIR)")
+        if not inside(resolved, self.write_roots):
+            raise ProgrammingError(f"{_shown(directory, resolved)} is outside the output roots {list(self.write_roots)}")
+        return resolved
+
+
+def _shown(path: str, resolved: str) -> str:
+    """How to name a refused path: as given, and where it really leads if that differs."""
+    given = os.path.abspath(os.path.expanduser(path))
+    return given if given == resolved else f"{given} (which leads to {resolved})"
+
+
+def check_opened(path: str, policies: Iterable[AccessPolicy], write: bool = False) -> None:
+    """A worker's check right before it opens ``path``: the path the coordinator resolved must
+    still be the real one (not since swapped for a link) and lie inside every policy's roots."""
+    resolved = os.path.realpath(path)
+    if resolved != path:
+        raise ProgrammingError(f"{path} changed after the query was planned: it now leads to {resolved}")
+    for policy in policies:
+        roots = policy.write_roots if write else policy.read_roots
+        if not inside(resolved, roots):
+            kind = "output" if write else "data"
+            raise ProgrammingError(f"{path} is outside the {kind} roots {list(roots)}")
+
+
+def claim_output(directory: str, overwrite: bool) -> None:
+    """Make ``directory`` (already resolved and checked) COPY's own, before any part is written.
+
+    A new directory is created. An existing one must be empty, or hold only an earlier COPY's
+    files as its marker lists them; with ``overwrite`` those are deleted, never anything else.
+    """
+    if os.path.lexists(directory) and not os.path.isdir(directory):
+        raise ProgrammingError(f"{directory} is a file; COPY writes a directory of part files")
+    os.makedirs(directory, exist_ok=True)
+    entries = set(os.listdir(directory))
+    if entries:
+        ours = set(_listed(directory))
+        foreign = sorted(entries - ours - {MARKER})
+        if MARKER not in entries or foreign:
+            raise ProgrammingError(
+                f"{directory} is not empty and holds files COPY did not write ({(foreign or sorted(entries))[0]}, …): "
+                "COPY writes only into a new directory or one holding its own earlier output"
+            )
+        if not overwrite:
+            raise ProgrammingError(f"{directory} is not empty: it holds an earlier COPY's output (add OVERWRITE true to replace it)")
+        for name in sorted(ours & entries):
+            os.unlink(os.path.join(directory, name))
+    _write_marker(directory, [])
+
+
+def record_output(directory: str) -> None:
+    """List in the marker the part files now in ``directory``: after a COPY has run (or failed),
+    they are its own, since it claimed the directory with nothing else in it."""
+    _write_marker(directory, sorted(n for n in os.listdir(directory) if _PART.fullmatch(n)))
+
+
+def _listed(directory: str) -> list[str]:
+    try:
+        with open(os.path.join(directory, MARKER)) as f:
+            files = json.load(f).get("files", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [n for n in files if isinstance(n, str) and _PART.fullmatch(n)]
+
+
+def _write_marker(directory: str, files: list[str]) -> None:
+    path = os.path.join(directory, MARKER)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"writer": "qengine COPY", "files": files}, f)
+    os.replace(tmp, path)

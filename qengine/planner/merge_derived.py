@@ -1,0 +1,75 @@
+"""sqlglot's ``merge_subqueries`` rule, kept off derived tables that an outer join pads with NULLs
+where their projections would not be NULL.
+
+The rule inlines a derived table (or a CTE read once) into the query that reads it, its
+projections put in for the columns that name them, so they are evaluated above the join. On a
+row the outer join padded, a projection that is NULL whenever its columns are (``k``, ``k + 1``)
+is NULL there too; any other (a constant ``1 AS c``, ``coalesce(k, 0)``, ``k IS NULL``) is not,
+where the derived table's own column would have been: ``LEFT JOIN (SELECT k, 1 AS c ...)``
+showed ``c = 1`` on rows that matched nothing. Such a derived table is left as it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlglot.expressions as exp
+from sqlglot.optimizer.merge_subqueries import merge_subqueries as sqlglot_merge_subqueries
+from sqlglot.optimizer.scope import traverse_scope
+
+from qengine.planner.expressions import STRICT
+
+# Set while the rule runs on a SELECT it must not merge: any value of this argument stops it.
+_MARK_ARG = "kind"
+_MARK = "__qengine_unmergeable"
+
+
+def merge_subqueries(expression: exp.Expression, **kwargs: Any) -> exp.Expression:
+    """sqlglot's rule, run with the derived tables it would answer wrongly for marked unmergeable."""
+    for scope in traverse_scope(expression):
+        select = scope.expression
+        if isinstance(select, exp.Select) and not select.args.get(_MARK_ARG) and _padded(scope) and not _null_propagating(select):
+            select.set(_MARK_ARG, _MARK)
+    expression = sqlglot_merge_subqueries(expression, **kwargs)
+    for select in expression.find_all(exp.Select):
+        if select.args.get(_MARK_ARG) == _MARK:
+            select.set(_MARK_ARG, None)
+    return expression
+
+
+def _padded(scope: Any) -> bool:
+    """Whether some reader of ``scope`` (a derived table, or a CTE) may see it padded with NULLs
+    by an outer join."""
+    if scope.is_derived_table:
+        return _padded_source(scope.expression.parent)
+    if scope.is_cte:
+        name = scope.expression.parent.alias_or_name
+        root = scope.expression.parent.parent.parent  # CTE → WITH → the query holding it
+        return any(_padded_source(t) for t in root.find_all(exp.Table) if t.name == name and not t.args.get("db"))
+    return False
+
+
+def _padded_source(source: exp.Expression | None) -> bool:
+    """Whether the FROM item ``source`` is on a side an outer join pads with NULLs."""
+    if source is None:
+        return False
+    holder = source.parent
+    if isinstance(holder, exp.Join):
+        if holder.side in ("LEFT", "FULL"):
+            return True
+        select = holder.parent
+        later = (select.args.get("joins") or [])[select.args["joins"].index(holder) + 1:] if isinstance(select, exp.Select) else []
+    elif isinstance(holder, exp.From) and isinstance(holder.parent, exp.Select):
+        later = holder.parent.args.get("joins") or []
+    else:
+        return False
+    return any(j.side in ("RIGHT", "FULL") for j in later)
+
+
+def _null_propagating(select: exp.Select) -> bool:
+    """Whether every projection of ``select`` is NULL when the columns it reads are."""
+    for projection in select.selects:
+        value = projection.unalias()
+        if not value.find(exp.Column) or not all(isinstance(n, STRICT) for n in value.walk()):
+            return False
+    return True

@@ -1,0 +1,73 @@
+"""DuckDB types that do not survive a trip through Arrow, carried across exchanges: HUGEINT,
+and the untyped NULL of ``SELECT NULL AS x`` (see ``planner.null_columns``).
+
+DuckDB hands HUGEINT and UHUGEINT to Arrow as decimal128(38, 0), and reads that back as
+DECIMAL(38,0). The values are the same, but the semantics are not: ``sum(k) // 3`` divides
+exactly on a DECIMAL (599.67) where DuckDB's HUGEINT divides as an integer (599), and bitwise
+operators refuse DECIMAL. Every aggregate ``sum`` of an integer column is a HUGEINT, so a stage
+that reads another's sums would otherwise answer differently from DuckDB.
+
+The producing task tags such a column's Arrow field with the DuckDB type; the tag travels with
+the schema through shuffles, and the consuming fragment reads the column cast back. A result
+fetched as Arrow carries no tag: it is DuckDB's own Arrow form of the type; fetched as rows, a
+HUGEINT is a Python int, as DuckDB gives it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import pyarrow as pa
+
+from qengine.sandbox.quoting import identifier
+
+TAG = b"qengine.duckdb_type"
+_CARRIED = frozenset({"HUGEINT", "UHUGEINT"})
+
+
+def tag_types(table: pa.Table, types: list[str], nulls: Collection[str] = ()) -> pa.Table:
+    """``table`` (a fragment's result, whose DuckDB column types are ``types``) with each
+    column of a type Arrow does not carry tagged with that type, and the columns the planner
+    knows to be untyped NULL (``nulls``, see ``planner.null_columns``) tagged NULL."""
+    tags = ["NULL" if f.name in nulls else t if t in _CARRIED else None for f, t in zip(table.schema, types, strict=True)]
+    if not any(tags):
+        return table
+    fields = [f.with_metadata({**(f.metadata or {}), TAG: t.encode()}) if t else f for f, t in zip(table.schema, tags, strict=True)]
+    return table.cast(pa.schema(fields, table.schema.metadata))
+
+
+def restoring_query(name: str, schema: pa.Schema) -> str | None:
+    """A query reading Arrow input ``name`` with its tagged columns back in their DuckDB types
+    (an untyped NULL column as the NULL literal), or None when it has none."""
+    casts = []
+    for f in schema:
+        tag = (f.metadata or {}).get(TAG, b"").decode()
+        if tag == "NULL":
+            casts.append(f"NULL AS {identifier(f.name)}")
+        elif tag in _CARRIED:
+            casts.append(f"CAST({identifier(f.name)} AS {tag}) AS {identifier(f.name)}")
+    if not casts:
+        return None
+    return f"SELECT * REPLACE ({', '.join(casts)}) FROM {identifier(name)}"
+
+
+def python_values(column: pa.ChunkedArray, field: pa.Field) -> list:
+    """A result column as Python values, as DuckDB's own ``fetchall`` gives them: a HUGEINT
+    is an ``int``, not the ``Decimal`` its Arrow form would make."""
+    values = column.to_pylist()
+    if field.metadata and field.metadata.get(TAG, b"").decode() in _CARRIED:
+        return [None if v is None else int(v) for v in values]
+    return values
+
+
+def untagged(table: pa.Table) -> pa.Table:
+    """``table`` without the tags, as DuckDB itself would hand it out."""
+    if not any(f.metadata and TAG in f.metadata for f in table.schema):
+        return table
+    fields = [_without_tag(f) for f in table.schema]
+    return table.cast(pa.schema(fields, table.schema.metadata))
+
+
+def _without_tag(f: pa.Field) -> pa.Field:
+    rest = {k: v for k, v in (f.metadata or {}).items() if k != TAG}
+    return f.with_metadata(rest) if rest else f.remove_metadata()

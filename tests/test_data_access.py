@@ -1,0 +1,200 @@
+"""The data-access policy, tried as an attacker would, on a local and on a standalone cluster:
+reads and writes outside the roots, symbolic links in and out of them, a link swapped in after
+planning, COPY beside files it did not write, and a coordinator started without roots."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import qengine
+from qengine.catalog.access import MARKER
+from qengine.transport.rpc import Client
+from tests.conftest import free_port
+from tests.test_multihost import HANG_BOUND, cluster
+
+SECRET = "secret-token-0123456789"
+
+
+@pytest.fixture
+def layout(tmp_path):
+    """data/ (a root, with a table), out/ (an output root), and outside/ holding a secret, a
+    parquet file and a directory of someone else's files."""
+    data, out, outside = tmp_path / "data", tmp_path / "out", tmp_path / "outside"
+    for d in (data, out, outside, outside / "victim"):
+        d.mkdir()
+    pq.write_table(pa.table({"k": [1, 2, 3]}), data / "t.parquet")
+    pq.write_table(pa.table({"k": [7, 8]}), outside / "other.parquet")
+    (outside / "secret.csv").write_text(f"token\n{SECRET}\n")
+    (outside / "victim" / "part-important.txt").write_text("keep me")
+    (data / "link.csv").symlink_to(outside / "secret.csv")
+    (data / "linked_dir").symlink_to(outside)
+    return {"root": tmp_path, "data": data, "out": out, "outside": outside}
+
+
+def _error(con, sql: str) -> qengine.Error:
+    with pytest.raises(qengine.Error) as info:
+        con.execute(sql).fetchall()
+    assert SECRET not in str(info.value)
+    return info.value
+
+
+def _refused(con, sql: str, words: str) -> None:
+    e = _error(con, sql)
+    assert isinstance(e, qengine.ProgrammingError), f"{type(e).__name__}: {e}"
+    assert words in str(e), str(e)
+
+
+def _intact(layout) -> None:
+    assert (layout["outside"] / "victim" / "part-important.txt").read_text() == "keep me"
+    assert sorted(os.listdir(layout["outside"])) == ["other.parquet", "secret.csv", "victim"]
+
+
+# ---- local cluster --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def local(layout):
+    with qengine.connect(workers=2, allowed_roots=[str(layout["data"])], output_roots=[str(layout["out"])]) as con:
+        con.register_parquet("t", str(layout["data"] / "t.parquet"))
+        yield con
+
+
+def test_local_reads_stay_inside_the_roots(local, layout) -> None:
+    outside = layout["outside"]
+    _refused(local, f"SELECT * FROM read_csv('{outside / 'secret.csv'}')", "outside the data roots")
+    _refused(local, f"SELECT * FROM read_parquet('{outside / 'other.parquet'}')", "outside the data roots")
+    _refused(local, f"SELECT * FROM read_parquet('{layout['data'] / '..' / 'outside' / 'other.parquet'}')", "outside the data roots")
+    with pytest.raises(qengine.ProgrammingError, match="outside the data roots"):
+        local.register_csv("pw", "/etc/passwd", delimiter=":", header=False)
+
+
+def test_a_link_out_of_the_roots_is_refused(local, layout) -> None:
+    data = layout["data"]
+    _refused(local, f"SELECT * FROM read_csv('{data / 'link.csv'}')", "which leads to")
+    _refused(local, f"SELECT * FROM read_parquet('{data / 'linked_dir' / 'other.parquet'}')", "outside the data roots")
+    with pytest.raises(qengine.ProgrammingError, match="which leads to"):
+        local.register_csv("s", str(data / "link.csv"))
+
+
+def test_a_link_swapped_in_after_planning_is_refused_by_the_worker(local, layout) -> None:
+    table = layout["data"] / "t.parquet"
+    assert local.execute("SELECT sum(k) FROM t").fetchone() == (6,)
+    table.unlink()
+    table.symlink_to(layout["outside"] / "other.parquet")  # same name, now leading outside
+    _refused(local, "SELECT sum(k) FROM t", "changed after the query was planned")
+
+
+def test_local_writes_stay_inside_the_output_roots(local, layout) -> None:
+    outside = layout["outside"]
+    _refused(local, f"COPY (SELECT 'pwned' AS x) TO '{outside / 'evil'}' (FORMAT csv)", "outside the output roots")
+    _refused(local, f"COPY (SELECT 1 AS x) TO '{outside / 'victim'}' (FORMAT csv, OVERWRITE true)", "outside the output roots")
+    _refused(local, f"COPY (SELECT 1 AS x) TO '{layout['data']}' (FORMAT csv)", "outside the output roots")
+    (layout["out"] / "escape").symlink_to(outside)
+    _refused(local, f"COPY (SELECT 1 AS x) TO '{layout['out'] / 'escape' / 'x'}' (FORMAT csv)", "which leads to")
+    _intact(layout)
+
+
+def test_copy_overwrites_only_its_own_files(local, layout) -> None:
+    target = layout["out"] / "result"
+    assert local.execute(f"COPY (SELECT k FROM t) TO '{target}' (FORMAT csv)").rowcount == 3
+    first = sorted(os.listdir(target))
+    assert MARKER in first and any(n.startswith("part-") for n in first)
+    _refused(local, f"COPY (SELECT k FROM t) TO '{target}' (FORMAT csv)", "OVERWRITE")
+    assert local.execute(f"COPY (SELECT k FROM t WHERE k > 1) TO '{target}' (FORMAT csv, OVERWRITE true)").rowcount == 2
+    # someone else's file beside COPY's: COPY no longer owns the directory and touches nothing
+    (target / "part-00000.notes").write_text("mine")
+    before = sorted(os.listdir(target))
+    _refused(local, f"COPY (SELECT k FROM t) TO '{target}' (FORMAT csv, OVERWRITE true)", "did not write")
+    assert sorted(os.listdir(target)) == before
+    assert (target / "part-00000.notes").read_text() == "mine"
+    # a directory COPY did not create, holding a file of the part-* form
+    foreign = layout["out"] / "foreign"
+    foreign.mkdir()
+    (foreign / "part-00000.csv").write_text("precious")
+    _refused(local, f"COPY (SELECT k FROM t) TO '{foreign}' (FORMAT csv, OVERWRITE true)", "did not write")
+    assert (foreign / "part-00000.csv").read_text() == "precious"
+
+
+def test_default_roots_are_the_current_directory_and_registered_data(layout, monkeypatch) -> None:
+    work = layout["root"] / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    with qengine.connect(workers=1) as con:
+        _refused(con, f"SELECT * FROM read_parquet('{layout['data'] / 't.parquet'}')", "outside the data roots")
+        con.register_parquet("t", str(layout["data"] / "t.parquet"))  # explicit: allowed, and its directory too
+        assert con.execute(f"SELECT count(*) FROM read_parquet('{layout['data'] / 't.parquet'}')").fetchone() == (3,)
+        _refused(con, f"SELECT * FROM read_csv('{layout['data'] / 'link.csv'}')", "which leads to")
+        _refused(con, f"COPY (SELECT 1 AS x) TO '{layout['out'] / 'x'}' (FORMAT csv)", "outside the output roots")
+        assert con.execute("COPY (SELECT k FROM t) TO 'here' (FORMAT parquet)").rowcount == 3
+        assert pq.read_table(str(work / "here" / "part-00000.parquet")).num_rows == 3
+    _intact(layout)
+
+
+# ---- standalone cluster ----------------------------------------------------------------------------
+
+
+def test_standalone_cluster_confines_reads_and_writes(tmp_path, layout) -> None:
+    with cluster(tmp_path / "cluster", 2, data_roots=[str(layout["data"])], output_roots=[str(layout["out"])]) as c:
+        with c.connect() as con:
+            with pytest.raises(qengine.ProgrammingError, match="outside the data roots"):
+                con.register_csv("pw", "/etc/passwd", delimiter=":", header=False)
+            with pytest.raises(qengine.ProgrammingError, match="which leads to"):
+                con.register_csv("s", str(layout["data"] / "link.csv"))
+            con.register_parquet("t", str(layout["data"] / "t.parquet"))
+            assert con.execute("SELECT sum(k) FROM t").fetchone() == (6,)
+            _refused(con, f"SELECT * FROM read_csv('{layout['outside'] / 'secret.csv'}')", "outside the data roots")
+            _refused(con, f"COPY (SELECT 'pwned' AS x) TO '{layout['outside'] / 'evil'}' (FORMAT csv)", "outside the output roots")
+            _refused(con, f"COPY (SELECT 1 AS x) TO '{layout['outside'] / 'victim'}' (FORMAT csv, OVERWRITE true)", "outside the output roots")
+            assert con.execute(f"COPY (SELECT k FROM t) TO '{layout['out'] / 'r'}' (FORMAT csv)").rowcount == 3
+            _intact(layout)
+        # A task sent to a worker directly, with a policy of its own, still meets the coordinator's roots.
+        worker = c.members()[0]["address"]
+        spec = {
+            "query": "q", "stage": 0, "task": 0, "sql": "SELECT * FROM t", "direct": None,
+            "inputs": [{"name": "t", "kind": "scan", "columns": [["token", "c0"]],
+                        "split": {"kind": "csv", "path": str(layout["outside"] / "secret.csv")}}],
+            "access": {"read": ["/"], "write": ["/"]}, "output": {"kind": "result", "key": "q/result"},
+        }
+        with pytest.raises(qengine.ProgrammingError, match="outside the data roots") as info:
+            Client(worker, c.token).action("run_task", spec, timeout=HANG_BOUND)
+        assert SECRET not in str(info.value)
+
+
+def test_standalone_cluster_without_output_roots_refuses_copy(tmp_path, layout) -> None:
+    with cluster(tmp_path / "cluster", 1, data_roots=[str(layout["data"])]) as c, c.connect() as con:
+        _refused(con, f"COPY (SELECT 1 AS x) TO '{layout['data'] / 'x'}' (FORMAT csv)", "no output roots")
+        assert not (layout["data"] / "x").exists()
+
+
+def _coordinator(tmp_path, *roots: str) -> subprocess.CompletedProcess | subprocess.Popen:
+    token = tmp_path / "token"
+    token.write_text("t-" + os.urandom(6).hex())
+    command = [sys.executable, "-m", "qengine.cli", "coordinator", "--listen", f"127.0.0.1:{free_port()}",
+               "--token-file", str(token), *roots]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_coordinator_refuses_to_start_without_data_roots(tmp_path) -> None:
+    proc = _coordinator(tmp_path)
+    try:
+        _, err = proc.communicate(timeout=HANG_BOUND)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1
+    assert "--data-root" in err
+
+
+def test_coordinator_with_root_slash_warns(tmp_path) -> None:
+    proc = _coordinator(tmp_path, "--data-root", "/")
+    try:
+        assert "listening on" in proc.stdout.readline()  # the warning is logged before this line
+    finally:
+        proc.kill()
+        _, err = proc.communicate(timeout=HANG_BOUND)
+    assert "a root is /" in err
