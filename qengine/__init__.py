@@ -86,7 +86,7 @@ def connect(
     (0 keeps one task per partition).
 
     ``allowed_roots`` are the directories tables and SQL's read_parquet()/read_csv() may read
-    below; by default the current directory and the directories of the files registered
+    below; by default the current directory and the files and directories registered
     explicitly. ``output_roots`` are where COPY may write; by default ``allowed_roots`` if
     given, else the current directory. Paths are compared after resolving links.
 

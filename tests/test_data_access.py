@@ -127,9 +127,16 @@ def test_default_roots_are_the_current_directory_and_registered_data(layout, mon
     monkeypatch.chdir(work)
     with qengine.connect(workers=1) as con:
         _refused(con, f"SELECT * FROM read_parquet('{layout['data'] / 't.parquet'}')", "outside the data roots")
-        con.register_parquet("t", str(layout["data"] / "t.parquet"))  # explicit: allowed, and its directory too
+        con.register_parquet("t", str(layout["data"] / "t.parquet"))  # explicit: that file may be read
         assert con.execute(f"SELECT count(*) FROM read_parquet('{layout['data'] / 't.parquet'}')").fetchone() == (3,)
-        _refused(con, f"SELECT * FROM read_csv('{layout['data'] / 'link.csv'}')", "which leads to")
+        (layout["data"] / "beside.csv").write_text("a\n1\n")  # but not a file beside it
+        _refused(con, f"SELECT * FROM read_csv('{layout['data'] / 'beside.csv'}')", "outside the data roots")
+        more = layout["root"] / "more"  # a directory registered: SQL may read below it
+        more.mkdir()
+        pq.write_table(pa.table({"k": [5]}), more / "a.parquet")
+        con.register_parquet("more", str(more))
+        pq.write_table(pa.table({"k": [6, 7]}), more / "b.parquet")
+        assert con.execute(f"SELECT count(*) FROM read_parquet('{more / 'b.parquet'}')").fetchone() == (2,)
         _refused(con, f"COPY (SELECT 1 AS x) TO '{layout['out'] / 'x'}' (FORMAT csv)", "outside the output roots")
         assert con.execute("COPY (SELECT k FROM t) TO 'here' (FORMAT parquet)").rowcount == 3
         assert pq.read_table(str(work / "here" / "part-00000.parquet")).num_rows == 3

@@ -629,3 +629,17 @@ def test_tables(default_engine) -> None:
     with session_objects(default_engine, ("VIEW", name)):
         default_engine.execute(f"CREATE VIEW {name} AS SELECT 1 AS one")
         assert name in default_engine.tables()
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        'SELECT 5 AS "A", 6 AS Bb',
+        "SELECT count(*) AS N, max(qty) FROM sales",
+        "SELECT store_id AS Store FROM sales UNION SELECT 1",
+        'SELECT sum(qty) AS "Total Qty", store_id AS "StoreID" FROM sales GROUP BY store_id ORDER BY "StoreID"',
+    ],
+)
+def test_result_columns_are_named_as_written(default_engine, oracle, sql: str) -> None:
+    """DuckDB names a result column after its alias as written, not lower-cased."""
+    assert [d[0] for d in default_engine.execute(sql).description] == [d[0] for d in oracle.execute(sql).description]

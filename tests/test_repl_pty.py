@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pexpect
@@ -166,27 +167,7 @@ def test_an_interrupted_query_stops_its_tasks_and_frees_its_blocks(tmp_path) -> 
     with qengine.connect(workers=2, replicate_size=0, split_size="200KB") as con:
         con.register_parquet("nums", str(tmp_path / "nums.parquet"))
         workers = [psutil.Process(ping["pid"]) for ping in _pings(con)]
-        running = threading.Event()
-
-        def interrupt_once_under_way() -> None:
-            running.wait()
-            wait_until(lambda: _worker_bytes(con) > 0 and _busy(workers), 60, "the long query's second stage")
-            if running.is_set():  # the query is still running: interrupt it, not the test after it
-                _thread.interrupt_main()
-
-        interrupter = threading.Thread(target=interrupt_once_under_way, daemon=True)
-        interrupter.start()
-        started = time.monotonic()
-        with pytest.raises(KeyboardInterrupt):
-            running.set()
-            try:
-                con.execute(LONG_QUERY)
-            finally:
-                running.clear()
-        assert time.monotonic() - started < 120  # stopped, not run to its end
-        interrupter.join(SETTLE)
-        wait_until(lambda: _worker_bytes(con) == 0, SETTLE, lambda: f"the blocks to be freed ({_worker_bytes(con)} bytes left)")
-        wait_until(lambda: _idle(workers), SETTLE, "the workers to stop the interrupted query's tasks")
+        _interrupt_under_way(con, lambda: _worker_bytes(con), workers)
         assert con.execute("SELECT count(*) FROM nums").fetchone() == (ROWS,)
 
 
@@ -207,29 +188,33 @@ def test_an_interrupted_remote_query_is_cancelled_on_the_coordinator(tmp_path) -
         def held() -> int:
             return sum(client.action("ping", timeout=10)["bytes"] for client in pings)
 
-        running = threading.Event()
-        sent: list[float] = []
-
-        def interrupt_once_under_way() -> None:
-            running.wait()
-            wait_until(lambda: held() > 0 and _busy(workers), 60, "the long query's second stage")
-            if running.is_set():
-                sent.append(time.monotonic())
-                _thread.interrupt_main()
-
-        interrupter = threading.Thread(target=interrupt_once_under_way, daemon=True)
-        interrupter.start()
-        started = time.monotonic()
-        with pytest.raises(KeyboardInterrupt):
-            running.set()
-            try:
-                con.execute(LONG_QUERY)
-            finally:
-                running.clear()
-        assert time.monotonic() - started < 120
-        interrupter.join(SETTLE)
-        # Cancelled, not run to its end: its blocks go and its workers idle soon after Ctrl-C.
-        wait_until(lambda: held() == 0, SETTLE, lambda: f"the blocks to be freed ({held()} bytes left)")
-        wait_until(lambda: _idle(workers), SETTLE, "the workers to stop the cancelled query's tasks")
-        assert time.monotonic() - sent[0] < 2 * SETTLE
+        _interrupt_under_way(con, held, workers)
         assert con.execute("SELECT count(*) FROM nums").fetchone() == (ROWS,)
+
+
+def _interrupt_under_way(con, held: Callable[[], int], workers: list[psutil.Process]) -> None:
+    """Run LONG_QUERY and interrupt it (KeyboardInterrupt in this thread) once its second stage
+    runs, that is once the workers hold its blocks and work; then require the interrupt soon,
+    the blocks freed and the workers idle: the query was stopped, not run to its end."""
+    running = threading.Event()
+    sent: list[float] = []
+
+    def interrupt_once_under_way() -> None:
+        running.wait()
+        wait_until(lambda: held() > 0 and _busy(workers), 60, "the long query's second stage")
+        if running.is_set():  # the query is still running: interrupt it, not the test after it
+            sent.append(time.monotonic())
+            _thread.interrupt_main()
+
+    interrupter = threading.Thread(target=interrupt_once_under_way, daemon=True)
+    interrupter.start()
+    with pytest.raises(KeyboardInterrupt):
+        running.set()
+        try:
+            con.execute(LONG_QUERY)
+        finally:
+            running.clear()
+    interrupter.join(SETTLE)
+    wait_until(lambda: held() == 0, SETTLE, lambda: f"the blocks to be freed ({held()} bytes left)")
+    wait_until(lambda: _idle(workers), SETTLE, "the workers to stop the interrupted query's tasks")
+    assert time.monotonic() - sent[0] < 2 * SETTLE

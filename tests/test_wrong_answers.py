@@ -566,3 +566,21 @@ def test_create_table_as_renames_repeated_columns_as_duckdb(con, duck) -> None:
     finally:
         con.execute("DROP TABLE repeated")
         duck.execute("DROP TABLE repeated")
+
+
+# DuckDB 1.5.5 prunes an OR of filters on one column by its statistics, taking IS DISTINCT FROM
+# for a comparison NULL fails: over a column of only NULLs, such as the total rows of a ROLLUP in
+# an exchanged partition, `c IS DISTINCT FROM 1 OR c < 0` kept no row. The fuzzer found it.
+NULL_SAFE_COMPARISONS = {
+    "rollup_total_over_no_rows": "SELECT avg(d) FROM big WHERE 'x' LIKE '' GROUP BY ROLLUP (id, k + 1) "
+    "HAVING k + 1 IS DISTINCT FROM 5 OR k + 1 < 0",
+    "rollup_totals": "SELECT k % 3 AS m, count(*) FROM big GROUP BY ROLLUP (k % 3) HAVING k % 3 IS DISTINCT FROM 1 OR k % 3 < 0",
+    "as_values": "SELECT k, x IS DISTINCT FROM 4, x IS NOT DISTINCT FROM 4, NOT (x IS NOT DISTINCT FROM 4) FROM small",
+    "constant_first": "SELECT count(*) FROM small WHERE 4 IS DISTINCT FROM x OR x < -10",
+    "null_constant": "SELECT count(*) FROM small WHERE x IS DISTINCT FROM NULL",
+}
+
+
+@pytest.mark.parametrize("sql", NULL_SAFE_COMPARISONS.values(), ids=NULL_SAFE_COMPARISONS.keys())
+def test_null_safe_comparison_with_a_constant(con, duck, sql: str) -> None:
+    assert_same(con, duck, sql)

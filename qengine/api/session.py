@@ -23,7 +23,15 @@ from qengine.catalog.sources import CsvSource, MemorySource, ParquetSource, Part
 from qengine.errors import NotSupportedError, ProgrammingError
 from qengine.planner import PlanOptions, plan_query
 from qengine.planner.explain import explain_lines
-from qengine.planner.frontend import bind, expand_sources, name_outputs, normalize_null_ordering, parse, user_terms
+from qengine.planner.frontend import (
+    bind,
+    expand_sources,
+    name_outputs,
+    normalize_null_ordering,
+    parse,
+    user_terms,
+    written_aliases,
+)
 from qengine.planner.stages import StagePlan
 from qengine.runtime.coordinator import Coordinator
 from qengine.runtime.query_state import ExecutionOptions
@@ -93,7 +101,10 @@ class Session:
         query = expand_sources(query, self.catalog, self.plan_options.dialect)
         normalize_null_ordering(query, self.plan_options.dialect)
         name_outputs(query, self.plan_options.dialect)
-        return plan_query(query, self.catalog, self.plan_options)
+        written = written_aliases(query)
+        plan = plan_query(query, self.catalog, self.plan_options)
+        plan.names = [written[i] if written.get(i, "").lower() == n.lower() else n for i, n in enumerate(plan.names)]
+        return plan
 
     def query(self, query: exp.Expression, progress: Callable[[int, int], None] | None = None) -> Result:
         plan = self.plan(query)

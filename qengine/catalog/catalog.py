@@ -40,8 +40,9 @@ class Catalog:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add_root(self, spec: str) -> None:
-        """Let SQL table functions (read_parquet, read_csv) read below the directory a file,
-        directory or glob lives in; where the roots are fixed, it must already lie inside them."""
+        """Let SQL table functions (read_parquet, read_csv) read a registered file, or below a
+        registered directory or glob's directory; where the roots are fixed, it must already
+        lie inside them."""
         root = _root_of(spec)
         if not self.extendable:
             self.policy.check_read(root)
@@ -141,14 +142,18 @@ class Catalog:
 
 
 def _root_of(spec: str) -> str:
-    """The resolved directory a file, directory or glob lives in (the part before any wildcard)."""
-    head = os.path.expanduser(spec).split("*")[0].split("?")[0].split("[")[0]
+    """What registering ``spec`` lets SQL read: the file itself, the directory, or for a glob
+    the directory before its first wildcard; resolved."""
+    path = os.path.expanduser(spec)
+    if os.path.isfile(path) or os.path.isdir(path):
+        return real(path)
+    head = path.split("*")[0].split("?")[0].split("[")[0]
     return real(head if os.path.isdir(head) else os.path.dirname(os.path.abspath(head)) or ".")
 
 
 def local_catalog(allowed_roots: list[str] | None, output_roots: list[str] | None) -> Catalog:
     """A local cluster's catalog. With no roots it reads under the current directory and the
-    directories of explicitly registered files, and writes under the current directory."""
+    files and directories registered explicitly, and writes under the current directory."""
     for name, roots in (("allowed_roots", allowed_roots), ("output_roots", output_roots)):
         if roots is not None and (isinstance(roots, str) or not all(isinstance(r, str) and r for r in roots)):
             raise ProgrammingError(f"{name} must be a list of directory paths, not {roots!r}")

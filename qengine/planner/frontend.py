@@ -560,6 +560,19 @@ def name_outputs(statement: exp.Expression, dialect: str) -> None:
         e.replace(exp.alias_(e.copy(), name, quoted=True))
 
 
+def written_aliases(statement: exp.Expression) -> dict[int, str]:
+    """Output position → the alias as the user wrote it, for the result's column names.
+
+    The optimizer lower-cases unquoted names, but DuckDB names a result column after its alias
+    as written (``AS "A"``, ``AS TotalSales``). Positions hold only where no ``*`` expands."""
+    query = statement
+    while isinstance(query, exp.SetOperation):
+        query = query.this
+    if not isinstance(query, exp.Select) or any(isinstance(e.unalias(), exp.Star) or e.unalias().is_star for e in query.expressions):
+        return {}
+    return {i: e.args["alias"].this for i, e in enumerate(query.expressions) if isinstance(e, exp.Alias) and e.args.get("alias")}
+
+
 def normalize_null_ordering(statement: exp.Expression, dialect: str) -> None:
     """Make NULLS FIRST/LAST explicit everywhere, so range partitioning and DuckDB agree."""
     ordering = Dialect.get_or_raise(dialect).NULL_ORDERING
@@ -655,6 +668,41 @@ def factor_disjunctions(statement: exp.Expression) -> exp.Expression:
     return statement.transform(visit, copy=False)
 
 
+def spell_out_null_safe(statement: exp.Expression) -> exp.Expression:
+    """Rewrite ``x IS [NOT] DISTINCT FROM <constant>`` as ``(x IS NULL OR x <> c)`` and
+    ``(x IS NOT NULL AND x = c)``, which mean the same for a constant that is not NULL.
+
+    DuckDB 1.5.5 prunes an OR of filters on one column by that column's statistics and takes
+    IS DISTINCT FROM for a comparison that NULL fails: over a column with only NULLs,
+    ``c IS DISTINCT FROM ' ' OR c < 'a'`` keeps no row (every row qualifies). A partition of an
+    exchange often holds only NULLs in a column (a ROLLUP's total rows), so fragments met it
+    where DuckDB's own plan did not.
+    """
+
+    def visit(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.NullSafeEQ | exp.NullSafeNEQ):
+            return node
+        value, constant = node.this, node.expression
+        if _non_null_constant(value):
+            value, constant = constant, value
+        if not _non_null_constant(constant):
+            return node
+        if isinstance(node, exp.NullSafeNEQ):
+            return exp.paren(exp.or_(exp.Is(this=value.copy(), expression=exp.null()), exp.NEQ(this=value.copy(), expression=constant.copy())))
+        return exp.paren(exp.and_(exp.not_(exp.Is(this=value.copy(), expression=exp.null())), exp.EQ(this=value.copy(), expression=constant.copy())))
+
+    return statement.transform(visit, copy=False)
+
+
+def _non_null_constant(e: exp.Expression) -> bool:
+    e = unparen(e)
+    if isinstance(e, exp.Cast):
+        e = unparen(e.this)
+    if isinstance(e, exp.Neg):
+        e = e.this
+    return isinstance(e, exp.Literal | exp.Boolean)
+
+
 def exists_select_one(statement: exp.Expression) -> exp.Expression:
     """Rewrite EXISTS (SELECT * ...) as EXISTS (SELECT 1 ...): the subquery's columns are never
     read, but once it is decorrelated into a join its star would carry every column of its
@@ -679,7 +727,7 @@ def referenced_tables(statement: exp.Expression) -> set[str]:
 
 def optimize_query(query: exp.Expression, catalog: Catalog, dialect: str) -> exp.Expression:
     """Qualify, decorrelate and push down; unknown tables and columns become ProgrammingErrors."""
-    query = exists_select_one(factor_disjunctions(query))
+    query = exists_select_one(factor_disjunctions(spell_out_null_safe(query)))
     ctes = {cte.alias_or_name.lower() for cte in query.find_all(exp.CTE)}
     schema = {}
     for name in referenced_tables(query) - ctes:

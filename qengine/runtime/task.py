@@ -407,7 +407,8 @@ def _run_fragment(
 
     The Arrow inputs are registered as they are. Joined to a Parquet side, whose size DuckDB
     knows, one may get a Bloom filter pushed into its scan, which DuckDB cannot do for Arrow
-    ("BLOOM_FILTER is not currently supported in PyArrow Scans", duckdb/duckdb-python#463);
+    ("BLOOM_FILTER is not currently supported in PyArrow Scans", duckdb/duckdb-python#463; an
+    IS DISTINCT FROM join filter likewise "can't be an Arrow Scan Pushdown Filter");
     the fragment then runs again with the inputs copied into DuckDB tables. Copying always would
     cost more: those copies take longer than most fragments do. An empty input beside a scan
     (a concatenated union's other branch, a broadcast only the first task reads) is the usual
@@ -437,7 +438,7 @@ def _run_fragment(
         try:
             return execute()
         except duckdb.NotImplementedException as e:
-            if "BLOOM_FILTER" not in str(e):
+            if "Arrow Scan" not in str(e):  # a filter DuckDB cannot push into an Arrow scan
                 raise
         lease.clear()
         lease.add_inputs(inputs, copy=True)

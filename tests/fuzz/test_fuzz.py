@@ -7,6 +7,7 @@ broadcast_threshold=0) and DuckDB and requires no mismatch and no error; refusal
 
 from __future__ import annotations
 
+import decimal
 import re
 
 import pyarrow as pa
@@ -40,6 +41,15 @@ def test_compare_treats_float_edges_as_equal() -> None:
     expected = pa.table({"x": [0.0, 1.0, None, float("nan")]})
     assert compare(got, expected, sql) is None
     assert compare(got, pa.table({"x": [0.0, 1.0, None, 2.0]}), sql) is not None
+
+
+def test_compare_matches_decimals_exactly() -> None:
+    """Near neighbours must not pair up within a float tolerance (a right answer showed as wrong)."""
+    sql = "SELECT x FROM t"
+    values = pa.array([decimal.Decimal(v) for v in (2451436, 2451437, 2451444)], pa.decimal128(38, 0))
+    assert compare(pa.table({"x": values}), pa.table({"x": values.take([2, 0, 1])}), sql) is None
+    other = pa.array([decimal.Decimal(v) for v in (2451436, 2451437, 2451445)], pa.decimal128(38, 0))
+    assert compare(pa.table({"x": values}), pa.table({"x": other}), sql) is not None
 
 
 def test_compare_checks_order_and_exact_integers() -> None:
