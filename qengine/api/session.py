@@ -25,6 +25,7 @@ from qengine.planner import PlanOptions, plan_query
 from qengine.planner.explain import explain_lines
 from qengine.planner.frontend import (
     bind,
+    deduplicated,
     expand_sources,
     name_outputs,
     normalize_null_ordering,
@@ -314,27 +315,6 @@ class Session:
             self.cluster.pool.get(address).put({"key": key}, piece)
             source.partitions.append(Partition(address, key, piece.num_rows, piece.nbytes))
         self.catalog.add_table(source)
-
-
-def deduplicated(names: list[str]) -> list[str]:
-    """Column names made unique as DuckDB makes a new table's (QueryResult::DeduplicateColumns):
-    a repeated name, compared without case, gets the suffix _1 (or the first _n not taken).
-    ``CREATE TABLE t AS SELECT 1 AS a, 2 AS a`` makes columns a and a_1 there; so it does here."""
-    taken: dict[str, int] = {}
-    out = []
-    for name in names:
-        low = name.lower()
-        if low not in taken:
-            taken[low] = 1
-            out.append(name)
-            continue
-        new = f"{name}_{taken[low]}"
-        while new.lower() in taken:
-            taken[low] += 1
-            new = f"{name}_{taken[low]}"
-        taken[new.lower()] = 1
-        out.append(new)
-    return out
 
 
 def _add_partitions(source: MemorySource, key: str, placement: list[tuple[str, dict]]) -> None:

@@ -703,6 +703,45 @@ def _non_null_constant(e: exp.Expression) -> bool:
     return isinstance(e, exp.Literal | exp.Boolean)
 
 
+def deduplicated(names: list[str]) -> list[str]:
+    """Column names made unique as DuckDB makes a new table's (QueryResult::DeduplicateColumns):
+    a repeated name, compared without case, gets the suffix _1 (or the first _n not taken).
+    ``CREATE TABLE t AS SELECT 1 AS a, 2 AS a`` makes columns a and a_1 there; so it does here."""
+    taken: dict[str, int] = {}
+    out = []
+    for name in names:
+        low = name.lower()
+        if low not in taken:
+            taken[low] = 1
+            out.append(name)
+            continue
+        new = f"{name}_{taken[low]}"
+        while new.lower() in taken:
+            taken[low] += 1
+            new = f"{name}_{taken[low]}"
+        taken[new.lower()] = 1
+        out.append(new)
+    return out
+
+
+def unique_inner_columns(statement: exp.Expression) -> exp.Expression:
+    """Rename repeated output names of derived tables, CTEs and views as DuckDB does (a, a_1):
+    ``SELECT * FROM (SELECT 1 AS a, 2 AS a)`` has columns a and a_1 there, where sqlglot's
+    optimizer cannot plan a derived table with two columns of one name."""
+    for node in list(statement.find_all(exp.Subquery, exp.CTE)):
+        query = node.this
+        while isinstance(query, exp.SetOperation):
+            query = query.this
+        if not isinstance(query, exp.Select) or any(e.is_star for e in query.expressions):
+            continue
+        names = [e.alias_or_name for e in query.expressions]
+        unique = deduplicated(names)
+        for e, name, new in zip(list(query.expressions), names, unique, strict=True):
+            if new != name:
+                e.replace(exp.alias_(e.unalias().copy(), new, quoted=True))
+    return statement
+
+
 def exists_select_one(statement: exp.Expression) -> exp.Expression:
     """Rewrite EXISTS (SELECT * ...) as EXISTS (SELECT 1 ...): the subquery's columns are never
     read, but once it is decorrelated into a join its star would carry every column of its
@@ -727,7 +766,7 @@ def referenced_tables(statement: exp.Expression) -> set[str]:
 
 def optimize_query(query: exp.Expression, catalog: Catalog, dialect: str) -> exp.Expression:
     """Qualify, decorrelate and push down; unknown tables and columns become ProgrammingErrors."""
-    query = exists_select_one(factor_disjunctions(spell_out_null_safe(query)))
+    query = exists_select_one(factor_disjunctions(spell_out_null_safe(unique_inner_columns(query))))
     ctes = {cte.alias_or_name.lower() for cte in query.find_all(exp.CTE)}
     schema = {}
     for name in referenced_tables(query) - ctes:
