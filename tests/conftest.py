@@ -114,25 +114,34 @@ def data_paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return make_data(str(tmp_path_factory.mktemp("data")))
 
 
-@pytest.fixture(scope="session")
-def oracle(data_paths: dict[str, str]) -> duckdb.DuckDBPyConnection:
+def duckdb_over(paths: dict[str, str]) -> duckdb.DuckDBPyConnection:
+    """The oracle: DuckDB with a view per table over the same Parquet files (a file, or a
+    directory of them)."""
     con = duckdb.connect()
-    for name, path in data_paths.items():
-        con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{path}/*.parquet')")
-    yield con
-    con.close()
+    for name, path in paths.items():
+        files = os.path.join(path, "*.parquet") if os.path.isdir(path) else path
+        con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{files}')")
+    return con
 
 
-def _engine(data_paths: dict[str, str], **options: object):
-    # Small splits, so even these tables scan as several tasks on both workers.
-    con = qengine.connect(workers=2, split_size="200KB", **options)
+def engine_over(paths: dict[str, str], split_size: str = "200KB", **options: object):
+    """A 2-worker local cluster with ``paths`` registered. Small splits, so even small tables
+    scan as several tasks on both workers."""
+    con = qengine.connect(workers=2, split_size=split_size, **options)
     try:
-        for name, path in data_paths.items():
+        for name, path in paths.items():
             con.register_parquet(name, path)
     except BaseException:
         con.close()
         raise
     return con
+
+
+@pytest.fixture(scope="session")
+def oracle(data_paths: dict[str, str]) -> duckdb.DuckDBPyConnection:
+    con = duckdb_over(data_paths)
+    yield con
+    con.close()
 
 
 MODES = {
@@ -151,14 +160,14 @@ MODES = {
 @pytest.fixture(scope="session", params=list(MODES))
 def engine(request: pytest.FixtureRequest, data_paths: dict[str, str]):
     """A 2-worker cluster in each mode of :data:`MODES`."""
-    con = _engine(data_paths, **MODES[request.param])
+    con = engine_over(data_paths, **MODES[request.param])
     yield con
     con.close()
 
 
 @pytest.fixture(scope="session")
 def default_engine(data_paths: dict[str, str]):
-    con = _engine(data_paths)
+    con = engine_over(data_paths)
     yield con
     con.close()
 

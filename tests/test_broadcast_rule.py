@@ -6,7 +6,7 @@ import pytest
 
 from qengine.planner import logical as lp
 from qengine.planner.physical import PhysicalPlanner
-from tests.conftest import _engine, assert_same, plan_lines
+from tests.conftest import assert_same, engine_over, plan_lines
 
 MB = 1 << 20
 
@@ -31,7 +31,7 @@ def test_a_small_table_is_broadcast_rather_than_a_guessed_small_filter_of_a_big_
     # Broadcasting the sales side would run the whole join in items' single task.
     sql = ("SELECT i.category, sum(s.qty) AS q FROM sales s JOIN items i ON s.item_id = i.item_id "
            "WHERE s.qty > 5 AND s.store_id = 3 AND s.note = 'gift' GROUP BY i.category")
-    con = _engine(data_paths, broadcast_threshold="100KB")
+    con = engine_over(data_paths, broadcast_threshold="100KB")
     try:
         lines = plan_lines(con, sql)
         stage_of_sales = next(i for i in range(len(lines)) if lines[i].strip().startswith("Scan sales"))
@@ -49,7 +49,7 @@ def test_a_broadcast_shared_output_is_read_whole_by_its_consumers(data_paths, or
     sql = ("WITH top AS (SELECT item_id FROM sales GROUP BY item_id HAVING count(*) > 170) "
            "SELECT (SELECT count(*) FROM sales s JOIN top t ON s.item_id = t.item_id) AS a, "
            "(SELECT sum(qty) FROM sales s JOIN top t ON s.cust_id = t.item_id) AS b")
-    con = _engine(data_paths, broadcast_threshold="100KB")
+    con = engine_over(data_paths, broadcast_threshold="100KB")
     try:
         stages = "\n".join(plan_lines(con, sql)).split("\nStage ")
         assert sum("(materialized, whole, in every task)" in s for s in stages) == 2, "\n".join(stages)

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.conftest import _engine, assert_same
+from tests.conftest import assert_same, engine_over
 
 SHUFFLE_QUERY = "SELECT cust_id, count(DISTINCT item_id) AS items, sum(amount) AS total FROM sales GROUP BY cust_id"
 
@@ -22,7 +22,7 @@ def clusters(data_paths):
             # the sales shuffle is several MB; 64 KB per worker is far below a quarter of it
             "tiny": {"shuffle": "prefetch", "shuffle_memory": "64KB"},
         }.items():
-            made[name] = _engine(data_paths, broadcast_threshold=0, coalesce_size=0, **options)
+            made[name] = engine_over(data_paths, broadcast_threshold=0, coalesce_size=0, **options)
         yield made
     finally:
         for con in made.values():
@@ -72,7 +72,7 @@ def test_prefetch_pushes_only_while_map_tasks_run(clusters, data_paths, oracle) 
     """Reducers placed once every map task has finished (a prefetch fraction of 1) get nothing
     pushed: they read the blocks where they are instead of waiting for a push that overlaps no
     map work. Placed at the default half, they get the rest pushed while it still runs."""
-    con = _engine(data_paths, broadcast_threshold=0, coalesce_size=0, shuffle="prefetch", prefetch_fraction=1.0)
+    con = engine_over(data_paths, broadcast_threshold=0, coalesce_size=0, shuffle="prefetch", prefetch_fraction=1.0)
     try:
         late = max(_shuffle_stats(con, SHUFFLE_QUERY).shuffles, key=lambda s: sum(s.actual))
         assert late.map_tasks > 1 and late.placement == "minheap"

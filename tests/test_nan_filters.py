@@ -10,9 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import qengine
 from qengine.sandbox.pool import filters_mishandle
-from tests.conftest import assert_same
+from tests.conftest import assert_same, duckdb_over, engine_over
 
 NAN = float("nan")
 
@@ -32,11 +31,8 @@ def nan_tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 @pytest.fixture(scope="module", params=["default", "bc0"])
 def nan_engine(request: pytest.FixtureRequest, nan_tables: dict[str, str]):
-    extra = {"broadcast_threshold": 0} if request.param == "bc0" else {}
-    con = qengine.connect(workers=2, split_size="64KB", **extra)
+    con = engine_over(nan_tables, "64KB", **({"broadcast_threshold": 0} if request.param == "bc0" else {}))
     try:
-        for name, path in nan_tables.items():
-            con.register_parquet(name, path)
         con.register("mem", pa.table({"b": [1.0, NAN, None, 2.0]}))
         yield con
     finally:
@@ -45,9 +41,7 @@ def nan_engine(request: pytest.FixtureRequest, nan_tables: dict[str, str]):
 
 @pytest.fixture(scope="module")
 def nan_oracle(nan_tables: dict[str, str]) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
-    for name, path in nan_tables.items():
-        con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{path}')")
+    con = duckdb_over(nan_tables)
     con.execute("CREATE TABLE mem AS SELECT * FROM (VALUES (1.0::DOUBLE), ('nan'::DOUBLE), (NULL), (2.0)) t(b)")
     return con
 

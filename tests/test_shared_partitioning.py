@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from tests.conftest import _engine, assert_same, plan_lines
+from tests.conftest import assert_same, engine_over, plan_lines
 
 # TPC-DS q51's shape: daily totals, a running total per item, and the two channels joined by
 # item and day. One shuffle per channel, on the item alone, serves all three.
@@ -31,7 +31,7 @@ FROM wa FULL OUTER JOIN wb ON wa.item_id = wb.item_id AND wa.sold_date = wb.sold
 def shuffling(data_paths):
     """Every join shuffles, and no partitions are merged, so a join whose sides are hashed
     differently gives wrong answers instead of hiding it in one task."""
-    con = _engine(data_paths, broadcast_threshold=0, coalesce_size=0)
+    con = engine_over(data_paths, broadcast_threshold=0, coalesce_size=0)
     yield con
     con.close()
 

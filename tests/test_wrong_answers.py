@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import qengine
-from tests.conftest import assert_same
+from tests.conftest import assert_same, duckdb_over, engine_over
 
 TABLES = ("big", "big2", "small", "one")
 
@@ -47,23 +47,16 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def duck(paths: dict[str, str]) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
-    for name, path in paths.items():
-        con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{path}/*.parquet')")
+    con = duckdb_over(paths)
     yield con
     con.close()
 
 
 @pytest.fixture(scope="module", params=["default", "bc0"])
 def con(request: pytest.FixtureRequest, paths: dict[str, str]):
-    options = {"broadcast_threshold": 0} if request.param == "bc0" else {}
-    con = qengine.connect(workers=2, split_size="64KB", **options)
-    try:
-        for name, path in paths.items():
-            con.register_parquet(name, path)
-        yield con
-    finally:
-        con.close()
+    con = engine_over(paths, "64KB", **({"broadcast_threshold": 0} if request.param == "bc0" else {}))
+    yield con
+    con.close()
 
 
 # A concatenated UNION ALL runs each input in the stage of the scans, each task reading one
