@@ -17,6 +17,7 @@ round-robin), bytes spilled, and the prefetch/pull ratios. Timings are from this
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -104,6 +105,7 @@ def measure(con, job: str, sql: str) -> dict:
         "load": main.imbalance(main.host_loads) if main else None,
         "round_robin_load": main.imbalance(main.naive_host_loads) if main else None,
         "spilled": stats.spilled_bytes,
+        "recovery": dataclasses.asdict(stats.recovery),
         "hits": f"{sum(s.blocks_local for s in stats.shuffles)}/{sum(s.blocks_total for s in stats.shuffles)}",
         "shuffles": [s.as_dict() for s in stats.shuffles],
     }

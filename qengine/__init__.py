@@ -65,6 +65,8 @@ def connect(
     prefetch_fraction: float = SessionSettings.prefetch_fraction,
     samples_per_partition: int = SessionSettings.samples_per_partition,
     coalesce_size: int | str = SessionSettings.coalesce_size,
+    speculation: bool = SessionSettings.speculation,
+    hang_timeout: float | None = None,
     allowed_roots: list[str] | None = None,
     output_roots: list[str] | None = None,
     token: str | None = None,
@@ -83,7 +85,9 @@ def connect(
     it blocks spill to disk); ``prefetch_fraction`` the share of map tasks that must finish
     before reducers are placed; ``samples_per_partition`` is s in the s×p range samples;
     ``coalesce_size`` is the bytes below which adjacent reduce partitions merge into one task
-    (0 keeps one task per partition).
+    (0 keeps one task per partition). ``speculation`` launches copies of straggling tasks on
+    faster workers (LATE); ``hang_timeout`` is how many seconds a local worker may go without
+    answering before it is taken for hung, killed and replaced (default 5).
 
     ``allowed_roots`` are the directories tables and SQL's read_parquet()/read_csv() may read
     below; by default the current directory and the files and directories registered
@@ -110,14 +114,15 @@ def connect(
         prefetch_fraction=prefetch_fraction,
         samples_per_partition=samples_per_partition,
         coalesce_size=coalesce_size,
+        speculation=speculation,
     ).validated()
     if target is not None and target.startswith("qengine://"):
         from qengine.api.remote import RemoteSession
 
-        if allowed_roots is not None or output_roots is not None or shuffle_memory is not None:
+        if allowed_roots is not None or output_roots is not None or shuffle_memory is not None or hang_timeout is not None:
             raise ProgrammingError(
-                "allowed_roots, output_roots and shuffle_memory are set on the cluster "
-                "(qengine coordinator --data-root/--output-root, qengine worker --memory-budget), not per connection"
+                "allowed_roots, output_roots, shuffle_memory and hang_timeout are set on the cluster (qengine coordinator "
+                "--data-root/--output-root/--heartbeat-timeout, qengine worker --memory-budget), not per connection"
             )
         session = RemoteSession(target, token, settings, tls_root_certs)
         return Connection(session)
@@ -127,7 +132,9 @@ def connect(
         raise ProgrammingError(f"workers must be a positive integer, not {workers!r}")
     memory = parse_size(shuffle_memory, "shuffle_memory")
     catalog = local_catalog(allowed_roots, output_roots)
-    cluster = LocalCluster(workers, shuffle_memory=memory)
+    if hang_timeout is not None and (isinstance(hang_timeout, bool) or not isinstance(hang_timeout, int | float) or hang_timeout <= 0):
+        raise ProgrammingError(f"hang_timeout must be a positive number of seconds, not {hang_timeout!r}")
+    cluster = LocalCluster(workers, shuffle_memory=memory, **({"hang_timeout": hang_timeout} if hang_timeout else {}))
     session = Session(cluster, settings.plan_options(workers), settings.execution_options(), catalog)
     return Connection(session, cluster)
 

@@ -6,6 +6,8 @@ Everything qengine raises to a caller is one of these, with the original excepti
 
 from __future__ import annotations
 
+import json
+
 
 class Warning(Exception):  # noqa: A001, N818 - the name is mandated by PEP 249
     """Important warnings, e.g. data truncation."""
@@ -29,6 +31,44 @@ class DataError(DatabaseError):
 
 class OperationalError(DatabaseError):
     """The cluster failed: a worker died, a task could not run, a timeout."""
+
+
+class WorkerUnreachableError(OperationalError):
+    """A call to a worker got no answer: it is gone, stopped or cut off (not an error it sent
+    back). The scheduler takes the worker for lost, if the cluster agrees, and runs the task
+    elsewhere."""
+
+
+class InputLostError(OperationalError):
+    """A task's input blocks could not be read: their holder is unreachable, or they are gone
+    (a lost worker held them, or a reader that failed had consumed them).
+
+    Raised inside a worker and sent to the coordinator, which recomputes the blocks from their
+    lineage and runs the task again; a user sees it only if recovery gives up. The message
+    starts with ``input lost``, the holder's address and the missing blocks as JSON
+    (made by :func:`input_lost`), which the coordinator reads back with :func:`lost_input`.
+    """
+
+
+LOST_INPUT_PREFIX = "input lost "
+
+
+def lost_input(message: str) -> dict | None:
+    """The holder and missing blocks an :class:`InputLostError` message names, or None."""
+    if not message.startswith(LOST_INPUT_PREFIX):
+        return None
+    try:
+        info, _ = json.JSONDecoder().raw_decode(message[len(LOST_INPUT_PREFIX):])
+    except ValueError:
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def input_lost(address: str, key: str, missing: list[list[int]] | None, detail: str) -> InputLostError:
+    """An :class:`InputLostError` for blocks of ``key`` at ``address``: ``missing`` lists the
+    (map task, partition) pairs that are gone, None when the holder did not answer at all."""
+    info = json.dumps({"address": address, "key": key, "missing": missing})
+    return InputLostError(f"{LOST_INPUT_PREFIX}{info} {detail}")
 
 
 class IntegrityError(DatabaseError):
@@ -55,6 +95,8 @@ _BY_NAME: dict[str, type[Error]] = {
         DatabaseError,
         DataError,
         OperationalError,
+        InputLostError,
+        WorkerUnreachableError,
         IntegrityError,
         InternalError,
         ProgrammingError,

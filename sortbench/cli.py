@@ -64,6 +64,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for shuffle in stats.shuffles:
         console.print("shuffle: " + shuffle_summary(shuffle.as_dict()), highlight=False)
     console.print(f"spilled: {stats.spilled_bytes:,} bytes")
+    console.print(stats.recovery.summary())
     return 0
 
 

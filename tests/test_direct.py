@@ -151,7 +151,7 @@ def test_sorted_output_is_written_batch_by_batch(t: pa.Table, tmp_path, monkeypa
     stream = direct.execute(form, {"x0": blocks.select(["i", "b", "row"])})
     assert isinstance(stream, pa.RecordBatchReader)
     claim_output(str(tmp_path), overwrite=False)  # what COPY does before its tasks write
-    stats = _write_file(stream, ["i", "key", "row"], str(tmp_path), 4, fmt)
+    stats = _write_file(stream, ["i", "key", "row"], str(tmp_path), 4, 0, fmt)
     path = tmp_path / f"part-00004.{fmt}"
     assert stats["rows"] == ROWS
     if fmt == "parquet":

@@ -168,15 +168,15 @@ def test_wrong_token_is_refused_and_logged(tmp_path):
         assert "refused" in c.coordinator_log()
 
 
-def test_killed_worker_is_marked_dead_and_its_query_fails_cleanly(tmp_path, data_paths, oracle):
+def test_hung_worker_is_marked_dead_and_its_query_goes_on_without_it(tmp_path, data_paths, oracle):
     with cluster(tmp_path, 2, data_roots=data_root(data_paths)) as c, c.connect(broadcast_threshold=0, split_size="200KB") as con:
         register(con, data_paths)
-        con.execute(JOIN_SQL).fetchall()
+        expected = oracle.execute(JOIN_SQL).fetchall()
+        assert con.execute(JOIN_SQL).fetchall() == expected
         victim = c.workers[1]
         victim.send_signal(signal.SIGSTOP)  # hangs: its calls never answer
         started = time.monotonic()
-        with pytest.raises(qengine.OperationalError, match="marked dead"):
-            con.execute(JOIN_SQL).fetchall()
+        assert con.execute(JOIN_SQL).fetchall() == expected
         assert time.monotonic() - started < HANG_BOUND
         assert [m["alive"] for m in c.members()] == [True, False]
         victim.kill()

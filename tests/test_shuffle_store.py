@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from qengine.exchange.store import BlockStore
+from qengine.exchange.store import BlockStore, MissingBlocksError
 
 ROWS = 100
 BLOCK = 8 * ROWS  # bytes of one ``block()`` table
@@ -119,18 +119,25 @@ def test_consume_removes_what_was_read(make_store):
     assert values(store.get("q/s", 1)) == list(range(200, 300))
 
 
-def test_sources_filter(make_store):
+def test_reads_name_exact_task_attempts(make_store):
     store = make_store()
     for src in range(3):
         store.put("q/s", 0, block(100 * src), source=src)
-    assert values(store.get("q/s", 0, sources={0, 2})) == list(range(100)) + list(range(200, 300))
-    assert store.get("q/s", 0, sources={7}).num_rows == 0
+    store.put("q/s", 0, block(900), source=1, attempt=1)  # task 1 ran again: its second attempt
+    assert values(store.get("q/s", 0, want=[[0, 0], [2, 0]])) == list(range(100)) + list(range(200, 300))
+    assert values(store.get("q/s", 0, want=[[1, 1]])) == list(range(900, 1000))
+    assert store.get("q/s", 0, want=[]).num_rows == 0
+    # A named block that is not here is an error, never fewer rows.
+    with pytest.raises(MissingBlocksError) as missing:
+        store.get("q/s", 0, want=[[0, 0], [7, 0], [2, 1]])
+    assert missing.value.tasks == [2, 7] and missing.value.partition == 0
+    with pytest.raises(MissingBlocksError):
+        make_store().get("q/other", 3, want=[[0, 0]])  # a store that never saw the key
+    assert store.memory == 4 * BLOCK
+    # Consume only map task 1's first attempt.
+    assert values(store.get("q/s", 0, consume=True, want=[[1, 0]])) == list(range(100, 200))
     assert store.memory == 3 * BLOCK
-    # Consume only map task 1's block.
-    assert values(store.get("q/s", 0, consume=True, sources={1})) == list(range(100, 200))
-    assert store.memory == 2 * BLOCK
-    assert sorted(b.source for b in store.blocks("q/s", 0)) == [0, 2]
-    assert values(store.get("q/s", 0)) == list(range(100)) + list(range(200, 300))
+    assert sorted((b.source, b.attempt) for b in store.blocks("q/s", 0)) == [(0, 0), (1, 1), (2, 0)]
 
 
 # ---- pull layout -----------------------------------------------------------------------
@@ -170,7 +177,8 @@ def test_write_parts_one_file_per_map_task(make_store):
 
     for p in range(3):
         for task, parts in outputs.items():
-            assert values(store.get("q/s", p, sources={task})) == values(parts[p])
+            if parts[p].num_rows:
+                assert values(store.get("q/s", p, want=[[task, 0]])) == values(parts[p])
         # Several map tasks' files for the same partition concatenate.
         got = store.get("q/s", p)
         assert values(got) == values(outputs[0][p]) + values(outputs[1][p])
@@ -343,15 +351,16 @@ def test_take_blocks_removes_one_map_task(make_store):
     store.put_parts("q/s", mine, source=4)
     store.put_parts("q/s", other, source=9)
     assert store.memory == (10 + 30 + 5 + 6 + 7) * 8
-    taken = store.take_blocks("q/s", 4)
+    store.put_parts("q/s", [block(5000, 3)] * 3, source=4, attempt=1)  # a later attempt of task 4 stays
+    taken = store.take_blocks("q/s", 4, 0)
     assert sorted(taken) == [0, 2]  # only partitions where task 4 had rows
     assert values(taken[0]) == values(mine[0])
     assert values(taken[2]) == values(mine[2])
-    assert store.memory == (5 + 6 + 7) * 8
+    assert store.memory == (5 + 6 + 7 + 3 * 3) * 8
     for p in range(3):
-        assert [b.source for b in store.blocks("q/s", p)] == [9]
-        assert values(store.get("q/s", p)) == values(other[p])
-    assert store.take_blocks("q/s", 4) == {}
+        assert [(b.source, b.attempt) for b in store.blocks("q/s", p)] == [(9, 0), (4, 1)]
+        assert values(store.get("q/s", p, want=[[9, 0]])) == values(other[p])
+    assert store.take_blocks("q/s", 4, 0) == {}
 
 
 def test_take_blocks_of_spilled_and_file_blocks(make_store):
@@ -360,10 +369,10 @@ def test_take_blocks_of_spilled_and_file_blocks(make_store):
     store.write_parts("q/s", [block(500, 10), block(600, 10)], source=1)
     assert store.memory <= BLOCK
     assert any(b.table is None for p in (0, 1) for b in store.blocks("q/s", p) if b.source == 0)
-    taken = store.take_blocks("q/s", 0)
+    taken = store.take_blocks("q/s", 0, 0)
     assert values(taken[0]) == list(range(100)) and values(taken[1]) == list(range(100, 200))
     assert store.memory == 0
-    taken = store.take_blocks("q/s", 1)
+    taken = store.take_blocks("q/s", 1, 0)
     assert values(taken[0]) == list(range(500, 510)) and values(taken[1]) == list(range(600, 610))
     assert store.blocks("q/s", 0) == [] and store.blocks("q/s", 1) == []
 

@@ -55,7 +55,7 @@ def test_scan_tasks_run_on_whichever_worker_frees_a_slot(default_engine) -> None
     # The scan's tasks are placed nowhere ahead; they fill both workers' slots as they start.
     placed: list[int | None] = []
     ran: list[int] = []
-    original_place, original_record = QueryRun._place, QueryRun._record
+    original_place, original_commit = QueryRun._place, QueryRun._commit
 
     def place(self, run, index):
         worker = original_place(self, run, index)
@@ -63,16 +63,16 @@ def test_scan_tasks_run_on_whichever_worker_frees_a_slot(default_engine) -> None
             placed.append(worker)
         return worker
 
-    def record(self, run, index, result):
+    def commit(self, run, index, attempt, worker, result, speculative):
         if run.stage.scans:
-            ran.append(run.placement[index])
-        return original_record(self, run, index, result)
+            ran.append(worker)
+        return original_commit(self, run, index, attempt, worker, result, speculative)
 
-    QueryRun._place, QueryRun._record = place, record
+    QueryRun._place, QueryRun._commit = place, commit
     try:
         count = default_engine.execute("SELECT count(*) FROM sales WHERE qty > 10").fetchone()[0]
     finally:
-        QueryRun._place, QueryRun._record = original_place, original_record
+        QueryRun._place, QueryRun._commit = original_place, original_commit
     assert count > 0
     assert len(placed) >= 4 and set(placed) == {None}, placed
     assert set(ran) == {0, 1}, ran

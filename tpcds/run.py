@@ -27,6 +27,7 @@ class QueryReport:
     shuffle_bytes: int | None = None
     remote_bytes: int | None = None
     spilled_bytes: int | None = None
+    recovery: dict | None = None  # tasks retried, recomputed and speculated; workers lost
     reducer_wait_seconds: float | None = None
     rows: int | None = None
 
@@ -121,6 +122,7 @@ def run(
                 entry.stages, entry.tasks, entry.shuffle_bytes = len(stats.stages), stats.tasks, stats.shuffle_bytes
                 entry.remote_bytes = sum(s.remote_bytes for s in stats.shuffles)
                 entry.spilled_bytes = stats.spilled_bytes
+                entry.recovery = asdict(stats.recovery)
                 entry.reducer_wait_seconds = round(sum(s.read_wait_seconds for s in stats.shuffles), 4)
                 entry.rows = got.num_rows
                 t1 = time.perf_counter()

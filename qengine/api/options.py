@@ -50,6 +50,7 @@ class SessionSettings:
     prefetch_fraction: float = 0.5
     samples_per_partition: int = DEFAULT_SAMPLES_PER_PARTITION
     coalesce_size: int | str = 32 << 20
+    speculation: bool = True
 
     def validated(self) -> SessionSettings:
         """Raise ProgrammingError naming the first bad setting; returns self."""
@@ -65,6 +66,8 @@ class SessionSettings:
             raise ProgrammingError(f"unknown SQL dialect {self.dialect!r}") from e
         if self.shuffle not in ("prefetch", "pull"):
             raise ProgrammingError(f"shuffle must be 'prefetch' or 'pull', not {self.shuffle!r}")
+        if not isinstance(self.speculation, bool):
+            raise ProgrammingError(f"speculation must be True or False, not {self.speculation!r}")
         if not 0 < self.prefetch_fraction <= 1:
             raise ProgrammingError(f"prefetch_fraction must be in (0, 1], not {self.prefetch_fraction!r}")
         if not isinstance(self.samples_per_partition, int) or self.samples_per_partition < 1:
@@ -97,4 +100,5 @@ class SessionSettings:
             prefetch_fraction=self.prefetch_fraction,
             samples_per_partition=self.samples_per_partition,
             coalesce_bytes=parse_size(self.coalesce_size, "coalesce_size") or 0,
+            speculation=self.speculation,
         )

@@ -17,10 +17,11 @@ import duckdb
 import pyarrow as pa
 import sqlglot.expressions as exp
 
+from qengine.api.replicas import Replicas
 from qengine.catalog.access import claim_output, record_output
 from qengine.catalog.catalog import Catalog, View
 from qengine.catalog.sources import CsvSource, MemorySource, ParquetSource, Partition, RecordSource, Source
-from qengine.errors import NotSupportedError, ProgrammingError
+from qengine.errors import InputLostError, NotSupportedError, ProgrammingError, WorkerUnreachableError
 from qengine.planner import PlanOptions, plan_query
 from qengine.planner.explain import explain_lines
 from qengine.planner.frontend import (
@@ -42,6 +43,7 @@ from qengine.transport.wire import schema_from_hex, schema_to_hex
 
 _EXPLAIN = re.compile(r"^\s*EXPLAIN(\s+ANALYZE)?\s+(.*)$", re.IGNORECASE | re.DOTALL)
 _table_ids = itertools.count(1)
+RESULT_TRIES = 3  # runs of a query whose result partitions a lost worker took with it
 
 
 @dataclass
@@ -60,6 +62,7 @@ class Session:
         self.plan_options = plan_options
         self.catalog = catalog
         self.coordinator = Coordinator(cluster, exec_options)
+        self.replicas = Replicas(cluster)
         self._lock = threading.Lock()
 
     # ---- statements --------------------------------------------------------------------
@@ -71,14 +74,22 @@ class Session:
         with user_terms(sql, self.plan_options.dialect):
             if match:  # EXPLAIN blanked out rather than cut off: syntax errors give the user's positions
                 query = re.sub(r"[^\n]", " ", sql[: match.start(2)]) + match.group(2)
+                self._heal()
                 return self._explain(query, params, analyze=bool(match.group(1)))
             statements = parse(sql, self.plan_options.dialect)
             if params and len(statements) > 1:
                 raise ProgrammingError("parameters can only be bound to a single statement")
             result = Result(None, -1)
             for statement in statements:
+                self._heal()
                 result = self._execute_one(bind(statement, params), progress)
             return result
+
+    def _heal(self) -> None:
+        """Before a statement: bring every session-table partition back to two holders, after a
+        worker holding one has left the cluster (``qengine.api.replicas``)."""
+        tables = [s for s in list(self.catalog.tables.values()) if isinstance(s, MemorySource)]
+        self.replicas.heal(p for s in tables for p in s.partitions)
 
     def cancel(self) -> None:
         """Cancel this session's running query (a remote client's Ctrl-C)."""
@@ -109,11 +120,17 @@ class Session:
 
     def query(self, query: exp.Expression, progress: Callable[[int, int], None] | None = None) -> Result:
         plan = self.plan(query)
-        placement, stats, query_id = self.coordinator.run(plan, progress=progress)
-        try:
-            table = self.coordinator.fetch_result(query_id, placement)
-        finally:
-            stats.spilled_bytes = self.coordinator.release(f"{query_id}/")
+        for tries_left in reversed(range(RESULT_TRIES)):
+            placement, stats, query_id = self.coordinator.run(plan, progress=progress)
+            try:
+                table = self.coordinator.fetch_result(query_id, placement)
+                break
+            except (WorkerUnreachableError, InputLostError):
+                # A worker holding result partitions was lost after the run: run it again.
+                if not tries_left:
+                    raise
+            finally:
+                stats.spilled_bytes = self.coordinator.release(f"{query_id}/")
         table = table.rename_columns(plan.names)
         return Result(table, table.num_rows, stats, plan)
 
@@ -182,7 +199,8 @@ class Session:
         first = schema_from_hex(placement[0][1]["schema"])
         schema = pa.schema([f.with_name(n) for f, n in zip(first, plan.names, strict=True)])
         source = MemorySource(name, schema, uid)
-        _add_partitions(source, key, placement)
+        source.partitions = _partitions(key, placement)
+        self.replicas.copy(source.partitions)
         return source, stats
 
     def _insert(self, st: exp.Insert, progress: Callable[[int, int], None] | None) -> Result:
@@ -209,8 +227,10 @@ class Session:
         }
         placement, _, query_id = self.coordinator.run(plan, output=output, progress=progress)
         self.coordinator.release(f"{query_id}/")
+        partitions = _partitions(key, placement)
+        self.replicas.copy(partitions)
         with self._lock:
-            _add_partitions(source, key, placement)
+            source.partitions += partitions
         return Result(None, sum(stats["rows"] for _, stats in placement))
 
     def _copy(self, st: exp.Copy, progress: Callable[[int, int], None] | None) -> Result:
@@ -302,25 +322,30 @@ class Session:
         return sorted([s.name for k, s in catalog.tables.items() if not k.startswith("__")] + [v.name for v in catalog.views.values()])
 
     def register_arrow(self, name: str, table: pa.Table) -> None:
-        """Spread an in-memory table over the workers as a session table."""
+        """Spread an in-memory table over the workers as a session table, each piece on two."""
         addresses = self.cluster.addresses
         uid = next(_table_ids)
         source = MemorySource(name, table.schema, uid)
         chunk = max(1, -(-table.num_rows // len(addresses)))
+        pieces: dict[str, pa.Table] = {}
         for i, address in enumerate(addresses):
             piece = table.slice(i * chunk, chunk)
             if piece.num_rows == 0 and i > 0:
                 break
             key = f"table/{uid}/0/{i}"
-            self.cluster.pool.get(address).put({"key": key}, piece)
-            source.partitions.append(Partition(address, key, piece.num_rows, piece.nbytes))
+            pieces[key] = piece
+            source.partitions.append(Partition([address], key, piece.num_rows, piece.nbytes))
+        try:
+            self.replicas.store(source.partitions, pieces)
+        except BaseException:  # the pieces already put would stay on their workers until close
+            self.coordinator.release(f"table/{uid}/")
+            raise
         self.catalog.add_table(source)
 
 
-def _add_partitions(source: MemorySource, key: str, placement: list[tuple[str, dict]]) -> None:
-    """Record where a table-writing query left each of its result partitions."""
-    for index, (address, stats) in enumerate(placement):
-        source.partitions.append(Partition(address, f"{key}/{index}", stats["rows"], stats["bytes"]))
+def _partitions(key: str, placement: list[tuple[str, dict]]) -> list[Partition]:
+    """Where a table-writing query left each of its result partitions (one holder each)."""
+    return [Partition([address], f"{key}/{index}", stats["rows"], stats["bytes"]) for index, (address, stats) in enumerate(placement)]
 
 
 def _schema_of(schema: exp.Schema) -> pa.Schema:

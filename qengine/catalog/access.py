@@ -13,6 +13,7 @@ only those.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -25,6 +26,7 @@ from qengine.errors import ProgrammingError
 # directory is registered, so the marker is never read as data.
 MARKER = "_qengine_copy.json"
 _PART = re.compile(r"part-\d{5}\.(csv|parquet)")
+_ATTEMPT = re.compile(r"\.part-\d{5}\.(csv|parquet)\.attempt-\d+\.tmp")
 
 
 def real(path: str) -> str:
@@ -118,10 +120,21 @@ def claim_output(directory: str, overwrite: bool) -> None:
     _write_marker(directory, [])
 
 
+def attempt_file(part: str, attempt: int) -> str:
+    """The hidden name one task attempt writes its part file under, before renaming it."""
+    return f".{part}.attempt-{attempt}.tmp"
+
+
 def record_output(directory: str) -> None:
     """List in the marker the part files now in ``directory``: after a COPY has run (or failed),
-    they are its own, since it claimed the directory with nothing else in it."""
-    _write_marker(directory, sorted(n for n in os.listdir(directory) if _PART.fullmatch(n)))
+    they are its own, since it claimed the directory with nothing else in it. Files of attempts
+    that never finished (their worker was lost) are removed."""
+    entries = os.listdir(directory)
+    for name in entries:
+        if _ATTEMPT.fullmatch(name):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, name))
+    _write_marker(directory, sorted(n for n in entries if _PART.fullmatch(n)))
 
 
 def _listed(directory: str) -> list[str]:

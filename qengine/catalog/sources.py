@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from qengine.catalog import records
 from qengine.catalog.scan import csv_error
 from qengine.catalog.types import type_code
-from qengine.errors import ProgrammingError
+from qengine.errors import OperationalError, ProgrammingError
 from qengine.transport.wire import schema_to_hex
 
 # By default a scan task covers about this many uncompressed bytes: Spark's default for
@@ -289,12 +289,16 @@ class RecordSource(Source):
 
 @dataclass
 class Partition:
-    """One piece of an in-memory table, held in a worker's table store."""
+    """One piece of an in-memory table, kept under ``key`` in the table store of each of its
+    ``holders``: the worker that wrote it, then the one holding its copy, so that the table
+    outlives the loss of one worker (``qengine.api.replicas``). ``lost`` counts the holders
+    dropped because their workers left the cluster; with no holder left, the rows are gone."""
 
-    address: str
+    holders: list[str]
     key: str
     rows: int
     bytes: int
+    lost: int = 0
 
 
 class MemorySource(Source):
@@ -317,9 +321,21 @@ class MemorySource(Source):
     def splits(
         self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES, ranges: dict[str, tuple[int, int]] | None = None
     ) -> list[dict]:
+        """One split per partition: ``address`` is its first holder, ``replicas`` every holder
+        (first holder first), for the scheduler to place the task on one that is alive and for
+        the task to read from the next if one fails. A partition no worker holds any more fails
+        the scan: a table missing some of its rows must not answer as if it were whole."""
         schema = schema_to_hex(self.schema)
         if not self.partitions:
-            return [{"kind": "memory", "address": None, "key": None, "schema": schema}]
-        return [{"kind": "memory", "address": p.address, "key": p.key, "schema": schema} for p in self.partitions]
-
-
+            return [{"kind": "memory", "address": None, "replicas": [], "key": None, "schema": schema}]
+        splits = []
+        for index, p in enumerate(self.partitions):
+            holders = list(p.holders)  # read once: another statement's healing may replace it
+            if not holders:
+                who = "both workers holding it were" if p.lost > 1 else "the worker holding it was"
+                raise OperationalError(f"session table {self.name} lost partition {index}: {who} lost")
+            splits.append(
+                {"kind": "memory", "address": holders[0], "replicas": holders, "key": p.key, "schema": schema,
+                 "table": self.name, "index": index}
+            )
+        return splits

@@ -69,6 +69,7 @@ def connection_options(args: argparse.Namespace) -> dict[str, Any]:
         "shuffle": args.shuffle,
         "shuffle_memory": args.shuffle_memory,
         "prefetch_fraction": args.prefetch_fraction,
+        "speculation": args.speculation,
     }
 
 
@@ -92,6 +93,8 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shuffle-memory", default=None, help="per-worker shuffle memory budget, e.g. 256MB (default: unlimited)")
     parser.add_argument("--prefetch-fraction", type=float, default=0.5,
                         help="share of map tasks that must finish before reducers are placed (default 0.5)")
+    parser.add_argument("--no-speculation", dest="speculation", action="store_false",
+                        help="launch no speculative copies of straggling tasks (LATE; on by default)")
 
 
 @contextlib.contextmanager

@@ -23,6 +23,9 @@ def run_statement(con: Any, sql: str, args: argparse.Namespace) -> None:
         write_result(cur.fetch_arrow_table(), args.format, args.output)
     elif cur.rowcount >= 0:
         print(f"{cur.rowcount} row(s) affected")
+    stats = cur.stats
+    if stats is not None and stats.recovery.any():  # a statement that survived a failure says so
+        print(stats.recovery.summary(), file=sys.stderr)
 
 
 def repl(con: Any, args: argparse.Namespace) -> int:

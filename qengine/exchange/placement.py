@@ -58,13 +58,16 @@ def round_robin(reducers: list[Reducer], hosts: list[int]) -> Placement:
     return Placement(assignment, _loads(assignment, {r.rid: r.size for r in reducers}, hosts))
 
 
-def min_heap(reducers: list[Reducer], hosts: list[int], m: int, swap: bool = True) -> Placement:
-    """Algorithm 1. ``m`` is the number of map partitions that produced the data."""
+def min_heap(
+    reducers: list[Reducer], hosts: list[int], m: int, swap: bool = True, initial: dict[int, float] | None = None
+) -> Placement:
+    """Algorithm 1. ``m`` is the number of map partitions that produced the data; ``initial``
+    is load the hosts already carry (reducers of a lost host placed again over the others)."""
     if not hosts:
         raise ValueError("no hosts to place reducers on")
     sizes = {r.rid: r.size for r in reducers}
     order = sorted(reducers, key=lambda r: (r.size, -r.rid))  # ascending; taken from the end
-    heap = [(0.0, i, h) for i, h in enumerate(hosts)]  # (load, tie-break, host)
+    heap = [((initial or {}).get(h, 0.0), i, h) for i, h in enumerate(hosts)]  # (load, tie-break, host)
     heapq.heapify(heap)
     assignment: dict[int, int] = {}
     for r in reversed(order):

@@ -1,7 +1,10 @@
 """A worker's block store: shuffle blocks, query results and session-table pieces.
 
 Blocks are keyed by a string (``<query>/<shuffle>`` or ``table/<id>/…``) and a partition; each
-remembers the map task that produced it (``source``). A block lives in memory, or on local disk
+remembers the map task that produced it (``source``) and which attempt of that task
+(``attempt``): a reader names the exact (task, attempt) blocks it wants, so a task that ran twice
+(retried, recomputed after a lost worker, or speculated) is never read twice, and a block that
+is gone is an error rather than fewer rows. A block lives in memory, or on local disk
 as Arrow IPC: pull-mode map output is written to one file per map task with an index of which
 record batches belong to which partition (Spark's sort-shuffle layout), and in-memory blocks
 spill to disk when the store's memory budget is exceeded.
@@ -33,6 +36,7 @@ _files = itertools.count()
 class Block:
     nbytes: int
     source: int
+    attempt: int = 0
     table: pa.Table | None = None
     path: str | None = None
     batches: tuple[int, int] | None = None  # (first, count) inside a shared map-output file
@@ -61,6 +65,14 @@ def concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
 
 
+class MissingBlocksError(KeyError):
+    """Blocks a reader named are not in this store: see ``BlockStore.get``."""
+
+    def __init__(self, key: str, partition: int, tasks: list[int]) -> None:
+        super().__init__(f"{len(tasks)} blocks of {key} partition {partition} are not here (map tasks {tasks[:8]})")
+        self.key, self.partition, self.tasks = key, partition, tasks
+
+
 @dataclass
 class _Shuffle:
     """What the coordinator told this store about a shuffle it receives reducers' data for."""
@@ -85,25 +97,25 @@ class BlockStore:
 
     # ---- writing -----------------------------------------------------------------------
 
-    def put(self, key: str, partition: int, table: pa.Table, source: int = -1) -> None:
+    def put(self, key: str, partition: int, table: pa.Table, source: int = -1, attempt: int = 0) -> None:
         with self._lock:
             self._schemas.setdefault(key, table.schema)
             if table.num_rows or not self._blocks.get((key, partition)):
-                self._blocks[(key, partition)].append(Block(table.nbytes, source, table))
+                self._blocks[(key, partition)].append(Block(table.nbytes, source, attempt, table))
                 self.memory += table.nbytes
             self._enforce_budget()
 
-    def put_parts(self, key: str, parts: list[pa.Table], source: int = -1) -> None:
+    def put_parts(self, key: str, parts: list[pa.Table], source: int = -1, attempt: int = 0) -> None:
         with self._lock:
             if parts:
                 self._schemas.setdefault(key, parts[0].schema)
             for p, table in enumerate(parts):
                 if table.num_rows:
-                    self._blocks[(key, p)].append(Block(table.nbytes, source, table))
+                    self._blocks[(key, p)].append(Block(table.nbytes, source, attempt, table))
                     self.memory += table.nbytes
             self._enforce_budget()
 
-    def write_parts(self, key: str, parts: list[pa.Table], source: int) -> None:
+    def write_parts(self, key: str, parts: list[pa.Table], source: int, attempt: int = 0) -> None:
         """Pull mode: one Arrow IPC file for the map task, one batch run per partition."""
         schema = parts[0].schema
         path = os.path.join(self.spill_dir, f"map-{next(_files)}.arrow")
@@ -121,18 +133,19 @@ class BlockStore:
             self._files[key].append(path)
             for p, (part, span) in enumerate(zip(parts, index, strict=True)):
                 if part.num_rows:
-                    self._blocks[(key, p)].append(Block(part.nbytes, source, path=path, batches=span))
+                    self._blocks[(key, p)].append(Block(part.nbytes, source, attempt, path=path, batches=span))
 
-    def stage(self, key: str, table: pa.Table, source: int = -1) -> None:
+    def stage(self, key: str, table: pa.Table, source: int = -1, attempt: int = 0) -> None:
         """Hold unpartitioned map output until the range bounds are known."""
         with self._lock:
             self._schemas.setdefault(key, table.schema)
-            self._staged[key].append((source, table))
+            self._staged[key].append((source, attempt, table))
 
-    def take_staged(self, key: str, sources: set[int] | None = None) -> list[tuple[int, pa.Table]]:
+    def take_staged(self, key: str, wanted: dict[int, int] | None = None) -> list[tuple[int, int, pa.Table]]:
+        """Remove and return staged map output: of the tasks (and attempts) ``wanted`` names, or all."""
         with self._lock:
             staged = self._staged.get(key, [])
-            taken = [s for s in staged if sources is None or s[0] in sources]
+            taken = [s for s in staged if wanted is None or wanted.get(s[0]) == s[1]]
             self._staged[key] = [s for s in staged if s not in taken]
             return taken
 
@@ -145,17 +158,27 @@ class BlockStore:
         with self._lock:
             return list(self._blocks.get((key, partition), ()))
 
-    def get(self, key: str, partition: int, consume: bool = False, sources: set[int] | None = None) -> pa.Table | None:
+    def get(
+        self, key: str, partition: int, consume: bool = False, want: list[list[int]] | None = None
+    ) -> pa.Table | None:
         """The blocks of a partition as one table; None if this store never saw ``key``.
 
-        ``consume`` removes what was read (a shuffle partition has exactly one reader);
-        ``sources`` limits the read to blocks of those map tasks.
+        ``consume`` removes what was read (a shuffle partition has exactly one reader).
+        ``want`` names the (map task, attempt) blocks to read, exactly: blocks of other attempts
+        are left alone, and a named block that is not here raises :class:`MissingBlocksError`.
         """
+        pairs = {(t, a) for t, a in want} if want is not None else None
+
         def wanted(b: Block) -> bool:
-            return sources is None or b.source in sources
+            return pairs is None or (b.source, b.attempt) in pairs
 
         with self._lock:
             schema = self._schemas.get(key)
+            if pairs is not None:
+                held = {(b.source, b.attempt) for b in self._blocks.get((key, partition), ())}
+                missing = sorted(pairs - held)
+                if missing:
+                    raise MissingBlocksError(key, partition, [t for t, _ in missing])
             if schema is None:
                 return None
             if consume:
@@ -165,15 +188,18 @@ class BlockStore:
             snapshots = [b.snapshot() for b in chosen]
         return concat([load(*snap) for snap in snapshots], schema)
 
-    def take_blocks(self, key: str, source: int, partitions: list[int] | None = None) -> dict[int, pa.Table]:
-        """Remove and return one map task's blocks of ``partitions`` (default all), to push them."""
+    def take_blocks(self, key: str, source: int, attempt: int, partitions: list[int] | None = None) -> dict[int, pa.Table]:
+        """Remove and return one map task attempt's blocks of ``partitions`` (default all), to push them."""
         with self._lock:
             schema = self._schemas.get(key)
             if schema is None:
                 return {}
             if partitions is None:
                 partitions = [p for k, p in self._blocks if k == key]
-            taken = {p: [b.snapshot() for b in self._take(key, p, lambda b: b.source == source)] for p in partitions}
+            taken = {
+                p: [b.snapshot() for b in self._take(key, p, lambda b: (b.source, b.attempt) == (source, attempt))]
+                for p in partitions
+            }
         return {p: concat([load(*snap) for snap in snaps], schema) for p, snaps in taken.items() if snaps}
 
     def _take(self, key: str, partition: int, taken: Callable[[Block], bool]) -> list[Block]:

@@ -109,4 +109,5 @@ def explain_lines(plan: StagePlan, workers: int, split_bytes: int, stats: QueryS
             f"Total: {stats.seconds:.3f}s, {stats.tasks} tasks, {stats.shuffle_bytes} bytes shuffled, "
             f"{stats.spilled_bytes} bytes spilled"
         )
+        lines.append(stats.recovery.summary())
     return lines

@@ -21,6 +21,7 @@ from qengine.runtime.key_ranges import KeyRanges
 from qengine.runtime.query_run import QueryRun
 from qengine.runtime.query_state import Cluster, ExecutionOptions, release_blocks
 from qengine.runtime.stats import QueryStats
+from qengine.transport.wire import schema_from_hex
 
 
 class Coordinator:
@@ -84,10 +85,18 @@ class Coordinator:
             run.cancel()
 
     def fetch_result(self, query_id: str, placement: list[tuple[str, dict]]) -> pa.Table:
-        """Collect the result partitions in order; the order of a range-sorted result is kept."""
+        """Collect the result partitions in order; the order of a range-sorted result is kept.
+
+        Each partition is read from the attempt that committed it, exactly; a worker lost since
+        then raises :class:`WorkerUnreachableError` or :class:`InputLostError`, and the caller
+        runs the query again.
+        """
         def one(index: int) -> pa.Table:
-            address, _ = placement[index]
-            return self.cluster.pool.get(address).get({"key": f"{query_id}/result", "partition": index})
+            address, output = placement[index]
+            if not output["rows"]:
+                return schema_from_hex(output["schema"]).empty_table()
+            ticket = {"key": f"{query_id}/result", "partition": index, "want": [[index, output["attempt"]]]}
+            return self.cluster.pool.get(address).get(ticket)
 
         with ThreadPoolExecutor(max_workers=min(8, max(1, len(placement)))) as pool:
             tables = list(pool.map(one, range(len(placement))))

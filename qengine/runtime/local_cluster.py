@@ -4,12 +4,20 @@ Workers get the cluster token through their environment (never argv, which ``ps`
 bind to 127.0.0.1 and report their port on stdout. Their stdin is a pipe from this process: it
 closes when this process ends however it ends, and the workers exit on that. ``close()`` asks
 them to stop, then terminates and finally kills whatever is left.
+
+A watchdog pings every worker each second. A worker that has exited, or has not answered for
+``hang_timeout`` seconds (stopped, or stuck), is lost: the cluster kills it (it owns the
+process), removes its spill directory and starts a replacement at a new address, so a
+connection keeps its size. Queries learn of the loss through :meth:`LocalCluster.lost` and
+recover from it (``runtime.query_run``).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
+import logging
 import os
 import secrets
 import shutil
@@ -17,14 +25,20 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from qengine.errors import OperationalError
 from qengine.transport.rpc import ClientPool
 from qengine.transport.wire import load_converters
 
+log = logging.getLogger("qengine.runtime.local_cluster")
+
 STARTUP_TIMEOUT = 30.0
+DEFAULT_HANG_TIMEOUT = 5.0  # seconds without an answer to a ping before a worker counts as hung
+PING_EVERY = 1.0
+SUSPECT_WAIT = 1.0  # seconds a worker whose call broke is given to exit (a hung one is the watchdog's)
 # Allocator settings for worker processes, so memory a worker frees goes back to the OS and its
 # resident size follows what it holds. Without them a sort's worker stayed near its high-water
 # mark: mimalloc (Arrow's pool) keeps freed pages until later activity in the same thread, and
@@ -38,6 +52,8 @@ class WorkerHandle:
     id: int
     address: str
     process: subprocess.Popen | None = None
+    spill_dir: str | None = None
+    last_answer: float = field(default_factory=time.monotonic)
 
     def alive(self) -> bool:
         return self.process is None or self.process.poll() is None
@@ -45,10 +61,19 @@ class WorkerHandle:
 
 class LocalCluster:
     def __init__(
-        self, workers: int = 2, host: str = "127.0.0.1", log_dir: str | None = None, shuffle_memory: int | None = None
+        self,
+        workers: int = 2,
+        host: str = "127.0.0.1",
+        log_dir: str | None = None,
+        shuffle_memory: int | None = None,
+        hang_timeout: float = DEFAULT_HANG_TIMEOUT,
     ) -> None:
         if workers < 1:
             raise OperationalError("a cluster needs at least one worker")
+        if hang_timeout <= 0:
+            raise OperationalError("the hang timeout must be positive")
+        self.host = host
+        self.hang_timeout = hang_timeout
         self.token = secrets.token_hex(16)
         self.shuffle_memory = shuffle_memory
         self.pool = ClientPool(self.token)
@@ -59,21 +84,28 @@ class LocalCluster:
         self.spill_dirs: list[str] = []
         self.workers: list[WorkerHandle] = []
         self._procs: list[subprocess.Popen] = []
+        # address → why it was lost; addresses are never reused (a replacement that happened
+        # to get a lost one's port is started again)
+        self._lost: dict[str, str] = {}
+        self._ids = itertools.count(workers)  # replacements are numbered past the first workers
         self.failed = False
         self._closed = False
         self._lock = threading.Lock()
+        self._stop = threading.Event()
         _live_clusters.add(self)
         try:
             procs = [self._spawn(i, host) for i in range(workers)]
             load_converters()  # this process coordinates; do it while the workers start
-            for i, proc in enumerate(procs):
+            for i, (proc, spill_dir) in enumerate(procs):
                 port = self._await_port(proc, i)
-                self.workers.append(WorkerHandle(i, f"{host}:{port}", proc))
+                self.workers.append(WorkerHandle(i, f"{host}:{port}", proc, spill_dir))
         except BaseException:
             self.close()
             raise
+        self._watchdog = threading.Thread(target=self._watch, name="worker-watchdog", daemon=True)
+        self._watchdog.start()
 
-    def _spawn(self, worker_id: int, host: str) -> subprocess.Popen:
+    def _spawn(self, worker_id: int, host: str) -> tuple[subprocess.Popen, str]:
         env = {**ALLOCATOR_ENV, **os.environ, "QENGINE_TOKEN": self.token}
         log = os.path.join(self.log_dir, f"worker-{worker_id}.log")
         spill_dir = tempfile.mkdtemp(prefix="qengine-shuffle-")
@@ -94,7 +126,7 @@ class LocalCluster:
                 start_new_session=True,
             )
         self._procs.append(proc)
-        return proc
+        return proc, spill_dir
 
     def _await_port(self, proc: subprocess.Popen, worker_id: int) -> int:
         result: list[str] = []
@@ -111,15 +143,95 @@ class LocalCluster:
 
     @property
     def addresses(self) -> list[str]:
-        return [w.address for w in self.workers]
+        with self._lock:
+            return [w.address for w in self.workers]
 
-    def check_alive(self, addresses: list[str]) -> None:
-        """Raise if one of the workers at ``addresses`` (a query's workers) has exited."""
-        dead = [w for w in self.workers if not w.alive() and w.address in addresses]
-        if dead:
-            self.failed = True
-            names = ", ".join(f"worker {w.id} (exit code {w.process.returncode})" for w in dead)
-            raise OperationalError(f"{names} died; logs are in {self.log_dir}")
+    def lost(self, addresses: list[str]) -> dict[str, str]:
+        """Those of ``addresses`` (a query's workers) that were lost, with why."""
+        with self._lock:
+            return {a: self._lost[a] for a in addresses if a in self._lost}
+
+    def suspect(self, address: str) -> None:
+        """A call to ``address`` failed: if its process has exited, handle the loss now rather
+        than at the watchdog's next round."""
+        with self._lock:
+            handle = next((w for w in self.workers if w.address == address), None)
+        if handle is None or handle.process is None:
+            return
+        with contextlib.suppress(subprocess.TimeoutExpired):  # a killed process takes a moment to go
+            handle.process.wait(timeout=SUSPECT_WAIT)
+        if not handle.alive():
+            self._replace(handle, f"exited with code {handle.process.returncode}")
+
+    # ---- the watchdog ------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        """Ping every worker each second, each in a thread of its own (a hung worker must not
+        delay the others' checks); replace those that exited or stopped answering."""
+        pinging: dict[str, threading.Thread] = {}
+        while not self._stop.wait(PING_EVERY / 4):
+            with self._lock:
+                handles = list(self.workers)
+            now = time.monotonic()
+            for handle in handles:
+                if not handle.alive():
+                    self._replace(handle, f"exited with code {handle.process.returncode}")
+                elif now - handle.last_answer > self.hang_timeout:
+                    self._replace(handle, f"did not answer for {self.hang_timeout:.0f}s (hung)")
+                elif now - handle.last_answer >= PING_EVERY and not _running(pinging.get(handle.address)):
+                    thread = threading.Thread(target=self._ping, args=(handle,), daemon=True)
+                    pinging[handle.address] = thread
+                    thread.start()
+
+    def _ping(self, handle: WorkerHandle) -> None:
+        with contextlib.suppress(Exception):  # no answer: the watchdog sees the time pass
+            self.pool.get(handle.address).action("ping", timeout=self.hang_timeout)
+            handle.last_answer = time.monotonic()
+
+    def _replace(self, handle: WorkerHandle, why: str) -> None:
+        """Kill a lost worker (SIGKILL also ends a stopped one), free its spill files, and
+        start a replacement in its place."""
+        with self._lock:
+            if self._closed or handle not in self.workers:
+                return
+            self._lost[handle.address] = f"worker {handle.id} at {handle.address} {why}"
+            place = self.workers.index(handle)
+            self.workers.pop(place)
+        log.warning("worker %d at %s %s: replacing it", handle.id, handle.address, why)
+        if handle.process is not None:
+            with contextlib.suppress(OSError):
+                handle.process.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                handle.process.wait(timeout=5)
+        self.pool.forget(handle.address)
+        if handle.spill_dir is not None:
+            shutil.rmtree(handle.spill_dir, ignore_errors=True)
+        for _ in range(3):
+            worker_id = next(self._ids)
+            try:
+                proc, spill_dir = self._spawn(worker_id, self.host)
+                address = f"{self.host}:{self._await_port(proc, worker_id)}"
+            except OperationalError as e:
+                log.error("could not start a replacement worker: %s", e)
+                return
+            if address not in self._lost:
+                break
+            self._stop_process(proc)  # the OS gave it a lost worker's port: queries would confuse the two
+        else:
+            return
+        with self._lock:
+            if self._closed:
+                self._stop_process(proc)
+                return
+            self.workers.insert(min(place, len(self.workers)), WorkerHandle(worker_id, address, proc, spill_dir))
+        log.info("worker %d serving on %s in place of worker %d", worker_id, address, handle.id)
+
+    @staticmethod
+    def _stop_process(proc: subprocess.Popen) -> None:
+        if proc.stdin:
+            proc.stdin.close()
+        proc.kill()
+        proc.wait()
 
     def check_readable(self, paths: list[str]) -> None:
         """Local workers share this process's host and user, which has just resolved the paths."""
@@ -129,6 +241,7 @@ class LocalCluster:
             if self._closed:
                 return
             self._closed = True
+        self._stop.set()
         for w in self.workers:
             if w.alive():
                 with contextlib.suppress(Exception):  # best effort; terminate follows
@@ -153,6 +266,10 @@ class LocalCluster:
         if self._own_log_dir and not self.failed:
             shutil.rmtree(self.log_dir, ignore_errors=True)
         _live_clusters.discard(self)
+
+
+def _running(thread: threading.Thread | None) -> bool:
+    return thread is not None and thread.is_alive()
 
 
 _live_clusters: weakref.WeakSet[LocalCluster] = weakref.WeakSet()

@@ -1,12 +1,14 @@
 """The worker registry of a standalone coordinator: who has joined, who is alive.
 
 Workers started with ``qengine worker --join`` register here and then send a heartbeat every
-second or so. A worker silent for longer than the timeout is marked dead: it gets no more tasks,
-and a query that has tasks on it fails at once with an error naming it (there is no recovery
-yet). New workers may join at any time; each query takes the live workers of its start.
+second or so. A worker silent for longer than the timeout, or one that a query's call found
+unreachable and that then failed a ping, is marked dead: it gets no more tasks, and the queries
+that had tasks or blocks on it recover on the live workers (``runtime.query_run``). New workers
+may join at any time, and a worker marked dead that comes back joins again under a new id; each
+query takes the live workers of its start.
 
 The registry offers the same face as :class:`qengine.runtime.local_cluster.LocalCluster` (``addresses``,
-``pool``, ``check_alive``, ``close``), so the scheduler does not care which one it runs on.
+``pool``, ``lost``, ``suspect``, ``close``), so the scheduler does not care which one it runs on.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from qengine.transport.rpc import ClientPool
 log = logging.getLogger("qengine.runtime.coordinator")
 
 DEFAULT_HEARTBEAT_TIMEOUT = 5.0
+SUSPECT_PING_TIMEOUT = 2.0
 
 
 @dataclass
@@ -82,6 +85,7 @@ class WorkerRegistry:
                 for member in late:
                     member.alive = False
             for member in late:
+                self.pool.forget(member.address)  # calls waiting on it fail instead of hanging
                 log.warning("worker %d at %s missed its heartbeats for %.1fs: marked dead", member.id, member.address, self.heartbeat_timeout)
 
     # ---- the cluster face ---------------------------------------------------------------------
@@ -95,13 +99,34 @@ class WorkerRegistry:
         with self._lock:
             return list(self._members.values())
 
-    def check_alive(self, addresses: list[str]) -> None:
-        """Raise if a worker among ``addresses`` (a query's workers) is dead."""
+    def lost(self, addresses: list[str]) -> dict[str, str]:
+        """Those of ``addresses`` (a query's workers) that are marked dead, with why."""
         with self._lock:
-            dead = [m for m in self._members.values() if not m.alive and m.address in addresses]
-        if dead:
-            names = ", ".join(f"worker {m.id} at {m.address}" for m in dead)
-            raise OperationalError(f"{names} stopped sending heartbeats and was marked dead")
+            live = {m.address for m in self._members.values() if m.alive}
+            dead = {m.address: m for m in self._members.values() if not m.alive}
+        return {
+            a: f"worker {dead[a].id} at {a} was marked dead" if a in dead else f"worker at {a} left the cluster"
+            for a in addresses
+            if a not in live
+        }
+
+    def suspect(self, address: str) -> None:
+        """A call to ``address`` failed: mark it dead now if it refuses a ping outright (its
+        process is gone), rather than after its heartbeats have been missed for a whole
+        timeout. A ping that only times out proves nothing on a busy host: the heartbeats decide."""
+        started = time.monotonic()
+        try:
+            self.pool.get(address).action("ping", timeout=SUSPECT_PING_TIMEOUT)
+            return
+        except Exception:  # noqa: BLE001 - any failure to answer counts
+            if time.monotonic() - started >= SUSPECT_PING_TIMEOUT / 2:
+                return
+        with self._lock:
+            for member in self._members.values():
+                if member.address == address and member.alive:
+                    member.alive = False
+                    log.warning("worker %d at %s does not answer: marked dead", member.id, address)
+        self.pool.forget(address)
 
     def check_readable(self, paths: list[str]) -> None:
         """Every live worker must be able to read every path (a shared file system)."""

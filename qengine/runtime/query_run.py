@@ -3,22 +3,31 @@ independent stages (the two sides of a join) run at the same time.
 
 Each task is one ``run_task`` call to the worker it is placed on, or, if its inputs are as near
 to every worker (a scan split), to the first worker with a free slot; at most ``slots`` tasks run
-on a worker at once. The first failing task fails the query at once; the rest of its tasks are
-cancelled (those running are interrupted on their workers) and its blocks released.
+on a worker at once.
+
+Workers may be lost while a query runs (they die, hang or become unreachable), as in Spark and
+the RDD paper: every task has numbered attempts, and every block names its map task and
+attempt. A task whose worker is lost is run again elsewhere (at most ``MAX_TASK_FAILURES``
+times); the blocks a lost worker held that are still to be read are recomputed from their
+lineage by re-running only the map tasks that made them (recursively, when their own inputs
+were lost too); a reader names the exact (task, attempt) blocks it reads, so nothing is read
+twice or missed. Stragglers get a speculative copy on a fast worker (LATE). A task failing with
+an SQL or data error fails the query at once; the rest of its tasks are cancelled and its blocks
+released.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
+import statistics
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from qengine.errors import Error, OperationalError
+from qengine.errors import Error, InputLostError, InternalError, OperationalError, WorkerUnreachableError, lost_input
 from qengine.exchange.metrics import ShuffleStats
 from qengine.planner import direct, estimates
 from qengine.planner import logical as lp
@@ -28,18 +37,36 @@ from qengine.planner.stages import StagePlan
 from qengine.runtime.key_ranges import KeyRanges, prune_scan
 from qengine.runtime.query_state import SHUFFLE_KINDS, Cluster, ExecutionOptions, QueryState, StageRun, release_blocks
 from qengine.runtime.shuffle_driver import ShuffleDriver
-from qengine.runtime.slots import Slots
+from qengine.runtime.slots import Slots, WorkerGoneError
 from qengine.runtime.stats import QueryStats, StageStats
-from qengine.runtime.task_specs import map_spec, task_spec
+from qengine.runtime.task_specs import task_spec, with_inline_finalize
 
-LIVENESS_POLL_SECONDS = 1.0
+LIVENESS_POLL_SECONDS = 0.25  # how often lost workers and stragglers are looked for
 CANCEL_TIMEOUT = 10.0  # seconds a worker has to take a failed query's cancel
+MAX_TASK_FAILURES = 4  # attempts of one task lost with their worker (Spark's spark.task.maxFailures)
+MAX_INPUT_LOSSES = 16  # attempts of one task whose inputs were lost, before the query gives up
+SPECULATIVE_CAP = 0.1  # LATE's SpeculativeCap: at most this share of the slots runs copies
+SPECULATE_AFTER = 1.0  # seconds a task runs before it may be taken for a straggler
+SLOW_TASK_FACTOR = 1.5  # a task is a straggler once it has run this many times its expected time
+SLOW_NODE_QUANTILE = 0.75  # LATE's SlowNodeThreshold: no copies on workers slower than this share
 
 _query_ids = itertools.count(1)
 
 
+class _CancelledError(Exception):
+    """A task skipped because its query already failed."""
+
+
+class _StaleError(Exception):
+    """A task attempt no longer wanted (another attempt committed, or it was abandoned)."""
+
+
+class _DeferredError(Exception):
+    """A task whose inputs are being recomputed: it waits until they are back."""
+
+
 class QueryRun:
-    """Runs one stage plan to its end, or fails it at its first failing task."""
+    """Runs one stage plan to its end, or fails it at its first task that fails for itself."""
 
     def __init__(
         self,
@@ -58,14 +85,14 @@ class QueryRun:
         addresses = list(cluster.addresses)
         if not addresses:
             raise OperationalError("no live workers: none has joined the coordinator, or all were marked dead")
-        # A query may need only some workers; one that is known dead still fails it at once,
-        # rather than only when a task happens to be placed there.
-        cluster.check_alive(addresses)
         query_id = f"q{next(_query_ids)}-{time.monotonic_ns() % 10**9}"
         self.state = state = QueryState(query_id, options, plan, addresses, output)
         self.slots = Slots(state.workers, options.slots)
         self.failed = threading.Event()
         self.cancelled = threading.Event()
+        # Held while the scheduling loop changes the run's state and while a task's spec is
+        # built from it (specs are built in the call threads, once a task has its slot).
+        self.lock = threading.RLock()
         self.shuffles = ShuffleDriver(state, self._aux)
         for stage, (splits, tasks) in zip(plan.stages, plan.scan_tasks(state.workers, options.split_bytes), strict=True):
             kind = stage.output.kind if stage.output is not None else (output or {}).get("kind", "result")
@@ -79,6 +106,7 @@ class QueryRun:
                     state.consumer_of[read.shuffle_id] = stage.id
         state.total_tasks = sum(r.tasks for r in state.runs)
         self.done_tasks = 0
+        self.futures: dict[Future, tuple[str, StageRun, Any]] = {}
 
     def cancel(self) -> None:
         """Ask the run to stop: it fails at its next look at its calls, as a failing task would."""
@@ -91,74 +119,105 @@ class QueryRun:
         state = self.state
         split = run.splits[index] if run.splits is not None else None
         if split is not None and split.get("kind") == "memory" and split.get("address") is not None:
-            if split["address"] not in state.addresses:
-                raise OperationalError(f"a session table's rows were held by worker {split['address']}, which has left the cluster")
-            return state.addresses.index(split["address"])
+            holders = split.get("replicas") or [split["address"]]
+            live = [state.addresses.index(a) for a in holders if a in state.addresses]
+            live = [w for w in live if w not in state.lost]
+            if not live:
+                who = "both workers holding it were" if len(holders) > 1 else "the worker holding it was"
+                raise OperationalError(f"session table {split.get('table')} lost partition {split.get('index')}: {who} lost")
+            return live[0]
         shared = [r for r in run.stage.reads if r.kind == "materialized"]
         if shared:  # read the shared producer's partition where it lives
-            return state.runs[shared[0].shuffle_id].placement[index]
+            source = state.runs[shared[0].shuffle_id]
+            held = source.blocks.get(index, {}).get(index)
+            if held is not None:
+                # On a lost worker it is being made again: the task waits for it, placed anywhere.
+                return held[0] if held[0] not in state.lost else None
+            if source.placement[index] not in state.lost:  # an empty partition: where it was made
+                return source.placement[index]
         ahead = state.placements.get(run.stage.id)
         if ahead is not None:
             return ahead.hosts[index]
         if not run.stage.partitioned_reads:  # scans and broadcasts read as well from anywhere
             return None
         # A shuffle's reducers are placed now: the shuffle's metrics (ShuffleDriver.measure) need their hosts.
-        return self.slots.least_busy() if run.tasks == 1 else index % state.workers
+        live = state.live_hosts()
+        return self.slots.least_busy() if run.tasks == 1 else live[index % len(live)]
 
-    # ---- execution ---------------------------------------------------------------------
+    # ---- calls -------------------------------------------------------------------------
 
     def _call(self, worker: int, name: str, body: dict) -> Any:
-        """One call to a worker."""
+        """One call to a worker; one that gets no answer has the cluster look at the worker."""
         if self.failed.is_set():
             raise _CancelledError()
-        addresses = self.state.addresses
+        address = self.state.addresses[worker]
         try:
-            return self.cluster.pool.get(addresses[worker]).action(name, body)
-        except OperationalError:
-            self.cluster.check_alive(addresses)
+            return self.cluster.pool.get(address).action(name, body)
+        except WorkerUnreachableError:
+            self.cluster.suspect(address)
             raise
 
-    def _run_task(self, run: StageRun, index: int, body: dict | Callable[[], dict]) -> dict:
-        """Run a task in a slot of its worker, or of whichever worker frees one first if it has
-        none yet; a callable ``body`` is built once the task has its slot."""
+    def _run_task(self, run: StageRun, index: int, attempt: int, where: int | None, speculative: bool) -> tuple[int, dict]:
+        """Run one attempt of a task in a slot of its worker, or of whichever worker frees one
+        first; its spec is built once it has the slot, from where its input blocks are then."""
         if self.failed.is_set():
             raise _CancelledError()
-        with self.slots.hold(run.placement[index]) as worker:
-            run.placement[index] = worker
-            spec = body() if callable(body) else body
-            # The only task of its stage, with no other task of the query running: it may use
-            # every core of its host (a final aggregate or sort would otherwise leave all but one
-            # idle; TPC-DS SF 1 spends about a tenth of its time in such stages). Tasks of stages
-            # that start later share those cores for a while. A range map task is left on one
-            # thread: it numbers its rows in scan order to partition them.
-            alone = run.tasks == 1 and self.slots.running() == 1 and spec["output"]["kind"] != "range"
-            return self._call(worker, "run_task", dict(spec, alone=True) if alone else spec)
+        with self.slots.hold(where) as worker:
+            with self.lock:
+                if attempt not in run.wanted[index]:
+                    raise _StaleError()
+                if not self._inputs_ready(run):
+                    raise _DeferredError()
+                run.running.setdefault(index, {})[attempt] = (worker, time.monotonic(), speculative)
+                spec = with_inline_finalize(run, index, task_spec(self.state, run, index, attempt, run.sql, run.form, speculative))
+                # The only task of its stage, with no other task of the query running: it may use
+                # every core of its host (a final aggregate or sort would otherwise leave all but one
+                # idle; TPC-DS SF 1 spends about a tenth of its time in such stages). Tasks of stages
+                # that start later share those cores for a while. A range map task is left on one
+                # thread: it numbers its rows in scan order to partition them.
+                if run.tasks == 1 and self.slots.running() == 1 and spec["output"]["kind"] != "range":
+                    spec["alone"] = True
+            return worker, self._call(worker, "run_task", spec)
+
+    def _inputs_ready(self, run: StageRun) -> bool:
+        return all(self.state.runs[p].done for p in run.stage.parents)
+
+    # ---- the scheduling loop -----------------------------------------------------------
 
     def execute(self) -> tuple[list[tuple[str, dict]], QueryStats, str]:
         """Run every stage; returns (worker address, output) per result task, the stats and the query id."""
         state = self.state
         runs = state.runs
         started = time.perf_counter()
-        self.futures: dict[Future, tuple[str, StageRun, Any]] = {}
         try:
             while not runs[-1].done:
-                for run in runs:
-                    if not run.submitted and all(runs[p].done for p in run.stage.parents):
-                        self._submit(run)
+                with self.lock:
+                    self._look_at_workers()
+                    for run in runs:
+                        if not run.submitted and all(runs[p].done for p in run.stage.parents):
+                            self._submit(run)
+                        elif run.waiting and self._inputs_ready(run):
+                            for index in sorted(run.waiting):
+                                run.waiting.discard(index)
+                                self._launch(run, index)
                 if not self.futures:
-                    raise OperationalError("query stalled: no runnable stage (planner bug)")
+                    raise InternalError(f"query stalled, nothing runs (a qengine bug): {self._describe()}")
                 finished = self._wait()
                 if self.cancelled.is_set():
                     raise OperationalError("query cancelled")
-                if not finished:  # a worker that hangs never answers: fail once it is declared dead
-                    self.cluster.check_alive(state.addresses)
-                for fut in finished:
-                    kind, run, extra = self.futures.pop(fut)
-                    if kind == "task":
-                        self._record(run, extra, fut.result())
-                    else:
-                        self.shuffles.aux_done(run, kind, fut.result())
-                    self._maybe_finish(run)
+                with self.lock:
+                    for fut in finished:
+                        entry = self.futures.pop(fut, None)
+                        if entry is None:  # side work given up with its lost worker
+                            continue
+                        kind, run, extra = entry
+                        if kind == "task":
+                            self._task_done(run, *extra, fut)
+                        else:
+                            self._aux_done(run, kind, *extra, fut)
+                    for run in runs:  # side work given up with a lost worker finishes stages too
+                        self._maybe_finish(run)
+                    self._speculate()
         except _CancelledError:
             raise OperationalError("query cancelled") from None
         except BaseException:
@@ -168,11 +227,26 @@ class QueryRun:
             started_futures = [f for f in self.futures if not f.cancelled()]  # cancelled ones never report done
             threading.Thread(target=self._release_after, args=(started_futures,), daemon=True).start()
             raise
-        wait(list(self.futures))
+        # Losing copies and abandoned attempts: cancelled on their workers, they end soon (one on
+        # a worker that hangs never does, and is not waited for).
+        wait(list(self.futures), timeout=CANCEL_TIMEOUT)
         result = runs[-1]
         shuffles = [r.shuffle for r in runs if r.shuffle is not None]
-        stats = QueryStats([r.stats for r in runs], time.perf_counter() - started, shuffles)
+        stats = QueryStats([r.stats for r in runs], time.perf_counter() - started, shuffles, recovery=state.recovery)
         return [(state.addresses[w], o) for w, o in zip(result.placement, result.outputs, strict=True)], stats, state.query_id
+
+    def _describe(self) -> str:
+        """Each unfinished stage's tasks by state, for a report of a run that cannot go on."""
+        parts = []
+        for run in self.state.runs:
+            if run.done or not run.submitted:
+                continue
+            left = sorted(set(range(run.tasks)) - run.completed)
+            parts.append(
+                f"stage {run.stage.id}: tasks {left} not done, waiting {sorted(run.waiting)}, "
+                f"wanted {[sorted(run.wanted[i]) for i in left]}, {run.aux_pending} side calls"
+            )
+        return "; ".join(parts)
 
     def _wait(self) -> set[Future]:
         """The calls that have finished, waiting up to the liveness poll for one.
@@ -195,10 +269,10 @@ class QueryRun:
     def _release_after(self, futures: list[Future]) -> None:
         """Stop the failed query's tasks still running on the workers (DuckDB would otherwise
         run each to its end), then free its blocks once their calls have returned."""
-        for address in self.state.addresses:
+        for address in self.cluster.addresses:
             with contextlib.suppress(Error):  # a worker that is gone runs nothing any more
                 self.cluster.pool.get(address).action("cancel", {"query": self.state.query_id}, timeout=CANCEL_TIMEOUT)
-        wait(futures)
+        wait(futures, timeout=CANCEL_TIMEOUT)
         release_blocks(self.cluster, f"{self.state.query_id}/")
 
     def _aux(self, run: StageRun, kind: str, worker: int, body: dict) -> None:
@@ -207,12 +281,10 @@ class QueryRun:
         A stage with side work outstanding is not done, even if all its tasks are: its readers
         must not start while its blocks are still on their way.
         """
-        state = self.state
-        assert not any(state.runs[c].submitted for c in [state.consumer_of.get(run.stage.id, -1)] if c >= 0)
         run.aux_pending += 1
         run.done = False
         fut = self.aux_calls.submit(self._call, worker, kind, body)
-        self.futures[fut] = (kind, run, None)
+        self.futures[fut] = (kind, run, (worker, body))
 
     def _submit(self, run: StageRun) -> None:
         state = self.state
@@ -236,7 +308,7 @@ class QueryRun:
                 for p, b in enumerate(source.partition_sizes()[: run.tasks]):
                     sizes[p] += b
             state.apply_groups(run, state.groups(run, sizes))
-        run.pending = run.tasks
+        run.start_attempts()
         run.placement = [self._place(run, i) for i in range(run.tasks)]
         run.outputs = [{} for _ in range(run.tasks)]
         for source in inputs:
@@ -245,13 +317,25 @@ class QueryRun:
         # A hash output's partition ids come from its DuckDB fragment (partitioner.hash_sql).
         hashed = run.stage.output is not None and run.stage.output.kind == "hash"
         early = run.rendered
-        sql = early[1] if early is not None and early[0] == join_sides(run.stage.root) else render(run.stage.root)
-        form = None if hashed else direct.plan(run.stage.root)
+        run.sql = early[1] if early is not None and early[0] == join_sides(run.stage.root) else render(run.stage.root)
+        run.form = None if hashed else direct.plan(run.stage.root)
         for index in range(run.tasks):
-            spec = task_spec(state, run, index, sql, form)
-            body = functools.partial(map_spec, run, spec) if spec["output"]["kind"] == "range" else spec
-            fut = self.tasks.submit(self._run_task, run, index, body)
-            self.futures[fut] = ("task", run, index)
+            self._launch(run, index, where=run.placement[index])
+
+    def _launch(
+        self, run: StageRun, index: int, where: int | None = None, speculative: bool = False, avoid: int | None = None
+    ) -> None:
+        """Start a new attempt of a task: placed now unless ``where`` says (a first attempt was
+        placed at submission, a speculative copy goes to a fast worker); a retry ``avoid``s the
+        worker its last attempt was lost with, which the cluster may not have declared lost yet."""
+        attempt = run.new_attempt(index)
+        if where is None and not speculative:
+            where = self._place(run, index)
+            others = [w for w in self.state.live_hosts() if w != avoid]
+            if avoid is not None and where in (None, avoid) and others:
+                where = others[index % len(others)]
+        fut = self.tasks.submit(self._run_task, run, index, attempt, where, speculative)
+        self.futures[fut] = ("task", run, (index, attempt, speculative))
 
     def _size_inputs(self, run: StageRun) -> None:
         """Give the fragment's inputs their actual rows per task, and re-estimate the operators
@@ -265,13 +349,98 @@ class QueryRun:
                 node.est_rows = node.source.rows / len(run.splits)
         estimates.refresh(run.stage.root)
 
-    def _record(self, run: StageRun, index: int, result: dict) -> None:
-        """Take a finished task's result: its output, its stage's statistics, and (for a map
-        task) its shuffle's sizes or samples."""
-        run.pending -= 1
-        run.outputs[index] = result
-        run.holders.add(run.placement[index])
+    # ---- task outcomes -----------------------------------------------------------------
+
+    def _task_done(self, run: StageRun, index: int, attempt: int, speculative: bool, fut: Future) -> None:
+        """Take a finished task attempt: commit it, run it again, or fail the query."""
+        running = run.running.get(index, {})
+        worker = running.pop(attempt, (None,))[0]
+        try:
+            worker, result = fut.result()
+        except (_StaleError, _CancelledError):
+            return
+        except WorkerGoneError:  # its pinned worker was lost while it waited for a slot
+            if attempt in run.wanted[index] and index not in run.completed:
+                run.wanted[index].discard(attempt)
+                if not run.wanted[index]:
+                    run.waiting.add(index)  # placed again by the loop, once its inputs are there
+            return
+        except _DeferredError:
+            run.wanted[index].discard(attempt)
+            if not run.wanted[index] and index not in run.completed:
+                run.waiting.add(index)
+            return
+        except Error as e:
+            self._task_failed(run, index, attempt, speculative, worker, e)
+            return
+        if attempt in run.wanted[index] and index not in run.completed:
+            self._commit(run, index, attempt, worker, result, speculative)
+
+    def _task_failed(self, run: StageRun, index: int, attempt: int, speculative: bool, worker: int | None, error: Error) -> None:
+        """A task attempt failed: run it again if its worker or its inputs were lost; any other
+        error is the query's (an SQL or data error is not retried)."""
+        if attempt not in run.wanted[index] or index in run.completed:
+            return  # an attempt already given up, or the losing copy: its failure changes nothing
+        run.wanted[index].discard(attempt)
+        if speculative and run.wanted[index]:
+            return  # the original attempt runs on
+        where = f"task {index} of stage {run.stage.id}"
+        info = lost_input(str(error)) if isinstance(error, InputLostError) else None
+        if info is not None:
+            run.input_losses[index] += 1
+            if run.input_losses[index] > MAX_INPUT_LOSSES:
+                raise OperationalError(f"{where} lost its inputs {MAX_INPUT_LOSSES} times; last: {error}") from error
+            self._inputs_lost(info)
+            if not run.wanted[index]:
+                run.waiting.add(index)  # relaunched once its inputs are back
+            return
+        lost = worker is not None and (worker in self.state.lost or isinstance(error, WorkerUnreachableError))
+        if not lost:
+            raise error
+        run.failures[index] += 1
+        self.state.recovery.retried += 1
+        if run.failures[index] >= MAX_TASK_FAILURES:
+            raise OperationalError(f"{where} failed {MAX_TASK_FAILURES} times, each time losing its worker; last: {error}") from error
+        self._look_at_workers()
+        if not run.wanted[index]:
+            self._launch(run, index, avoid=worker)
+
+    def _commit(self, run: StageRun, index: int, attempt: int, worker: int, result: dict, speculative: bool) -> None:
+        """Make an attempt's output the task's: its blocks are what readers read from now on."""
+        first = index not in run.ever_completed
+        run.completed.add(index)
+        run.ever_completed.add(index)
+        run.committed[index] = attempt
+        run.placement[index] = worker
+        run.outputs[index] = dict(result, attempt=attempt)
+        run.waiting.discard(index)
+        for other in run.wanted[index] - {attempt}:  # the copy that lost the race
+            loser = run.running.get(index, {}).pop(other, None)
+            if loser is not None:
+                self._cancel_attempt(run, index, other, loser[0])
+        run.wanted[index] = {attempt}
+        if speculative:
+            self.state.recovery.speculation_wins += 1
+        run.durations.append((worker, result["seconds"]))
         run.schema = run.schema or result["schema"]
+        if "sample" not in result:  # staged range output has no blocks until it is partitioned
+            hosts = {a: w for w, a in enumerate(self.state.addresses)}
+            run.record_blocks(index, worker, attempt, result, {int(p): hosts[a] for p, a in result.get("sent", {}).items()})
+        run.keep.pop(index, None)
+        if not first:
+            if run.shuffle is not None:
+                self.shuffles.map_finished(run, index, result, first=False)
+            return
+        self._count(run, result)
+        if run.shuffle is None:
+            run.stats.add_partition_bytes(result.get("partition_bytes") or [])
+            return
+        if run.pending == 0:
+            run.maps_done_at = time.perf_counter()
+        self.shuffles.map_finished(run, index, result, first=True)
+
+    def _count(self, run: StageRun, result: dict) -> None:
+        """A task's first result, in its stage's statistics (a recomputation adds nothing)."""
         stats = run.stats
         stats.rows += result["rows"]
         stats.bytes += result["bytes"]
@@ -290,23 +459,296 @@ class QueryRun:
         self.done_tasks += 1
         if self.progress is not None:
             self.progress(self.done_tasks, self.state.total_tasks)
-        if run.shuffle is None:
-            stats.add_partition_bytes(result.get("partition_bytes") or [])
-            return
-        if run.pending == 0:
-            run.maps_done_at = time.perf_counter()
-        self.shuffles.map_finished(run, index, result)
 
-    @staticmethod
-    def _maybe_finish(run: StageRun) -> None:
-        if run.done or run.pending or run.aux_pending or not run.submitted:
+    def _cancel_attempt(self, run: StageRun, index: int, attempt: int, worker: int) -> None:
+        """Stop one attempt on its worker (best effort: it is ignored whatever it does)."""
+        key = f"{self.state.query_id}/{run.stage.id}/{index}/{attempt}"
+        self.aux_calls.submit(self._quietly, worker, "cancel", {"query": key})
+
+    def _quietly(self, worker: int, name: str, body: dict) -> None:
+        with contextlib.suppress(Error, _CancelledError):
+            self._call(worker, name, body)
+
+    def _aux_done(self, run: StageRun, kind: str, worker: int, body: dict, fut: Future) -> None:
+        """Take the outcome of side work; a finalize or push whose blocks a lost worker took
+        with it has its map tasks recomputed."""
+        run.aux_pending -= 1
+        try:
+            result = fut.result()
+        except _CancelledError:
+            return
+        except Error as e:
+            if kind == "expect":  # only eviction priorities ride on it
+                return
+            info = lost_input(str(e)) if isinstance(e, InputLostError) else None
+            if info is None and not isinstance(e, WorkerUnreachableError):
+                raise
+            if info is not None:
+                self.cluster.suspect(info["address"])
+            self._look_at_workers()
+            self._aux_lost(run, kind, body)
+            return
+        self.shuffles.aux_done(run, kind, worker, body, result)
+
+    def _aux_lost(self, run: StageRun, kind: str, body: dict) -> None:
+        """A finalize or push that failed with a lost worker took its map tasks' blocks with
+        it: those tasks are recomputed."""
+        if kind not in ("push", "finalize_range"):
+            return
+        tasks = {body["task"]: body["attempt"]} if kind == "push" else {int(t): a for t, a in body["tasks"].items()}
+        for task, attempt in tasks.items():
+            if run.committed.get(task) == attempt:
+                self._recompute(run, task, None)
+
+    def _maybe_finish(self, run: StageRun) -> None:
+        if run.done or run.pending or run.aux_pending or not run.submitted or run.waiting:
             return
         ex = run.stage.output
-        if ex is not None and ex.kind == "range" and len(run.finalized) < len(run.finished):
+        if ex is not None and ex.kind == "range" and any(t not in run.finalized for t in run.completed):
             return  # the bounds are chosen, finalization is under way
         run.done = True
-        run.stats.seconds = time.perf_counter() - run.started
+        if not run.stats.seconds:
+            run.stats.seconds = time.perf_counter() - run.started
 
+    # ---- lost workers and lineage ------------------------------------------------------
 
-class _CancelledError(Exception):
-    """A task skipped because its query already failed."""
+    def _look_at_workers(self) -> None:
+        """Take in workers the cluster has declared lost, and replacements that have joined."""
+        state = self.state
+        for address, why in self.cluster.lost(state.addresses).items():
+            worker = state.addresses.index(address)
+            if worker not in state.lost:
+                self._worker_lost(worker, why)
+        if state.lost:
+            for address in self.cluster.addresses:
+                if address not in state.addresses:
+                    state.addresses.append(address)
+                    self.slots.add()
+        if not state.live_hosts():
+            raise OperationalError(f"no live worker left to run the query on: {'; '.join(state.recovery.lost_workers)}")
+
+    def _worker_lost(self, worker: int, why: str) -> None:
+        """A worker is gone: nothing more runs there, its running attempts start again
+        elsewhere, reducers placed on it are placed again, and the blocks it held that are
+        still to be read are recomputed from their lineage."""
+        state = self.state
+        state.lost.add(worker)
+        state.recovery.lost_workers.append(why)
+        self.slots.remove(worker)
+        # A hung worker is not killed on a standalone cluster: the others' fetches from it would
+        # wait for ever, so they drop their connections to it and fail those fetches now.
+        for live in state.live_hosts():
+            self.aux_calls.submit(self._quietly, live, "forget", {"address": state.addresses[worker], "query": state.query_id})
+        self.shuffles.replace_reducers(worker)
+        # Side work sent to it may never answer (a hung worker): it is given up now, as failed.
+        for fut, (kind, run, extra) in list(self.futures.items()):
+            if kind != "task" and extra[0] == worker:
+                del self.futures[fut]
+                run.aux_pending -= 1
+                self._aux_lost(run, kind, extra[1])
+        # Last stage first: a reader recomputed here makes the blocks it reads "still read" when
+        # the stages it reads from are looked at next (lineage, recursively).
+        for run in reversed(state.runs):
+            if not run.submitted:
+                continue
+            for index, attempts in list(run.running.items()):
+                for attempt, (where, _, _) in list(attempts.items()):
+                    if where != worker or attempt not in run.wanted[index]:
+                        continue
+                    del attempts[attempt]
+                    run.wanted[index].discard(attempt)
+                    if not run.wanted[index] and index not in run.completed:
+                        run.failures[index] += 1
+                        state.recovery.retried += 1
+                        if run.failures[index] >= MAX_TASK_FAILURES:
+                            raise OperationalError(f"task {index} of stage {run.stage.id} lost its worker {MAX_TASK_FAILURES} times; last: {why}")
+                        self._launch(run, index)
+            for index, keep in self._lost_output(run, worker).items():
+                self._recompute(run, index, keep)
+
+    def _lost_output(self, run: StageRun, worker: int, everything: bool = False) -> dict[int, list[int] | None]:
+        """The committed tasks of ``run`` whose output on ``worker`` is still to be read (or
+        all of it, ``everything``), each with the partitions to make again (None: all)."""
+        kind = run.stats.kind
+        if kind == "files":
+            return {}  # written to the data directory, not held by the worker
+        if kind == "table":  # a session table's partitions, written by the query still running
+            return {t: None for t in run.completed if run.placement[t] == worker}
+        lost: dict[int, set[int] | None] = {}
+        if kind == "range":  # map output staged until the bounds are known
+            lost.update({t: None for t in run.completed if t not in run.finalized and run.placement[t] == worker})
+        for partition, per_task in run.blocks.items():
+            for task, (host, _, _) in per_task.items():
+                if host != worker or task not in run.completed or not (everything or self._still_read(run, partition)):
+                    continue
+                if kind in SHUFFLE_KINDS and kind != "roundrobin" and lost.get(task, set()) is not None:
+                    lost.setdefault(task, set()).add(partition)
+                else:
+                    lost[task] = None
+        if lost and kind == "roundrobin":
+            # Which partition a row goes to depends on the order the task produced its rows in,
+            # which a recomputation need not repeat: every map task is run again, and every
+            # reader too, so that no reader mixes the two.
+            for reader in self._readers(run):
+                self._reset(reader)
+            return {t: None for t in run.completed}
+        return {t: (sorted(parts) if parts is not None else None) for t, parts in lost.items()}
+
+    def _readers(self, run: StageRun) -> list[StageRun]:
+        return [r for r in self.state.runs if run.stage.id in r.stage.parents]
+
+    def _still_read(self, run: StageRun, partition: int) -> bool:
+        """Whether some reader of ``run`` is still to read ``partition`` (a query's result
+        blocks are read once it ends)."""
+        readers = self._readers(run)
+        if not readers:
+            return True
+        for reader in readers:
+            if not reader.submitted:
+                return True
+            kinds = {r.kind for r in reader.stage.reads if r.shuffle_id == run.stage.id}
+            if kinds & {"broadcast", "whole", "once"}:
+                if reader.pending:
+                    return True
+                continue
+            groups = reader.groups or [[p] for p in range(reader.tasks)]
+            task = next((g for g, members in enumerate(groups) if partition in members), None)
+            if task is not None and task not in reader.completed:
+                return True
+        return False
+
+    def _reset(self, run: StageRun) -> None:
+        """Run every task of a stage again (its input changed partitioning)."""
+        for index in range(run.tasks):
+            for attempt in run.wanted[index]:
+                running = run.running.get(index, {}).pop(attempt, None)
+                if running is not None:
+                    self._cancel_attempt(run, index, attempt, running[0])
+            run.wanted[index] = set()
+            run.waiting.discard(index)
+            if index in run.completed:
+                self._recompute(run, index, None)
+            elif run.submitted:
+                run.waiting.add(index)
+
+    def _recompute(self, run: StageRun, index: int, keep: list[int] | None) -> None:
+        """Run a committed task again to make the blocks of ``keep`` (None: all) that were lost.
+
+        A task already being recomputed for other partitions is started again for all of them.
+        """
+        if index not in run.completed:
+            making = run.keep.get(index, "all")
+            if making in ("all", None) or (keep is not None and set(keep) <= set(making)):
+                return  # its attempt running now makes them
+            keep = None if keep is None else sorted(set(making) | set(keep))
+            for attempt in run.wanted[index]:
+                running = run.running.get(index, {}).pop(attempt, None)
+                if running is not None:
+                    self._cancel_attempt(run, index, attempt, running[0])
+            run.waiting.discard(index)
+        run.wanted[index] = set()  # the committed attempt runs no more; the new one is wanted
+        run.completed.discard(index)
+        run.keep[index] = keep
+        run.finalized.discard(index)
+        run.pushed.discard(index)
+        if run.stage.output is not None and run.stage.output.kind in SHUFFLE_KINDS:
+            run.local_only.add(index)
+        run.done = False
+        self.state.recovery.recomputed += 1
+        self._launch(run, index)
+
+    def _inputs_lost(self, info: dict) -> None:
+        """A task could not read blocks at a holder: have the cluster look at the holder, and
+        recompute the blocks it no longer has."""
+        state = self.state
+        address = info["address"]
+        if address in state.addresses and state.addresses.index(address) not in state.lost:
+            self.cluster.suspect(address)
+            self._look_at_workers()
+        prefix = f"{state.query_id}/"
+        if not info["key"].startswith(prefix):
+            return  # a session table's rows: read from another holder when placed again
+        source = state.runs[int(info["key"][len(prefix):])]
+        if not info.get("missing"):
+            # The holder is lost: make again what the stage held there (a reader recomputed
+            # after the loss needs blocks nothing was reading when it happened).
+            if address in state.addresses and state.addresses.index(address) in state.lost:
+                lost = state.addresses.index(address)
+                for task, keep in self._lost_output(source, lost, everything=True).items():
+                    self._recompute(source, task, keep)
+            return
+        wanted: dict[int, set[int] | None] = {}
+        for task, partition in info["missing"]:
+            if partition < 0:  # staged range output
+                wanted[task] = None
+                continue
+            held = source.blocks.get(partition, {}).get(task)
+            if held is not None and state.addresses[held[0]] == address and wanted.get(task, set()) is not None:
+                wanted.setdefault(task, set()).add(partition)
+        for task, parts in wanted.items():
+            self._recompute(source, task, sorted(parts) if parts is not None else None)
+
+    # ---- stragglers (LATE) -------------------------------------------------------------
+
+    def _speculate(self) -> None:
+        """Launch a copy of the straggler with the longest estimated time left on a fast
+        worker with a free slot, as LATE does: at most ``SPECULATIVE_CAP`` of the slots run
+        copies, none goes to a slow worker, and only tasks running well behind their stage's
+        pace are copied.
+
+        A task reports no progress while it runs, so its progress rate comes from its stage's
+        finished tasks: each worker's pace is the median ratio of its tasks' times to their
+        stages' median times, and a running task is expected to take its stage's median time
+        at its worker's pace.
+        """
+        state = self.state
+        if not state.options.speculation:
+            return
+        idle = self.slots.idle()
+        if not idle:
+            return
+        runs = [r for r in state.runs if r.submitted and not r.done and r.stats.kind not in ("files", "table")]
+        copies = sum(1 for r in state.runs for attempts in r.running.values() for a in attempts.values() if a[2])
+        if copies >= max(1, int(SPECULATIVE_CAP * self.slots.total())):
+            return
+        pace = self._paces()
+        slow = statistics.quantiles(pace.values(), n=4)[2] if len(pace) >= 2 else float("inf")
+        targets = sorted((w for w in idle if pace.get(w, 1.0) <= max(1.0, slow)), key=lambda w: pace.get(w, 1.0))
+        if not targets:
+            return
+        now = time.monotonic()
+        best = None
+        for run in runs:
+            if not run.durations:
+                continue
+            typical = statistics.median(seconds for _, seconds in run.durations)
+            for index, attempts in run.running.items():
+                if index in run.completed or len(attempts) != 1:
+                    continue
+                ((worker, started, _),) = attempts.values()
+                elapsed = now - started
+                expected = typical * pace.get(worker, 1.0)
+                if elapsed < SPECULATE_AFTER or elapsed < SLOW_TASK_FACTOR * typical:
+                    continue
+                left = expected - elapsed if expected > elapsed else elapsed - typical
+                target = next((w for w in targets if w != worker), None)
+                if target is None or left <= typical * pace.get(target, 1.0):
+                    continue  # a copy would not finish sooner
+                if best is None or left > best[0]:
+                    best = (left, run, index, target)
+        if best is not None:
+            _, run, index, target = best
+            state.recovery.speculated += 1
+            self._launch(run, index, where=target, speculative=True)
+
+    def _paces(self) -> dict[int, float]:
+        """Each live worker's pace: the median of its finished tasks' times over their
+        stages' median times (1 is typical, 4 four times slower)."""
+        ratios: dict[int, list[float]] = {}
+        for run in self.state.runs:
+            if len(run.durations) < 2:
+                continue
+            typical = statistics.median(seconds for _, seconds in run.durations) or 1e-3
+            for worker, seconds in run.durations:
+                ratios.setdefault(worker, []).append(seconds / typical)
+        return {w: statistics.median(r) for w, r in ratios.items() if w not in self.state.lost}

@@ -19,7 +19,7 @@ from qengine.exchange.metrics import ShuffleStats
 from qengine.exchange.placement import Reducer
 from qengine.exchange.prediction import coalesce
 from qengine.planner.stages import Stage, StagePlan
-from qengine.runtime.stats import StageStats
+from qengine.runtime.stats import RecoveryStats, StageStats
 from qengine.transport.rpc import ClientPool
 
 SHUFFLE_KINDS = ("hash", "range", "roundrobin", "single")
@@ -31,7 +31,9 @@ class Cluster(Protocol):
     @property
     def addresses(self) -> list[str]: ...
 
-    def check_alive(self, addresses: list[str]) -> None: ...
+    def lost(self, addresses: list[str]) -> dict[str, str]: ...
+
+    def suspect(self, address: str) -> None: ...
 
     def check_readable(self, paths: list[str]) -> None: ...
 
@@ -46,6 +48,7 @@ class ExecutionOptions:
     samples_per_partition: int
     shuffle: str
     prefetch_fraction: float
+    speculation: bool = True
 
 
 @dataclass
@@ -61,7 +64,6 @@ class StageRun:
     schema: str | None = None
     samples: dict[int, tuple[pa.Array, int, int]] = field(default_factory=dict)
     outputs: list[dict] = field(default_factory=list)
-    pending: int = 0
     aux_pending: int = 0
     started: float = 0.0
     submitted: bool = False
@@ -85,6 +87,61 @@ class StageRun:
     rendered: tuple[tuple[bool, ...], str] | None = None
     # Output columns of untyped NULL, which the worker tags (see planner.null_columns)
     null_columns: frozenset[str] = frozenset()
+    sql: str = ""  # the fragment as rendered for its tasks
+    form: dict | None = None  # its direct form, when it has one (planner.direct)
+    # ---- attempts and lineage (see runtime.query_run) ----
+    # Each task's attempts that may still commit (the current one, and a speculative copy)
+    wanted: list[set[int]] = field(default_factory=list)
+    attempts_made: list[int] = field(default_factory=list)
+    failures: list[int] = field(default_factory=list)  # attempts lost with their worker
+    input_losses: list[int] = field(default_factory=list)  # attempts whose inputs were lost
+    completed: set[int] = field(default_factory=set)  # tasks whose output is committed and held
+    ever_completed: set[int] = field(default_factory=set)  # counted in the statistics once
+    committed: dict[int, int] = field(default_factory=dict)  # task → the attempt whose output counts
+    # partition → map task → (holding worker, attempt, bytes) of every non-empty committed block
+    blocks: dict[int, dict[int, tuple[int, int, int]]] = field(default_factory=dict)
+    keep: dict[int, list[int] | None] = field(default_factory=dict)  # a recomputed task's partitions
+    local_only: set[int] = field(default_factory=set)  # recomputed tasks: their blocks stay put
+    waiting: set[int] = field(default_factory=set)  # tasks waiting for their inputs to be recomputed
+    # task → attempt → (worker, start time, speculative) of attempts running now
+    running: dict[int, dict[int, tuple[int, float, bool]]] = field(default_factory=dict)
+    durations: list[tuple[int, float]] = field(default_factory=list)  # (worker, seconds) of finished tasks
+
+    @property
+    def pending(self) -> int:
+        """Tasks whose output is not committed (yet, or again after a lost worker)."""
+        return self.tasks - len(self.completed)
+
+    def start_attempts(self) -> None:
+        """Every task at its first attempt (once the task count is final)."""
+        self.wanted = [set() for _ in range(self.tasks)]
+        self.attempts_made = [0] * self.tasks
+        self.failures = [0] * self.tasks
+        self.input_losses = [0] * self.tasks
+
+    def new_attempt(self, index: int) -> int:
+        attempt = self.attempts_made[index]
+        self.attempts_made[index] += 1
+        self.wanted[index].add(attempt)
+        return attempt
+
+    def record_blocks(self, index: int, worker: int, attempt: int, result: dict, host_of: dict[int, int] | None = None) -> None:
+        """Where a committed attempt's non-empty blocks are: on ``worker``, or for partitions in
+        ``host_of`` (pushed by the task itself) on their reducer's host."""
+        keep = self.keep.get(index)
+        rows = result.get("partition_rows") or []
+        sizes = result.get("partition_bytes") or []
+        kind = self.stage.output.kind if self.stage.output is not None else None
+        for p, n in enumerate(rows):
+            partition = index if kind in ("materialize", None) else p
+            if keep is not None and partition not in keep:
+                continue
+            per_task = self.blocks.setdefault(partition, {})
+            if n:
+                host = (host_of or {}).get(partition, worker)
+                per_task[index] = (host, attempt, sizes[p] if p < len(sizes) else 0)
+            else:
+                per_task.pop(index, None)
 
     def partition_sizes(self) -> list[int]:
         """Bytes per partition of a shuffle so far (kept up to date by ``StageStats.add_partition_bytes``)."""
@@ -107,6 +164,10 @@ class ReducerPlacement:
     destinations: dict[str, str] = field(init=False, repr=False)
 
     def __post_init__(self, addresses: list[str]) -> None:
+        self.update(addresses)
+
+    def update(self, addresses: list[str]) -> None:
+        """Derive the per-partition views from ``hosts`` (again, after reducers were moved)."""
         self._by_partition = {p: self.hosts[g] for g, members in enumerate(self.groups) for p in members}
         self.destinations = {str(p): addresses[h] for p, h in self._by_partition.items()}
 
@@ -129,6 +190,11 @@ class QueryState:
     # consumer stage id → its reducers' placement, decided ahead of time (prefetch)
     placements: dict[int, ReducerPlacement] = field(default_factory=dict)
     total_tasks: int = 0
+    lost: set[int] = field(default_factory=set)  # workers lost while the query ran
+    recovery: RecoveryStats = field(default_factory=RecoveryStats)
+
+    def live_hosts(self) -> list[int]:
+        return [w for w in range(len(self.addresses)) if w not in self.lost]
 
     @property
     def mode(self) -> str:
@@ -171,21 +237,6 @@ class QueryState:
     def apply_groups(self, run: StageRun, groups: list[list[int]]) -> None:
         run.groups = groups
         self.set_tasks(run, len(groups))
-
-    def locations(self, source: StageRun, partitions: list[int]) -> dict[int, dict[int, int]]:
-        """Bytes of these partitions per holding worker: where each map task produced its block,
-        or, once pushed (prefetch), the reducer's host."""
-        ahead = self.placements.get(self.consumer_of.get(source.stage.id, -1))
-        out: dict[int, dict[int, int]] = {}
-        for task, task_sizes in source.task_bytes.items():
-            pushed = ahead is not None and task in source.pushed  # placed ahead only in prefetch
-            for p in partitions:
-                b = task_sizes[p] if p < len(task_sizes) else 0
-                if b:
-                    host = ahead.host_of(p) if pushed else source.placement[task]
-                    per_host = out.setdefault(p, {})
-                    per_host[host] = per_host.get(host, 0) + b
-        return out
 
 
 def release_blocks(cluster: Cluster, prefix: str) -> int:

@@ -5,6 +5,10 @@ This is the coordinator's half of the SCache exchange: once ``prefetch_fraction`
 map tasks have finished, their output sizes (hash) or key samples (range) predict each reducer's
 size; the consumer's reducers are placed with MinHeap (accumulate scheduling across the shuffles
 a stage reads), and every finished map task's blocks are pushed to their reducers' hosts.
+
+When a worker is lost, the reducers placed on it are placed again with MinHeap over the live
+workers (:meth:`ShuffleDriver.replace_reducers`); a map task recomputed for lost blocks keeps
+its new blocks where it runs rather than pushing them.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-from qengine.exchange.placement import Reducer, accumulate, round_robin
+from qengine.exchange.placement import Reducer, accumulate, min_heap, round_robin
 from qengine.exchange.prediction import grouped, hash_prediction, range_prediction
 from qengine.exchange.sampling import weighted_bounds
 from qengine.planner import logical as lp
@@ -34,8 +38,16 @@ class ShuffleDriver:
         self.aux = aux
         self._seq = itertools.count()
 
-    def map_finished(self, run: StageRun, index: int, result: dict) -> None:
-        """Record a finished map task's output (sizes or key samples) and react to it."""
+    def map_finished(self, run: StageRun, index: int, result: dict, first: bool) -> None:
+        """Record a finished map task's output (sizes or key samples) and react to it.
+
+        A task finishing again (recomputed after a lost worker) changes no prediction: its
+        blocks only need partitioning, if its output was staged for range bounds.
+        """
+        if not first:
+            if "sample" in result and run.bounds is not None:
+                self._finalize(run, [index])
+            return
         run.finished.append(index)
         if result.get("finalized"):  # partitioned and pushed by the task itself
             run.finalized.add(index)
@@ -119,14 +131,15 @@ class ShuffleDriver:
     def _finalize(self, run: StageRun, tasks: list[int]) -> None:
         """Partition staged range output with the bounds (and push it, once placed)."""
         destinations = self._destinations(run)
-        by_worker: dict[int, list[int]] = {}
+        by_worker: dict[tuple[int, bool], dict[str, int]] = {}
         for t in [t for t in tasks if t not in run.finalized]:
             run.finalized.add(t)
-            by_worker.setdefault(run.placement[t], []).append(t)
-            if destinations is not None:
+            local = t in run.local_only or destinations is None
+            by_worker.setdefault((run.placement[t], local), {})[str(t)] = run.committed[t]
+            if not local:
                 run.pushed.add(t)
-        for worker, mine in by_worker.items():
-            self.aux(run, "finalize_range", worker, dict(run.finalize_body, tasks=mine, destinations=destinations))
+        for (worker, local), mine in by_worker.items():
+            self.aux(run, "finalize_range", worker, dict(run.finalize_body, tasks=mine, destinations=None if local else destinations))
 
     def _push(self, run: StageRun, tasks: list[int]) -> None:
         """Push these map tasks' blocks to their reducers' hosts, each once, when both the
@@ -135,10 +148,10 @@ class ShuffleDriver:
         if destinations is None:
             return
         for t in tasks:
-            if t in run.pushed or t not in run.task_bytes:
+            if t in run.pushed or t not in run.task_bytes or t in run.local_only or t not in run.completed:
                 continue
             run.pushed.add(t)
-            body = {"key": self.state.key(run.stage.id), "task": t, "destinations": destinations}
+            body = {"key": self.state.key(run.stage.id), "task": t, "attempt": run.committed[t], "destinations": destinations}
             self.aux(run, "push", run.placement[t], body)
 
     def _try_place(self, consumer_id: int | None) -> None:
@@ -154,7 +167,7 @@ class ShuffleDriver:
         partitions = consumer.tasks
         sizes = [sum(r.prediction[p].size for r in inputs if p < len(r.prediction)) for p in range(partitions)]
         groups = state.groups(consumer, sizes)
-        hosts = list(range(state.workers))
+        hosts = state.live_hosts()
         previous: dict[int, Reducer] | None = None
         placed = None
         for source in inputs:
@@ -181,15 +194,56 @@ class ShuffleDriver:
         for source in inputs:  # tasks that finished (and, for range, were finalized) before placement
             self._push(source, source.finished)
 
-    def aux_done(self, run: StageRun, kind: str, result: dict) -> None:
-        """Take the result of side work: a range finalize reports the bytes it partitioned."""
-        run.aux_pending -= 1
+    def aux_done(self, run: StageRun, kind: str, worker: int, body: dict, result: dict) -> None:
+        """Take the result of side work: a range finalize reports the bytes and rows it
+        partitioned, a push where the blocks went."""
+        hosts = {a: w for w, a in enumerate(self.state.addresses)}
         if kind == "finalize_range":
             for task, sizes in result["tasks"].items():
-                run.task_bytes[int(task)] = sizes
-                run.stats.add_partition_bytes(sizes)
+                t = int(task)
+                if run.committed.get(t) != body["tasks"][task]:
+                    continue  # recomputed meanwhile: that attempt's blocks count
+                if t not in run.task_bytes:
+                    run.task_bytes[t] = sizes["partition_bytes"]
+                    run.stats.add_partition_bytes(sizes["partition_bytes"])
+                sent = {int(p): hosts[a] for p, a in sizes.get("sent", {}).items()}
+                run.record_blocks(t, worker, run.committed[t], sizes, sent)
             # Finalized before the reducers were placed: push now that both are known.
             self._push(run, [int(t) for t in result["tasks"]])
+        elif kind == "push" and run.committed.get(body["task"]) == body["attempt"]:
+            t = body["task"]
+            for p, address in result["sent"].items():
+                host, attempt, nbytes = run.blocks[int(p)][t]
+                run.blocks[int(p)][t] = (hosts[address], attempt, nbytes)
+
+    def replace_reducers(self, lost: int) -> None:
+        """Place again, with MinHeap over the live workers, the reducers that were placed ahead
+        on a lost worker; map tasks push to the new hosts from now on."""
+        state = self.state
+        for consumer_id, ahead in state.placements.items():
+            moved = [g for g, h in enumerate(ahead.hosts) if h == lost]
+            if not moved:
+                continue
+            consumer = state.runs[consumer_id]
+            inputs = [state.runs[r.shuffle_id] for r in consumer.stage.partitioned_reads]
+            loads: dict[int, float] = {}
+            reducers = []
+            for g, members in enumerate(ahead.groups):
+                size = sum(r.prediction[p].size for r in inputs if r.prediction for p in members if p < len(r.prediction))
+                if g in moved:
+                    reducers.append(Reducer(g, size))
+                else:
+                    loads[ahead.hosts[g]] = loads.get(ahead.hosts[g], 0.0) + size
+            live = state.live_hosts()
+            if not live:
+                return  # the query fails: no worker is left to run it
+            placed = min_heap(reducers, live, 1, swap=False, initial=loads)
+            for g in moved:
+                ahead.hosts[g] = placed.hosts[g]
+            ahead.update(state.addresses)
+            for source in inputs:
+                if source.inline is not None:
+                    source.inline = dict(source.finalize_body, destinations=ahead.destinations)
 
     def measure(self, source: StageRun, consumer: StageRun) -> None:
         """Shuffle metrics, once the consumer's reducers are placed and before they run."""

@@ -49,11 +49,35 @@ class StageStats:
 
 
 @dataclass
+class RecoveryStats:
+    """What a query's run did about lost and slow workers: EXPLAIN ANALYZE, the JSON reports
+    and the CLI show it, so a run that survived a failure says so."""
+
+    retried: int = 0  # task attempts re-run because their worker was lost
+    recomputed: int = 0  # finished tasks re-run because their output was on a lost worker
+    speculated: int = 0  # speculative copies launched (LATE)
+    speculation_wins: int = 0  # of those, copies that finished first
+    lost_workers: list[str] = field(default_factory=list)
+
+    def any(self) -> bool:
+        return bool(self.retried or self.recomputed or self.speculated or self.lost_workers)
+
+    def summary(self) -> str:
+        """One line for EXPLAIN ANALYZE and the CLI."""
+        lost = ", ".join(self.lost_workers) or "none"
+        return (
+            f"Recovery: {self.retried} tasks retried, {self.recomputed} recomputed, {self.speculated} speculated "
+            f"({self.speculation_wins} won); workers lost: {lost}"
+        )
+
+
+@dataclass
 class QueryStats:
     stages: list[StageStats]
     seconds: float
     shuffles: list[ShuffleStats] = field(default_factory=list)
     spilled_bytes: int = 0
+    recovery: RecoveryStats = field(default_factory=RecoveryStats)
 
     @property
     def tasks(self) -> int:
@@ -74,4 +98,5 @@ class QueryStats:
             data["seconds"],
             [ShuffleStats(**s) for s in data["shuffles"]],
             data["spilled_bytes"],
+            RecoveryStats(**data.get("recovery", {})),
         )

@@ -23,13 +23,14 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from qengine.catalog import scan
-from qengine.catalog.access import MARKER, AccessPolicy, check_opened
+from qengine.catalog.access import MARKER, AccessPolicy, attempt_file, check_opened
 from qengine.catalog.types import type_code
-from qengine.errors import DataError, OperationalError
+from qengine.errors import DataError, Error, InputLostError, OperationalError, input_lost
 from qengine.exchange import partitioner
 from qengine.exchange.sampling import sample_keys
-from qengine.exchange.store import BlockStore, concat
+from qengine.exchange.store import BlockStore, MissingBlocksError, concat
 from qengine.planner import direct
+from qengine.runtime.faults import FaultPlan
 from qengine.sandbox.carried_types import tag_types
 from qengine.sandbox.pool import ConnectionPool, Lease, filters_mishandle
 from qengine.transport.rpc import ClientPool
@@ -68,9 +69,18 @@ class TaskRunner:
     """Executes task specs against a worker's block store, fetching remote blocks over Flight."""
 
     def __init__(
-        self, store: BlockStore, address: str, pool: ClientPool, threads: int | None = None, ceiling: AccessPolicy | None = None
+        self,
+        store: BlockStore,
+        address: str,
+        pool: ClientPool,
+        threads: int | None = None,
+        ceiling: AccessPolicy | None = None,
+        faults: FaultPlan | None = None,
     ) -> None:
         self.store = store
+        # The recovery tests' failure at a named phase (``runtime.faults``), with this worker's id.
+        self.faults = faults
+        self.worker_id = -1
         # The roots a standalone coordinator gave this worker when it joined: files outside
         # them are refused whatever a task spec says.
         self.ceiling = ceiling
@@ -82,11 +92,28 @@ class TaskRunner:
         self.limiter = FetchLimiter()
         self.partition_ids = PartitionIds()
         self.cancellations = Cancellations()
+        # query → peers its coordinator declared lost: a hung peer accepts connections and
+        # never answers, so the query's fetches and pushes to it fail at once instead
+        self._lost_peers: dict[str, set[str]] = {}
         # Two pools: loading a task's inputs waits on per-source fetches, so they must not share one.
         self._inputs = ThreadPoolExecutor(max_workers=8, thread_name_prefix="input")
         self._fetches = ThreadPoolExecutor(max_workers=16, thread_name_prefix="fetch")
 
     # ---- inputs ------------------------------------------------------------------------
+
+    LOST_PEERS_KEPT = 256  # queries whose lost peers are remembered
+
+    def lost_peer(self, query: str, address: str) -> None:
+        """The coordinator of ``query`` declared the worker at ``address`` lost: calls of that
+        query to it fail from now on, and calls waiting on it fail now."""
+        self._lost_peers.setdefault(query, set()).add(address)
+        while len(self._lost_peers) > self.LOST_PEERS_KEPT:
+            del self._lost_peers[next(iter(self._lost_peers))]
+        self.pool.forget(address)
+
+    def _check_peer(self, key: str, address: str) -> None:
+        if address in self._lost_peers.get(key.split("/", 1)[0], ()):
+            raise input_lost(address, key, None, f"worker {address} was declared lost")
 
     def fetch(
         self,
@@ -96,25 +123,54 @@ class TaskRunner:
         schema: pa.Schema,
         consume: bool = False,
         sizes: dict[str, int] | None = None,
+        want: dict[str, list[list[int]]] | None = None,
     ) -> pa.Table:
         """One partition of a shuffle, gathered from every worker that holds a piece of it.
 
+        ``want`` names, per holder, the (map task, attempt) blocks to read there (see
+        ``BlockStore.get``). A holder that does not answer, or lacks a named block, raises
+        :class:`InputLostError` naming it, so the coordinator can recompute what is gone.
         Remote fetches go through the limiter, so a wide shuffle never has more than a bounded
         number of requests and bytes in flight per host.
         """
 
         def one(source: str) -> pa.Table:
-            if source == self.address:
-                local = self.store.get(key, partition, consume=consume)
-                return local if local is not None else schema.empty_table()
-            with self.limiter.slot(source, (sizes or {}).get(source, 0)):
-                return self.pool.get(source).get({"key": key, "partition": partition, "consume": consume})
+            pairs = None if want is None else want.get(source, [])
+            try:
+                if source == self.address:
+                    local = self.store.get(key, partition, consume=consume, want=pairs)
+                    return local if local is not None else schema.empty_table()
+                self._check_peer(key, source)
+                ticket = {"key": key, "partition": partition, "consume": consume, "want": pairs}
+                with self.limiter.slot(source, (sizes or {}).get(source, 0)):
+                    return self.pool.get(source).get(ticket)
+            except MissingBlocksError as e:
+                raise input_lost(source, key, [[t, partition] for t in e.tasks], str(e)) from e
+            except InputLostError:
+                raise
+            except Error as e:
+                raise input_lost(source, key, None, str(e)) from e
 
         tables = list(self._fetches.map(one, sources)) if len(sources) > 1 else [one(s) for s in sources]
         return concat(tables, schema)
 
     def _memory_split(self, split: dict) -> pa.Table:
-        return self.fetch(split["key"], 0, [split["address"]], schema_from_hex(split["schema"]))
+        """A session table's partition: this worker's own copy when it holds one, else the rows
+        of the first of its holders (``replicas``, first holder first) that answers, as one may
+        have been lost since the task was placed. When none does, the last one's error."""
+        schema = schema_from_hex(split["schema"])
+        local = self.store.get(split["key"], 0)
+        if local is not None:
+            return local
+        error: Error = OperationalError(f"session table block {split['key']} is not on worker {self.address}, its only holder")
+        for holder in split["replicas"]:
+            if holder == self.address:  # not here after all: the store said so
+                continue
+            try:
+                return self.fetch(split["key"], 0, [holder], schema)
+            except Error as e:
+                error = e
+        raise error
 
     def _load(self, spec: dict) -> pa.Table:
         if spec["kind"] == "scan":
@@ -122,8 +178,10 @@ class TaskRunner:
         schema = schema_from_hex(spec["schema"])
         consume = bool(spec.get("consume"))
         sizes = spec.get("sizes") or {}
+        blocks = spec["blocks"]
         parts = [
-            self.fetch(spec["key"], p, spec["sources"], schema, consume, sizes.get(str(p))) for p in spec["partitions"]
+            self.fetch(spec["key"], p, list(blocks.get(str(p), {})), schema, consume, sizes.get(str(p)), blocks.get(str(p), {}))
+            for p in spec["partitions"]
         ]
         return concat(parts, schema)
 
@@ -135,8 +193,13 @@ class TaskRunner:
         own = AccessPolicy.from_json(spec.get("access") or {})
         return [own] if self.ceiling is None else [own, self.ceiling]
 
+    def _reached(self, phase: str) -> None:
+        if self.faults is not None:
+            self.faults.reached(phase, self.worker_id)
+
     def run(self, spec: dict) -> dict[str, Any]:
         started = time.perf_counter()
+        self._reached("task")
         policies = self._policies(spec)
         for inp in spec["inputs"]:
             if inp["kind"] == "scan":
@@ -156,10 +219,12 @@ class TaskRunner:
         threads = self.host_threads if spec.get("alone") else None  # None: the pool's own
         with (
             self.connections.connection(readable, bool(spec.get("build_sides")), threads) as lease,
-            self.cancellations.running(spec["query"], lease.con),
+            self.cancellations.running(spec["query"], lease.con, task_key(spec)),
         ):
             loaded = list(self._inputs.map(self._load, inputs)) if len(inputs) > 1 else [self._load(i) for i in inputs]
-            self.cancellations.check(spec["query"])  # before the fragment: loading may have taken a while
+            if any(inp["kind"] == "shuffle" for inp in inputs):
+                self._reached("reduce")
+            self.cancellations.check(spec["query"], task_key(spec))  # before the fragment: loading may have taken a while
             read_at = time.perf_counter()
             rows_in = sum(t.num_rows for t in loaded) + sum(split["rows"] for split in splits)
             # Only this dict holds the inputs, so a direct fragment can free one as it copies it.
@@ -170,16 +235,30 @@ class TaskRunner:
                 ids = functools.partial(self.partition_ids.select, output=spec["output"]) if spec["output"]["kind"] == "hash" else None
                 result = _run_fragment(lease, spec["sql"], named, scans, splits, ids, spec.get("null_columns", ()))
             stats = self._write(lease.con, spec, result)
+        kind = spec["output"]["kind"]
+        if kind in ("hash", "range", "roundrobin", "single"):
+            self._reached("map")
+        elif kind == "materialize":
+            self._reached("materialize")
         stats.update(rows_in=rows_in, read_seconds=read_at - started, seconds=time.perf_counter() - started)
         return stats
 
-    def _store_parts(self, key: str, parts: list[pa.Table], source: int, mode: str) -> dict[str, Any]:
-        """Keep a map task's partitioned output: on disk with an index (pull), or in memory."""
+    def _store_parts(
+        self, key: str, parts: list[pa.Table], source: int, attempt: int, mode: str, keep: list[int] | None = None
+    ) -> dict[str, Any]:
+        """Keep a map task's partitioned output: on disk with an index (pull), or in memory.
+
+        ``keep`` (a task recomputed for blocks a lost worker held) keeps only those partitions:
+        the others' blocks from the first attempt are still where they were.
+        """
+        if keep is not None:
+            kept = set(keep)
+            parts = [t if p in kept else t.slice(0, 0) for p, t in enumerate(parts)]
         if mode == "pull":
-            self.store.write_parts(key, parts, source)
+            self.store.write_parts(key, parts, source, attempt)
         else:
-            self.store.put_parts(key, parts, source)  # both record the schema, even with no rows
-        return {"partition_bytes": [p.nbytes for p in parts]}
+            self.store.put_parts(key, parts, source, attempt)  # both record the schema, even with no rows
+        return {"partition_bytes": [p.nbytes for p in parts], "partition_rows": [p.num_rows for p in parts]}
 
     def _write(self, con: duckdb.DuckDBPyConnection, spec: dict, result: pa.Table | pa.RecordBatchReader) -> dict[str, Any]:
         """Deliver the fragment's rows to its output; the reply adds their count, size and schema.
@@ -189,7 +268,7 @@ class TaskRunner:
         """
         out = spec["output"]
         if out["kind"] == "files":
-            return _write_file(result, out["names"], out["dir"], spec["task"], out["format"])
+            return _write_file(result, out["names"], out["dir"], spec["task"], int(spec.get("attempt", 0)), out["format"])
         table = result if isinstance(result, pa.Table) else result.read_all()
         ids = None
         if out["kind"] == "hash":  # the fragment added each row's partition id
@@ -202,16 +281,19 @@ class TaskRunner:
     def _store(self, con: duckdb.DuckDBPyConnection, spec: dict, result: pa.Table, ids: np.ndarray | None) -> dict[str, Any]:
         out = spec["output"]
         kind, key, task = out["kind"], out["key"], spec["task"]
+        attempt = int(spec.get("attempt", 0))
         mode = out.get("mode", "prefetch")
+        keep = out.get("keep")
         if kind == "hash":
             assert ids is not None
         elif kind == "roundrobin":
             ids = partitioner.roundrobin_ids(result.num_rows, out["partitions"], task)
         elif kind == "range" and out.get("finalize"):  # bounds known: partition and push now
             body = out["finalize"]
-            return {"partition_bytes": self._partition_range(con, body, _bounds(body), task, result), "finalized": True}
+            sizes = self._partition_range(con, body, _bounds(body), task, attempt, result, keep)
+            return dict(sizes, finalized=True)
         elif kind == "range":
-            self.store.stage(key, result, task)
+            self.store.stage(key, result, task, attempt)
             sample = sample_keys(result.column(out["sample_key"]), out["samples"], out["seed"])
             return {"sample": table_to_hex(pa.table({"k": sample}))}
         elif kind == "table":
@@ -222,16 +304,16 @@ class TaskRunner:
             self.store.put(key, 0, result)
             return {"partition_bytes": [result.nbytes]}
         elif kind == "single":
-            return self._store_parts(key, [result], task, mode)
+            return self._store_parts(key, [result], task, attempt, mode, keep)
         elif kind in ("broadcast", "result", "materialize"):
-            self.store.put(key, task if kind != "broadcast" else 0, result, task)
-            reply: dict[str, Any] = {"partition_bytes": [result.nbytes]}
+            self.store.put(key, task if kind != "broadcast" else 0, result, task, attempt)
+            reply: dict[str, Any] = {"partition_bytes": [result.nbytes], "partition_rows": [result.num_rows]}
             if kind == "broadcast":
                 reply["ranges"] = _integer_ranges(result)
             return reply
         else:
             raise OperationalError(f"unknown output kind {kind!r}")
-        return self._store_parts(key, partitioner.split(result, ids, out["partitions"]), task, mode)
+        return self._store_parts(key, partitioner.split(result, ids, out["partitions"]), task, attempt, mode, keep)
 
     def finalize_range(self, spec: dict) -> dict[str, Any]:
         """Partition staged map output once the coordinator has chosen the bounds.
@@ -239,46 +321,60 @@ class TaskRunner:
         ``tasks`` limits it to those map tasks (prefetch finalizes each as it finishes); the
         reply gives bytes per partition for every task, for the size bookkeeping.
         """
-        tasks = set(spec["tasks"]) if spec.get("tasks") is not None else None
-        staged = self.store.take_staged(spec["key"], tasks)
+        wanted = {int(t): a for t, a in spec["tasks"].items()}
+        staged = self.store.take_staged(spec["key"], wanted)
+        if len(staged) < len(wanted):
+            found = {source for source, _, _ in staged}
+            missing = [[t, -1] for t in wanted if t not in found]
+            raise input_lost(self.address, spec["key"], missing, "staged map output is not here")
         bounds = _bounds(spec)
-        per_task: dict[int, list[int]] = {}
+        per_task: dict[int, dict[str, list[int]]] = {}
         with self.connections.connection() as lease:
             while staged:  # pop each map output, so it is freed once its parts are kept or sent
-                source, table = staged.pop()
-                per_task[source] = self._partition_range(lease.con, spec, bounds, source, table)
+                source, attempt, table = staged.pop()
+                per_task[source] = self._partition_range(lease.con, spec, bounds, source, attempt, table)
         return {"tasks": {str(t): sizes for t, sizes in per_task.items()}}
 
     def _partition_range(
-        self, con: duckdb.DuckDBPyConnection, spec: dict, bounds: pa.Array, source: int, table: pa.Table
-    ) -> list[int]:
+        self,
+        con: duckdb.DuckDBPyConnection,
+        spec: dict,
+        bounds: pa.Array,
+        source: int,
+        attempt: int,
+        table: pa.Table,
+        keep: list[int] | None = None,
+    ) -> dict[str, list[int]]:
         """Split one map task's output by ``bounds``: keep it (pull, or reducers not yet placed)
         or keep the local parts and send the rest to their reducers' hosts (``spec`` says which).
-        Returns the bytes per partition."""
+        Returns the bytes and rows per partition."""
         key = spec["key"]
         ids = partitioner.range_ids(con, table, spec["sort_key"], bounds, spec["desc"], spec["nulls_first"])
         parts = partitioner.split(table, ids, len(bounds) + 1)
         destinations = {int(p): a for p, a in (spec.get("destinations") or {}).items()}
         if not destinations:
-            return self._store_parts(key, parts, source, spec.get("mode", "prefetch"))["partition_bytes"]
+            return self._store_parts(key, parts, source, attempt, spec.get("mode", "prefetch"), keep)
         remote = {p: t for p, t in enumerate(parts) if t.num_rows and destinations.get(p, self.address) != self.address}
-        self.store.put_parts(key, [t.slice(0, 0) if p in remote else t for p, t in enumerate(parts)], source)
-        self._send(key, source, remote, destinations)
-        return [t.nbytes for t in parts]
+        self.store.put_parts(key, [t.slice(0, 0) if p in remote else t for p, t in enumerate(parts)], source, attempt)
+        self._send(key, source, attempt, remote, destinations)
+        sent = {str(p): destinations[p] for p in remote}
+        return {"partition_bytes": [t.nbytes for t in parts], "partition_rows": [t.num_rows for t in parts], "sent": sent}
 
     def push(self, spec: dict) -> dict[str, Any]:
         """Send one map task's blocks to the hosts of their reducers (SCache's pre-fetch).
 
         All blocks headed for one host travel in a single do_put stream, one record batch run
         per partition tagged with its partition and source task; blocks for reducers on this
-        host stay put. Returns the bytes sent away.
+        host stay put. Returns the bytes sent away, and where each partition went.
         """
-        key, task = spec["key"], int(spec["task"])
+        key, task, attempt = spec["key"], int(spec["task"]), int(spec["attempt"])
         destinations = {int(p): a for p, a in spec["destinations"].items()}
         remote = [p for p, address in destinations.items() if address != self.address]
-        return {"sent": self._send(key, task, self.store.take_blocks(key, task, remote), destinations)}
+        blocks = self.store.take_blocks(key, task, attempt, remote)
+        sent_bytes = self._send(key, task, attempt, blocks, destinations)
+        return {"sent_bytes": sent_bytes, "sent": {str(p): destinations[p] for p in blocks}}
 
-    def _send(self, key: str, task: int, blocks: dict[int, pa.Table], destinations: dict[int, str]) -> int:
+    def _send(self, key: str, task: int, attempt: int, blocks: dict[int, pa.Table], destinations: dict[int, str]) -> int:
         """Push blocks to their reducers' hosts, one do_put stream per host; returns the bytes."""
         by_host: dict[str, list[tuple[int, pa.Table]]] = {}
         for p, table in blocks.items():
@@ -287,17 +383,31 @@ class TaskRunner:
         def send(item: tuple[str, list[tuple[int, pa.Table]]]) -> int:
             address, parts = item
             size = sum(t.nbytes for _, t in parts)
-            with self.limiter.slot(address, size):
-                self.pool.get(address).put_blocks(key, task, parts)
+            self._check_peer(key, address)
+            try:
+                with self.limiter.slot(address, size):
+                    self.pool.get(address).put_blocks(key, task, attempt, parts)
+            except Error as e:  # the reducer's host is gone: the coordinator must know which
+                raise input_lost(address, key, None, str(e)) from e
             return size
+
+        if blocks:
+            self._reached("push")
 
         # Every destination at once: on a slow network each host's link is its own bottleneck.
         return sum(self._fetches.map(send, by_host.items()))
 
 
+def task_key(spec: dict) -> str:
+    """The name one attempt of a task is cancelled by: a speculative copy that lost its race is
+    stopped alone, its query's other tasks run on."""
+    return f"{spec['query']}/{spec['stage']}/{spec['task']}/{spec.get('attempt', 0)}"
+
+
 class Cancellations:
     """The DuckDB connections each query's tasks run on here, so that cancelling a query (its
-    client interrupted it, or another of its tasks failed) stops the tasks it has running.
+    client interrupted it, or another of its tasks failed) stops the tasks it has running, and
+    cancelling one task attempt (see :func:`task_key`) stops that one.
 
     DuckDB drops an interrupt that comes before its query starts, so a cancelled query's
     connections are interrupted again until none is left running (for at most
@@ -316,31 +426,37 @@ class Cancellations:
         self._cancelled: dict[str, None] = {}  # an ordered set: the oldest go first
 
     @contextlib.contextmanager
-    def running(self, query: str, con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-        """Hold ``con`` as one of ``query``'s while a task of it runs there."""
+    def running(self, query: str, con: duckdb.DuckDBPyConnection, task: str = "") -> Iterator[None]:
+        """Hold ``con`` as one of ``query``'s (and of the task attempt ``task``'s) while it runs."""
+        names = [n for n in (query, task) if n]
         with self._lock:
-            self._refuse_cancelled(query)
-            self._running.setdefault(query, set()).add(con)
+            for name in names:
+                self._refuse_cancelled(name)
+                self._running.setdefault(name, set()).add(con)
         try:
             yield
         finally:
             with self._lock:
-                cons = self._running[query]
-                cons.discard(con)
-                if not cons:
-                    del self._running[query]
+                for name in names:
+                    cons = self._running[name]
+                    cons.discard(con)
+                    if not cons:
+                        del self._running[name]
 
-    def check(self, query: str) -> None:
-        """Raise if ``query`` has been cancelled."""
+    def check(self, query: str, task: str = "") -> None:
+        """Raise if ``query`` (or the task attempt ``task``) has been cancelled."""
         with self._lock:
-            self._refuse_cancelled(query)
+            for name in (query, task):
+                if name:
+                    self._refuse_cancelled(name)
 
-    def _refuse_cancelled(self, query: str) -> None:
-        if query in self._cancelled:
-            raise OperationalError(f"query {query} was cancelled")
+    def _refuse_cancelled(self, name: str) -> None:
+        if name in self._cancelled:
+            raise OperationalError(f"{'task' if name.count('/') > 1 else 'query'} {name} was cancelled")
 
     def cancel(self, query: str) -> None:
-        """Stop ``query``'s tasks here, now and when they arrive; returns at once."""
+        """Stop ``query``'s tasks (or one task attempt, by its :func:`task_key`) here, now and
+        when they arrive; returns at once."""
         with self._lock:
             self._cancelled[query] = None
             while len(self._cancelled) > self.KEPT:
@@ -464,24 +580,30 @@ def _bounds(spec: dict) -> pa.Array:
     return table_from_hex(spec["bounds"]).column(0).combine_chunks()
 
 
-def _write_file(result: pa.Table | pa.RecordBatchReader, names: list[str], directory: str, task: int, fmt: str) -> dict[str, Any]:
+def _write_file(
+    result: pa.Table | pa.RecordBatchReader, names: list[str], directory: str, task: int, attempt: int, fmt: str
+) -> dict[str, Any]:
     """One result task's share of COPY ... TO: part-NNNNN, numbered in result order.
 
     A table is written whole (Parquet cuts it into row groups); a stream one batch at a time,
-    so only one batch of it is ever in memory.
+    so only one batch of it is ever in memory. The attempt writes a file of its own, created
+    exclusively, and renames it into place once complete: a part file is never half written,
+    and a task run again (its worker was lost) replaces its earlier attempt's file.
     """
     if not os.path.isfile(os.path.join(directory, MARKER)):
         raise OperationalError(f"cannot write into {directory}: COPY has not claimed it (its {MARKER} is missing)")
     path = os.path.join(directory, f"part-{task:05d}.{fmt}")
+    partial = os.path.join(directory, attempt_file(f"part-{task:05d}.{fmt}", attempt))
     schema = pa.schema([f.with_name(n) for f, n in zip(result.schema, names, strict=True)])
     rows = nbytes = 0
     try:
         # "x": a file that appeared since COPY claimed the directory is never overwritten.
-        with open(path, "xb") as sink, pacsv.CSVWriter(sink, schema) if fmt == "csv" else pq.ParquetWriter(sink, schema) as writer:
+        with open(partial, "xb") as sink, pacsv.CSVWriter(sink, schema) if fmt == "csv" else pq.ParquetWriter(sink, schema) as writer:
             for part in [result] if isinstance(result, pa.Table) else result:
                 part = part.rename_columns(names)
                 writer.write(part)
                 rows, nbytes = rows + part.num_rows, nbytes + part.nbytes
+        os.replace(partial, path)
     except OSError as e:
         raise OperationalError(f"cannot write {path}: {e}") from e
     return {"partition_bytes": [nbytes], "rows": rows, "bytes": nbytes, "schema": schema_to_hex(schema)}

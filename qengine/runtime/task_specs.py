@@ -12,8 +12,25 @@ from qengine.runtime.query_state import SHUFFLE_KINDS, QueryState, StageRun
 from qengine.transport.wire import schema_to_hex
 
 
-def task_spec(state: QueryState, run: StageRun, index: int, sql: str, form: dict | None) -> dict:
-    """The spec of task ``index`` of ``run``, with the SQL rendered for its stage."""
+def pinned_blocks(state: QueryState, source: StageRun, partitions: list[int]) -> tuple[dict, dict]:
+    """The exact blocks a reader of ``partitions`` of ``source`` reads: per partition, per
+    holder, the (map task, attempt) pairs (see ``BlockStore.get``), and their bytes per holder
+    (for the fetch limiter). One attempt per map task, the committed one."""
+    blocks: dict[str, dict[str, list[list[int]]]] = {}
+    sizes: dict[str, dict[str, int]] = {}
+    for p in partitions:
+        for task, (host, attempt, nbytes) in sorted(source.blocks.get(p, {}).items()):
+            address = state.addresses[host]
+            blocks.setdefault(str(p), {}).setdefault(address, []).append([task, attempt])
+            per_host = sizes.setdefault(str(p), {})
+            per_host[address] = per_host.get(address, 0) + nbytes
+    return blocks, sizes
+
+
+def task_spec(
+    state: QueryState, run: StageRun, index: int, attempt: int, sql: str, form: dict | None, speculative: bool = False
+) -> dict:
+    """The spec of one attempt of task ``index`` of ``run``, with the SQL rendered for its stage."""
     inputs: list[dict] = []
     stage = run.stage
     if stage.scans:
@@ -25,33 +42,28 @@ def task_spec(state: QueryState, run: StageRun, index: int, sql: str, form: dict
     inputs += [scan_input(scan, scan.source.whole()) for scan in stage.replicated]
     for read in stage.reads:
         source = state.runs[read.shuffle_id]
-        sizes = None
         if read.kind == "broadcast" or (read.kind == "once" and index == 0):
-            partitions, hosts = [0], sorted(source.holders)
+            partitions = [0]
         elif read.kind == "once":  # the first task reads it
-            partitions, hosts = [], []
+            partitions = []
         elif read.kind == "materialized":
-            partitions, hosts = [index], [source.placement[index]]
+            partitions = [index]
         elif read.kind == "whole":  # every partition of a shared output
-            partitions, hosts = list(range(source.tasks)), sorted(source.holders)
+            partitions = list(range(source.tasks))
         else:
             partitions = run.groups[index] if run.groups is not None else [index]
-            located = state.locations(source, partitions)
-            # Pull reads every map-output holder; prefetch only where the blocks now are.
-            if state.mode == "prefetch" and source.task_bytes:
-                hosts = sorted({h for per_host in located.values() for h in per_host})
-            else:
-                hosts = sorted(source.holders)
-            sizes = {str(p): {state.addresses[h]: b for h, b in per_host.items()} for p, per_host in located.items()}
+        blocks, sizes = pinned_blocks(state, source, partitions)
         inputs.append(
             {
                 "name": read.table,
                 "kind": "shuffle",
                 "key": state.key(read.shuffle_id),
                 "partitions": partitions,
-                "sources": [state.addresses[w] for w in hosts],
+                "blocks": blocks,
                 "schema": source.schema,
-                "consume": state.mode == "prefetch" and read.kind in SHUFFLE_KINDS,
+                # A speculative copy leaves the blocks to the attempt it races; a retry leaves
+                # them too: its failed first attempt may have consumed some and not others.
+                "consume": state.mode == "prefetch" and read.kind in SHUFFLE_KINDS and not speculative and attempt == 0,
                 "sizes": sizes,
             }
         )
@@ -59,6 +71,7 @@ def task_spec(state: QueryState, run: StageRun, index: int, sql: str, form: dict
         "query": state.query_id,
         "stage": stage.id,
         "task": index,
+        "attempt": attempt,
         "sql": sql,
         "direct": form,
         "inputs": inputs,
@@ -73,7 +86,8 @@ def task_spec(state: QueryState, run: StageRun, index: int, sql: str, form: dict
 
 
 def output_spec(state: QueryState, run: StageRun, index: int) -> dict:
-    """Where task ``index``'s output goes: a shuffle's partitions, or out of the query."""
+    """Where task ``index``'s output goes: a shuffle's partitions, or out of the query. A task
+    recomputed for blocks a lost worker held keeps only those partitions (``keep``)."""
     ex = run.stage.output
     if ex is None:
         spec = dict(state.output_override or {"kind": "result", "key": f"{state.query_id}/result"})
@@ -86,6 +100,8 @@ def output_spec(state: QueryState, run: StageRun, index: int) -> dict:
         "partitions": ex.partitions,
         "mode": state.mode,
     }
+    if run.keep.get(index) is not None:
+        spec["keep"] = run.keep[index]
     if ex.kind == "hash":
         spec["keys"] = ex.keys
     elif ex.kind == "range":
@@ -95,10 +111,16 @@ def output_spec(state: QueryState, run: StageRun, index: int) -> dict:
     return spec
 
 
-def map_spec(run: StageRun, spec: dict) -> dict:
-    """A range map task's spec as it starts: with the bounds and hosts once they are known."""
+def with_inline_finalize(run: StageRun, index: int, spec: dict) -> dict:
+    """A range map task's spec as it starts: once the bounds are known it partitions its own
+    output, and pushes it to the reducers' hosts once those are placed (a recomputed task
+    keeps its blocks where it runs)."""
     inline = run.inline
-    return spec if inline is None else dict(spec, output=dict(spec["output"], finalize=inline))
+    if run.bounds is None or run.stage.output is None or run.stage.output.kind != "range":
+        return spec
+    if inline is None or index in run.local_only:
+        inline = dict(run.finalize_body, destinations=None)
+    return dict(spec, output=dict(spec["output"], finalize=inline))
 
 
 def duckdb_builds(stage: Stage) -> bool:

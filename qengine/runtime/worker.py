@@ -24,8 +24,9 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from qengine.catalog.access import AccessPolicy
-from qengine.errors import Error
-from qengine.exchange.store import BlockStore
+from qengine.errors import Error, input_lost
+from qengine.exchange.store import BlockStore, MissingBlocksError
+from qengine.runtime.faults import FaultPlan
 from qengine.runtime.task import TaskRunner
 from qengine.transport.rpc import ActionServer, Client, ClientPool, server_error
 from qengine.transport.wire import load_converters
@@ -51,7 +52,8 @@ class WorkerServer(ActionServer):
         self.worker_id = worker_id
         self.store = BlockStore(budget=shuffle_memory, spill_dir=spill_dir)
         self.pool = ClientPool(token, tls_root)
-        self.runner = TaskRunner(self.store, self.address, self.pool, ceiling=ceiling)
+        self.runner = TaskRunner(self.store, self.address, self.pool, ceiling=ceiling, faults=FaultPlan.from_env())
+        self.runner.worker_id = worker_id
         self.tasks_run = 0
 
     def _handle(self, name: str, body: dict) -> Any:
@@ -67,6 +69,9 @@ class WorkerServer(ActionServer):
             return {"ok": True}
         if name == "cancel":
             self.runner.cancellations.cancel(body["query"])
+            return {"ok": True}
+        if name == "forget":  # a peer declared lost: the query's calls to it fail, now and later
+            self.runner.lost_peer(body["query"], body["address"])
             return {"ok": True}
         if name == "release":
             return {"released": body["prefix"], "spilled": self.store.release(body["prefix"])}
@@ -88,7 +93,11 @@ class WorkerServer(ActionServer):
 
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.RecordBatchStream:
         spec = json.loads(ticket.ticket)
-        table = self.store.get(spec["key"], spec["partition"], consume=bool(spec.get("consume")))
+        try:
+            table = self.store.get(spec["key"], spec["partition"], consume=bool(spec.get("consume")), want=spec.get("want"))
+        except MissingBlocksError as e:
+            missing = [[t, e.partition] for t in e.tasks]
+            raise server_error(input_lost(self.address, spec["key"], missing, str(e))) from e
         if table is None:
             raise server_error(KeyError(f"worker {self.worker_id} holds no blocks of {spec['key']}"))
         return flight.RecordBatchStream(table)
@@ -99,12 +108,12 @@ class WorkerServer(ActionServer):
             table: pa.Table = reader.read_all()
             self.store.put(spec["key"], spec.get("partition", 0), table)
             return
-        pieces: dict[tuple[int, int], list[pa.RecordBatch]] = {}
+        pieces: dict[tuple[int, tuple[int, int]], list[pa.RecordBatch]] = {}
         for chunk in reader:
             meta = json.loads(chunk.app_metadata.to_pybytes())
-            pieces.setdefault((meta["p"], meta["s"]), []).append(chunk.data)
-        for (partition, source), batches in pieces.items():
-            self.store.put(spec["key"], partition, pa.Table.from_batches(batches), source)
+            pieces.setdefault((meta["p"], (meta["s"], meta.get("a", 0))), []).append(chunk.data)
+        for (partition, (source, attempt)), batches in pieces.items():
+            self.store.put(spec["key"], partition, pa.Table.from_batches(batches), source, attempt)
 
 
 def _exit_when_parent_goes(store: BlockStore) -> None:
@@ -142,7 +151,7 @@ def serve_joined(
     except Exception:
         server.shutdown()
         raise
-    server.worker_id = reply["id"]
+    server.worker_id = server.runner.worker_id = reply["id"]
     # The coordinator's data and output roots bound every file this worker opens.
     server.runner.ceiling = AccessPolicy.from_json(reply["access"])
     timeout = float(reply["heartbeat_timeout"])
@@ -157,7 +166,10 @@ def serve_joined(
             try:
                 alive = coordinator.action("heartbeat", {"id": server.worker_id}, timeout=timeout)["alive"]
                 if not alive:  # declared dead (e.g. after a pause): join again under a new id
-                    server.worker_id = coordinator.action("register", hello, timeout=timeout)["id"]
+                    # Its queries went on without it: what it holds is stale, and would be
+                    # read twice if a query's block names met it again.
+                    server.store.release("")
+                    server.worker_id = server.runner.worker_id = coordinator.action("register", hello, timeout=timeout)["id"]
                     log.warning("re-registered as worker %d", server.worker_id)
                 last_ok = time.monotonic()
             except Error as e:  # keep trying until the timeout has passed

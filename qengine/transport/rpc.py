@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from qengine.errors import Error, OperationalError, error_class
+from qengine.errors import Error, OperationalError, WorkerUnreachableError, error_class
 
 log = logging.getLogger("qengine.transport.rpc")
 
@@ -89,9 +89,10 @@ def client_error(exc: flight.FlightError, where: str) -> Error:
             pass
     if isinstance(exc, flight.FlightUnauthenticatedError):
         return OperationalError(f"{where} refused the call: wrong cluster token")
-    if isinstance(exc, flight.FlightUnavailableError | flight.FlightTimedOutError):
-        return OperationalError(f"{where} is unreachable (is it running?): {text.splitlines()[0]}")
-    return OperationalError(f"{where}: {text.splitlines()[0] if text else type(exc).__name__}")
+    if isinstance(exc, flight.FlightUnavailableError | flight.FlightTimedOutError | flight.FlightCancelledError):
+        return WorkerUnreachableError(f"{where} is unreachable (is it running?): {text.splitlines()[0] if text else ''}")
+    # No answer from the server's code at all (the connection broke mid-call): the server is gone.
+    return WorkerUnreachableError(f"{where}: {text.splitlines()[0] if text else type(exc).__name__}")
 
 
 class Client:
@@ -116,7 +117,7 @@ class Client:
         except flight.FlightError as e:
             raise client_error(e, self.where) from e
         except pa.ArrowInvalid as e:  # the client was closed (its connection closed meanwhile)
-            raise OperationalError(f"{self.where}: {e}") from e
+            raise WorkerUnreachableError(f"{self.where}: {e}") from e
         return json.loads(results[0].body.to_pybytes()) if results else None
 
     def get(self, ticket: dict, timeout: float | None = None) -> pa.Table:
@@ -125,6 +126,8 @@ class Client:
             return reader.read_all()
         except flight.FlightError as e:
             raise client_error(e, self.where) from e
+        except pa.ArrowInvalid as e:  # the client was closed: its worker was declared lost
+            raise WorkerUnreachableError(f"{self.where}: {e}") from e
 
     def put(self, command: dict, table: pa.Table) -> None:
         descriptor = flight.FlightDescriptor.for_command(json.dumps(command).encode())
@@ -135,20 +138,23 @@ class Client:
         except flight.FlightError as e:
             raise client_error(e, self.where) from e
 
-    def put_blocks(self, key: str, source: int, parts: list[tuple[int, pa.Table]]) -> None:
-        """Push several partitions' blocks in one stream; each batch carries its partition."""
+    def put_blocks(self, key: str, source: int, attempt: int, parts: list[tuple[int, pa.Table]]) -> None:
+        """Push several partitions' blocks in one stream; each batch carries its partition and
+        the map task attempt it came from."""
         descriptor = flight.FlightDescriptor.for_command(json.dumps({"key": key, "blocks": True}).encode())
         schema = parts[0][1].schema
         try:
             writer, _ = self._client.do_put(descriptor, schema, self.options())
             for partition, table in parts:
-                meta = pa.py_buffer(json.dumps({"p": partition, "s": source}).encode())
+                meta = pa.py_buffer(json.dumps({"p": partition, "s": source, "a": attempt}).encode())
                 batches = table.to_batches() or [pa.RecordBatch.from_pylist([], schema=schema)]
                 for batch in batches:
                     writer.write_with_metadata(batch, meta)
             writer.close()
         except flight.FlightError as e:
             raise client_error(e, self.where) from e
+        except pa.ArrowInvalid as e:  # the client was closed: its worker was declared lost
+            raise WorkerUnreachableError(f"{self.where}: {e}") from e
 
     def close(self) -> None:
         self._client.close()
@@ -169,6 +175,14 @@ class ClientPool:
             if client is None:
                 client = self._clients[address] = Client(address, self._token, self._tls_root)
             return client
+
+    def forget(self, address: str) -> None:
+        """Close the client of a worker declared lost: calls still waiting on it (a hung
+        process never answers) fail at once instead of holding their threads."""
+        with self._lock:
+            client = self._clients.pop(address, None)
+        if client is not None:
+            client.close()
 
     def close(self) -> None:
         with self._lock:
