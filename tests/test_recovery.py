@@ -57,6 +57,10 @@ ORDER BY a.n
 """
 
 
+# A whole-table sort: a range shuffle, several map tasks at split_size 200KB
+SORTED = "SELECT ss_ticket_number, ss_item_sk, ss_quantity FROM store_sales ORDER BY ss_ticket_number, ss_item_sk"
+
+
 def q(number: int) -> str:
     """TPC-DS query ``number`` as DuckDB's extension ships it (q7 and q78: joins and GROUP BY
     with a non-empty answer at SF 0.01; q2: a WITH read twice, materialized once)."""
@@ -197,6 +201,21 @@ def test_worker_exits_during_map(connect, oracle: duckdb.DuckDBPyConnection, mod
     stats = run_same(con, oracle, q(78))
     assert_lost_victim(stats.recovery, address)
     assert stats.recovery.retried >= 1, stats.recovery.summary()
+    assert_cluster_recovered(con, oracle, address, q(7))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("after", [1, 2])
+def test_worker_exits_during_a_range_map_stage(connect, oracle: duckdb.DuckDBPyConnection, mode: str, after: int) -> None:
+    """A sort's range shuffle loses a worker before or after its bounds are chosen: the map
+    tasks run again are partitioned by the same bounds (or staged until they are chosen), and
+    the stage finishes."""
+    con = connect(mode, f"worker={VICTIM};phase=map;after={after};action=exit")
+    plan = "\n".join(r[0] for r in con.execute(f"EXPLAIN {SORTED}").fetchall())
+    assert "range" in plan.lower(), plan
+    address = victim_address(con)
+    stats = run_same(con, oracle, SORTED)
+    assert_lost_victim(stats.recovery, address)
     assert_cluster_recovered(con, oracle, address, q(7))
 
 

@@ -92,6 +92,7 @@ class LocalCluster:
         self._closed = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._starting: list[threading.Thread] = []  # replacements being started
         _live_clusters.add(self)
         try:
             procs = [self._spawn(i, host) for i in range(workers)]
@@ -206,6 +207,15 @@ class LocalCluster:
         self.pool.forget(handle.address)
         if handle.spill_dir is not None:
             shutil.rmtree(handle.spill_dir, ignore_errors=True)
+        # The replacement starts in the background: it takes about a second to come up, and the
+        # caller (a query's scheduling loop, or the watchdog) must not wait for it.
+        starter = threading.Thread(target=self._start_replacement, args=(handle, place), name="worker-replacement", daemon=True)
+        with self._lock:
+            self._starting.append(starter)
+        starter.start()
+
+    def _start_replacement(self, handle: WorkerHandle, place: int) -> None:
+        """Start a worker in a lost one's place (in ``workers``, at the same position)."""
         for _ in range(3):
             worker_id = next(self._ids)
             try:
@@ -220,8 +230,9 @@ class LocalCluster:
         else:
             return
         with self._lock:
-            if self._closed:
+            if self._closed:  # closed while it started: it goes too
                 self._stop_process(proc)
+                shutil.rmtree(spill_dir, ignore_errors=True)
                 return
             self.workers.insert(min(place, len(self.workers)), WorkerHandle(worker_id, address, proc, spill_dir))
         log.info("worker %d serving on %s in place of worker %d", worker_id, address, handle.id)
@@ -241,7 +252,10 @@ class LocalCluster:
             if self._closed:
                 return
             self._closed = True
+            starting = list(self._starting)
         self._stop.set()
+        for starter in starting:  # a replacement that was starting stops itself once it is up
+            starter.join(STARTUP_TIMEOUT)
         for w in self.workers:
             if w.alive():
                 with contextlib.suppress(Exception):  # best effort; terminate follows

@@ -46,7 +46,7 @@ CANCEL_TIMEOUT = 10.0  # seconds a worker has to take a failed query's cancel
 MAX_TASK_FAILURES = 4  # attempts of one task lost with their worker (Spark's spark.task.maxFailures)
 MAX_INPUT_LOSSES = 16  # attempts of one task whose inputs were lost, before the query gives up
 SPECULATIVE_CAP = 0.1  # LATE's SpeculativeCap: at most this share of the slots runs copies
-SPECULATE_AFTER = 1.0  # seconds a task runs before it may be taken for a straggler
+SPECULATE_AFTER = 0.25  # seconds a task runs before it may be taken for a straggler
 SLOW_TASK_FACTOR = 1.5  # a task is a straggler once it has run this many times its expected time
 SLOW_NODE_QUANTILE = 0.75  # LATE's SlowNodeThreshold: no copies on workers slower than this share
 
@@ -483,7 +483,7 @@ class QueryRun:
             info = lost_input(str(e)) if isinstance(e, InputLostError) else None
             if info is None and not isinstance(e, WorkerUnreachableError):
                 raise
-            if info is not None:
+            if info is not None and info.get("missing") is None:
                 self.cluster.suspect(info["address"])
             self._look_at_workers()
             self._aux_lost(run, kind, body)
@@ -497,8 +497,13 @@ class QueryRun:
             return
         tasks = {body["task"]: body["attempt"]} if kind == "push" else {int(t): a for t, a in body["tasks"].items()}
         for task, attempt in tasks.items():
-            if run.committed.get(task) == attempt:
+            if run.committed.get(task) != attempt:
+                continue  # a later attempt committed: its blocks are its own
+            if task in run.completed:
                 self._recompute(run, task, None)
+            else:  # already running again: its new attempt is finalized or pushed when it commits
+                run.finalized.discard(task)
+                run.pushed.discard(task)
 
     def _maybe_finish(self, run: StageRun) -> None:
         if run.done or run.pending or run.aux_pending or not run.submitted or run.waiting:
@@ -506,6 +511,10 @@ class QueryRun:
         ex = run.stage.output
         if ex is not None and ex.kind == "range" and any(t not in run.finalized for t in run.completed):
             return  # the bounds are chosen, finalization is under way
+        if run.stats.kind not in ("table", "files") and (missing := run.unaccounted_rows()):
+            # Never let readers start on a stage some of whose rows no block accounts for:
+            # that would be a silently wrong answer.
+            raise InternalError(f"stage {run.stage.id} lost track of {missing} of its rows (a qengine bug): {self._describe()}")
         run.done = True
         if not run.stats.seconds:
             run.stats.seconds = time.perf_counter() - run.started
@@ -578,7 +587,7 @@ class QueryRun:
         if kind == "range":  # map output staged until the bounds are known
             lost.update({t: None for t in run.completed if t not in run.finalized and run.placement[t] == worker})
         for partition, per_task in run.blocks.items():
-            for task, (host, _, _) in per_task.items():
+            for task, (host, *_) in per_task.items():
                 if host != worker or task not in run.completed or not (everything or self._still_read(run, partition)):
                     continue
                 if kind in SHUFFLE_KINDS and kind != "roundrobin" and lost.get(task, set()) is not None:
@@ -662,8 +671,8 @@ class QueryRun:
         recompute the blocks it no longer has."""
         state = self.state
         address = info["address"]
-        if address in state.addresses and state.addresses.index(address) not in state.lost:
-            self.cluster.suspect(address)
+        if info.get("missing") is None and address in state.addresses and state.addresses.index(address) not in state.lost:
+            self.cluster.suspect(address)  # it did not answer (a holder that answered lacks some blocks)
             self._look_at_workers()
         prefix = f"{state.query_id}/"
         if not info["key"].startswith(prefix):

@@ -98,8 +98,8 @@ class StageRun:
     completed: set[int] = field(default_factory=set)  # tasks whose output is committed and held
     ever_completed: set[int] = field(default_factory=set)  # counted in the statistics once
     committed: dict[int, int] = field(default_factory=dict)  # task → the attempt whose output counts
-    # partition → map task → (holding worker, attempt, bytes) of every non-empty committed block
-    blocks: dict[int, dict[int, tuple[int, int, int]]] = field(default_factory=dict)
+    # partition → map task → (holding worker, attempt, bytes, rows) of every non-empty committed block
+    blocks: dict[int, dict[int, tuple[int, int, int, int]]] = field(default_factory=dict)
     keep: dict[int, list[int] | None] = field(default_factory=dict)  # a recomputed task's partitions
     local_only: set[int] = field(default_factory=set)  # recomputed tasks: their blocks stay put
     waiting: set[int] = field(default_factory=set)  # tasks waiting for their inputs to be recomputed
@@ -139,9 +139,16 @@ class StageRun:
             per_task = self.blocks.setdefault(partition, {})
             if n:
                 host = (host_of or {}).get(partition, worker)
-                per_task[index] = (host, attempt, sizes[p] if p < len(sizes) else 0)
+                per_task[index] = (host, attempt, sizes[p] if p < len(sizes) else 0, n)
             else:
                 per_task.pop(index, None)
+
+    def unaccounted_rows(self) -> int:
+        """Rows the committed attempts produced that no recorded block holds (0 when every row
+        is where readers will look for it): checked before readers may start."""
+        made = sum(self.outputs[t].get("rows", 0) for t in self.completed)
+        held = sum(entry[3] for per_task in self.blocks.values() for entry in per_task.values())
+        return made - held
 
     def partition_sizes(self) -> list[int]:
         """Bytes per partition of a shuffle so far (kept up to date by ``StageStats.add_partition_bytes``)."""

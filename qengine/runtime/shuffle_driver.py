@@ -45,7 +45,9 @@ class ShuffleDriver:
         blocks only need partitioning, if its output was staged for range bounds.
         """
         if not first:
-            if "sample" in result and run.bounds is not None:
+            if result.get("finalized"):  # partitioned by the task itself, bounds known
+                run.finalized.add(index)
+            elif "sample" in result and run.bounds is not None:
                 self._finalize(run, [index])
             return
         run.finished.append(index)
@@ -132,7 +134,8 @@ class ShuffleDriver:
         """Partition staged range output with the bounds (and push it, once placed)."""
         destinations = self._destinations(run)
         by_worker: dict[tuple[int, bool], dict[str, int]] = {}
-        for t in [t for t in tasks if t not in run.finalized]:
+        # A task being recomputed is finalized when its new attempt commits.
+        for t in [t for t in tasks if t not in run.finalized and t in run.completed]:
             run.finalized.add(t)
             local = t in run.local_only or destinations is None
             by_worker.setdefault((run.placement[t], local), {})[str(t)] = run.committed[t]
@@ -213,8 +216,8 @@ class ShuffleDriver:
         elif kind == "push" and run.committed.get(body["task"]) == body["attempt"]:
             t = body["task"]
             for p, address in result["sent"].items():
-                host, attempt, nbytes = run.blocks[int(p)][t]
-                run.blocks[int(p)][t] = (hosts[address], attempt, nbytes)
+                _, attempt, nbytes, rows = run.blocks[int(p)][t]
+                run.blocks[int(p)][t] = (hosts[address], attempt, nbytes, rows)
 
     def replace_reducers(self, lost: int) -> None:
         """Place again, with MinHeap over the live workers, the reducers that were placed ahead

@@ -19,7 +19,7 @@ def pinned_blocks(state: QueryState, source: StageRun, partitions: list[int]) ->
     blocks: dict[str, dict[str, list[list[int]]]] = {}
     sizes: dict[str, dict[str, int]] = {}
     for p in partitions:
-        for task, (host, attempt, nbytes) in sorted(source.blocks.get(p, {}).items()):
+        for task, (host, attempt, nbytes, _) in sorted(source.blocks.get(p, {}).items()):
             address = state.addresses[host]
             blocks.setdefault(str(p), {}).setdefault(address, []).append([task, attempt])
             per_host = sizes.setdefault(str(p), {})
