@@ -193,10 +193,12 @@ def test_shared_ctes_are_materialized(connect) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_worker_exits_during_map(connect, oracle: duckdb.DuckDBPyConnection, mode: str) -> None:
-    """A worker gone after its second map task stored its output: that task is run again, and
-    the map output it held is recomputed from its lineage."""
-    con = connect(mode, f"worker={VICTIM};phase=map;after=2;action=exit")
+@pytest.mark.parametrize("fault", ["phase=map;after=2", "phase=reduce"], ids=["map", "reduce"])
+def test_worker_exits_during_map_or_reduce(connect, oracle: duckdb.DuckDBPyConnection, mode: str, fault: str) -> None:
+    """A worker gone after its second map task stored its output, or once a reducer of its has
+    loaded its inputs: the task is run again elsewhere, and the map output the worker held (or
+    the inputs its reducer consumed, in prefetch) is recomputed from its lineage."""
+    con = connect(mode, f"worker={VICTIM};{fault};action=exit")
     address = victim_address(con)
     stats = run_same(con, oracle, q(78))
     assert_lost_victim(stats.recovery, address)
@@ -228,18 +230,6 @@ def test_worker_exits_during_push(connect, oracle: duckdb.DuckDBPyConnection) ->
     assert_lost_victim(stats.recovery, address)
     assert stats.recovery.recomputed + stats.recovery.retried >= 1, stats.recovery.summary()
     assert_cluster_recovered(con, oracle, address, q(78))
-
-
-@pytest.mark.parametrize("mode", MODES)
-def test_worker_exits_during_reduce(connect, oracle: duckdb.DuckDBPyConnection, mode: str) -> None:
-    """A worker gone once its reducer has loaded its inputs: the reducer runs again elsewhere,
-    and the inputs it consumed (prefetch) or held are made again."""
-    con = connect(mode, f"worker={VICTIM};phase=reduce;action=exit")
-    address = victim_address(con)
-    stats = run_same(con, oracle, q(78))
-    assert_lost_victim(stats.recovery, address)
-    assert stats.recovery.retried >= 1, stats.recovery.summary()
-    assert_cluster_recovered(con, oracle, address, q(7))
 
 
 @pytest.mark.parametrize("mode", MODES)
