@@ -196,6 +196,7 @@ class LocalCluster:
             if self._closed or handle not in self.workers:
                 return
             self._lost[handle.address] = f"worker {handle.id} at {handle.address} {why}"
+            self.failed = True  # its log says why: the logs are kept when the cluster closes
             place = self.workers.index(handle)
             self.workers.pop(place)
         log.warning("worker %d at %s %s: replacing it", handle.id, handle.address, why)

@@ -60,7 +60,6 @@ class StageRun:
     # Each task's worker; a task free to run anywhere has None until it takes a slot.
     placement: list[Any] = field(default_factory=list)
     groups: list[list[int]] | None = None
-    holders: set[int] = field(default_factory=set)
     schema: str | None = None
     samples: dict[int, tuple[pa.Array, int, int]] = field(default_factory=dict)
     outputs: list[dict] = field(default_factory=list)
