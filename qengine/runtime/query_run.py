@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +37,7 @@ from qengine.runtime.key_ranges import KeyRanges, prune_scan
 from qengine.runtime.query_state import SHUFFLE_KINDS, Cluster, ExecutionOptions, QueryState, StageRun, release_blocks
 from qengine.runtime.shuffle_driver import ShuffleDriver
 from qengine.runtime.slots import Slots, WorkerGoneError
+from qengine.runtime.speculation import straggler
 from qengine.runtime.stats import QueryStats, StageStats
 from qengine.runtime.task_specs import task_spec, with_inline_finalize
 
@@ -45,10 +45,6 @@ LIVENESS_POLL_SECONDS = 0.25  # how often lost workers and stragglers are looked
 CANCEL_TIMEOUT = 10.0  # seconds a worker has to take a failed query's cancel
 MAX_TASK_FAILURES = 4  # attempts of one task lost with their worker (Spark's spark.task.maxFailures)
 MAX_INPUT_LOSSES = 16  # attempts of one task whose inputs were lost, before the query gives up
-SPECULATIVE_CAP = 0.1  # LATE's SpeculativeCap: at most this share of the slots runs copies
-SPECULATE_AFTER = 0.25  # seconds a task runs before it may be taken for a straggler
-SLOW_TASK_FACTOR = 1.5  # a task is a straggler once it has run this many times its expected time
-SLOW_NODE_QUANTILE = 0.75  # LATE's SlowNodeThreshold: no copies on workers slower than this share
 
 _query_ids = itertools.count(1)
 
@@ -700,64 +696,9 @@ class QueryRun:
     # ---- stragglers (LATE) -------------------------------------------------------------
 
     def _speculate(self) -> None:
-        """Launch a copy of the straggler with the longest estimated time left on a fast
-        worker with a free slot, as LATE does: at most ``SPECULATIVE_CAP`` of the slots run
-        copies, none goes to a slow worker, and only tasks running well behind their stage's
-        pace are copied.
-
-        A task reports no progress while it runs, so its progress rate comes from its stage's
-        finished tasks: each worker's pace is the median ratio of its tasks' times to their
-        stages' median times, and a running task is expected to take its stage's median time
-        at its worker's pace.
-        """
-        state = self.state
-        if not state.options.speculation:
-            return
-        idle = self.slots.idle()
-        if not idle:
-            return
-        runs = [r for r in state.runs if r.submitted and not r.done and r.stats.kind not in ("files", "table")]
-        copies = sum(1 for r in state.runs for attempts in r.running.values() for a in attempts.values() if a[2])
-        if copies >= max(1, int(SPECULATIVE_CAP * self.slots.total())):
-            return
-        pace = self._paces()
-        slow = statistics.quantiles(pace.values(), n=4)[2] if len(pace) >= 2 else float("inf")
-        targets = sorted((w for w in idle if pace.get(w, 1.0) <= max(1.0, slow)), key=lambda w: pace.get(w, 1.0))
-        if not targets:
-            return
-        now = time.monotonic()
-        best = None
-        for run in runs:
-            if not run.durations:
-                continue
-            typical = statistics.median(seconds for _, seconds in run.durations)
-            for index, attempts in run.running.items():
-                if index in run.completed or len(attempts) != 1:
-                    continue
-                ((worker, started, _),) = attempts.values()
-                elapsed = now - started
-                expected = typical * pace.get(worker, 1.0)
-                if elapsed < SPECULATE_AFTER or elapsed < SLOW_TASK_FACTOR * typical:
-                    continue
-                left = expected - elapsed if expected > elapsed else elapsed - typical
-                target = next((w for w in targets if w != worker), None)
-                if target is None or left <= typical * pace.get(target, 1.0):
-                    continue  # a copy would not finish sooner
-                if best is None or left > best[0]:
-                    best = (left, run, index, target)
-        if best is not None:
-            _, run, index, target = best
-            state.recovery.speculated += 1
+        """Launch a copy of the straggler LATE picks, if any (``runtime.speculation``)."""
+        choice = straggler(self.state, self.slots.idle(), self.slots.total())
+        if choice is not None:
+            run, index, target = choice
+            self.state.recovery.speculated += 1
             self._launch(run, index, where=target, speculative=True)
-
-    def _paces(self) -> dict[int, float]:
-        """Each live worker's pace: the median of its finished tasks' times over their
-        stages' median times (1 is typical, 4 four times slower)."""
-        ratios: dict[int, list[float]] = {}
-        for run in self.state.runs:
-            if len(run.durations) < 2:
-                continue
-            typical = statistics.median(seconds for _, seconds in run.durations) or 1e-3
-            for worker, seconds in run.durations:
-                ratios.setdefault(worker, []).append(seconds / typical)
-        return {w: statistics.median(r) for w, r in ratios.items() if w not in self.state.lost}
