@@ -795,7 +795,7 @@ def report(rows: list[dict], targets: dict, title: str) -> None:
             gain = "-" if s["off_over_on"] is None else f"{s['off_over_on']:.2f}×"
             console.print(f"    {s['cluster']} {s['job']} {s['mode']}: off ÷ on {gain}", highlight=False)
     else:
-        console.print("  speculation: not run (needs --faults slow, and a qengine.connect with speculation=)", highlight=False)
+        console.print("  speculation: not run (needs --faults slow)", highlight=False)
     left = targets["spill_files_after_runs"]
     console.print(f"  no file left in a live worker's spill directory after a run: {verdict(not left)}", highlight=False)
     for line in left[:10]:

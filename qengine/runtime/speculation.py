@@ -2,7 +2,7 @@
 
 As in the LATE paper (second half of ``rdd-spark.txt``): when a slot is free, the running task
 with the longest estimated time left gets a copy on a fast worker; at most ``SPECULATIVE_CAP``
-of the slots run copies, none goes to a worker slower than ``SLOW_NODE_QUANTILE`` of the others
+of the slots run copies, none goes to a worker slower than the others' ``SLOW_NODE_QUARTILE``-rd quartile
 (SlowNodeThreshold), and only tasks well behind their stage's pace are copied (SlowTaskThreshold).
 
 A task reports no progress while it runs, so progress rates come from finished tasks: each
@@ -21,7 +21,7 @@ from qengine.runtime.query_state import QueryState, StageRun
 SPECULATIVE_CAP = 0.1  # LATE's SpeculativeCap: at most this share of the slots runs copies
 SPECULATE_AFTER = 0.25  # seconds a task runs before it may be taken for a straggler
 SLOW_TASK_FACTOR = 1.5  # a task is a straggler once it has run this many times its expected time
-SLOW_NODE_QUANTILE = 2  # LATE's SlowNodeThreshold: no copies on workers above this quartile cut (75th percentile)
+SLOW_NODE_QUARTILE = 3  # LATE's SlowNodeThreshold: no copies on workers slower than the 3rd quartile (75th percentile)
 
 
 def straggler(state: QueryState, idle: list[int], total_slots: int) -> tuple[StageRun, int, int] | None:
@@ -36,7 +36,7 @@ def straggler(state: QueryState, idle: list[int], total_slots: int) -> tuple[Sta
     if copies >= max(1, int(SPECULATIVE_CAP * total_slots)):
         return None
     pace = paces(state)
-    slow = statistics.quantiles(pace.values(), n=4)[SLOW_NODE_QUANTILE] if len(pace) >= 2 else float("inf")
+    slow = statistics.quantiles(pace.values(), n=4)[SLOW_NODE_QUARTILE - 1] if len(pace) >= 2 else float("inf")
     targets = sorted((w for w in idle if pace.get(w, 1.0) <= max(1.0, slow)), key=lambda w: pace.get(w, 1.0))
     if not targets:
         return None

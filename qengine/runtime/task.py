@@ -178,11 +178,10 @@ class TaskRunner:
         schema = schema_from_hex(spec["schema"])
         consume = bool(spec.get("consume"))
         sizes = spec.get("sizes") or {}
-        blocks = spec["blocks"]
-        parts = [
-            self.fetch(spec["key"], p, list(blocks.get(str(p), {})), schema, consume, sizes.get(str(p)), blocks.get(str(p), {}))
-            for p in spec["partitions"]
-        ]
+        parts = []
+        for p in spec["partitions"]:
+            want = spec["blocks"].get(str(p), {})  # holder → its (map task, attempt) blocks
+            parts.append(self.fetch(spec["key"], p, list(want), schema, consume, sizes.get(str(p)), want))
         return concat(parts, schema)
 
     # ---- running -----------------------------------------------------------------------
