@@ -465,12 +465,12 @@ class Cancellations:
     def _interrupt(self, query: str) -> None:
         deadline = time.monotonic() + self.INTERRUPT_SECONDS
         while time.monotonic() < deadline:
-            with self._lock:
-                cons = list(self._running.get(query, ()))
+            with self._lock:  # held, so no connection is interrupted once its task has let it go
+                cons = self._running.get(query, ())
+                for con in cons:
+                    con.interrupt()
             if not cons:
                 return
-            for con in cons:
-                con.interrupt()
             time.sleep(self.INTERRUPT_EVERY)
 
 

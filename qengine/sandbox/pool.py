@@ -38,6 +38,13 @@ def filters_mishandle(table: pa.Table, sql: str) -> bool:
     return any(pc.any(pc.is_nan(c)).as_py() for c in floats)
 
 
+# Temporary objects on a connection: a pooled connection between leases has none.
+_LEFT_OVER = (
+    "SELECT (SELECT count(*) FROM duckdb_views() WHERE temporary AND NOT internal)"
+    " + (SELECT count(*) FROM duckdb_tables() WHERE temporary)"
+)
+
+
 class Lease:
     """One task's turn on a pooled connection, and the inputs it added there: they are removed
     when the turn ends, so nothing of one task is visible to the next."""
@@ -73,7 +80,13 @@ class Lease:
             finally:
                 self.con.unregister(raw)
 
-    def clear(self) -> None:
+    def clear(self) -> bool:
+        """Remove this lease's inputs; whether the connection is left clean.
+
+        DuckDB's ``unregister`` does nothing, and says nothing, when an interrupt (a cancelled
+        task's) reaches it, so the catalog is checked: a connection still holding a temporary
+        object must not be pooled, or the next task's input of the same name is refused.
+        """
         for name in self._views:
             self.con.execute(f"DROP VIEW {identifier(name)}")
         for name in self._registered:  # unregistering also frees the Arrow data
@@ -83,6 +96,9 @@ class Lease:
         self._views.clear()
         self._registered.clear()
         self._tables.clear()
+        (left,) = self.con.execute(_LEFT_OVER).fetchone()
+        return left == 0
+
 
 
 # What a pooled connection is kept for: its readable files, whether DuckDB picks build sides, its threads.
@@ -115,11 +131,14 @@ class ConnectionPool:
         lease = Lease(con if con is not None else safe_connection(threads, readable, build_sides))
         try:
             yield lease
-            lease.clear()
+            clean = lease.clear()
         except BaseException:
             lease.con.close()
             raise
-        self._keep(kind, lease.con)
+        if clean:
+            self._keep(kind, lease.con)
+        else:
+            lease.con.close()
 
     def _keep(self, kind: _Kind, con: duckdb.DuckDBPyConnection) -> None:
         """Return a connection to the idle ones, closing the oldest idle one past ``IDLE``."""
