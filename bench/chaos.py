@@ -89,6 +89,7 @@ SPECULATION_TARGET = 1.3  # time with speculation off ÷ time with it on, one wo
 SLOW_PERIOD = 0.1  # seconds per stop/continue cycle of the slowed worker; each stop is shorter
 SLOW_SHARE = 0.25  # the share of each cycle the slowed worker runs
 LEFTOVER_WAIT = 3.0  # seconds a finished query's blocks get to go before they count as left over
+REPLACE_WAIT = 30.0  # seconds a local cluster gets to replace a lost worker after a run
 NO_CLEAN_TIMEOUT = 1800.0  # seconds a warm-up or clean run may take before it is interrupted
 
 
@@ -280,7 +281,11 @@ class LocalTarget:
         return [w.process.pid for w in con._cluster.workers if w.process is not None]
 
     def repair(self, con: Any) -> None:
-        """A local cluster replaces its lost workers itself."""
+        """A local cluster replaces its lost workers itself, once its query has ended: wait for
+        that, so that every run starts on a full cluster."""
+        deadline = time.monotonic() + REPLACE_WAIT
+        while len(con._cluster.workers) < self.workers and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def spill_files(self, con: Any) -> list[str]:
         """Files in the spill directories of the cluster's live workers."""

@@ -66,7 +66,8 @@ def lost_input(message: str) -> dict | None:
 
 def input_lost(address: str, key: str, missing: list[list[int]] | None, detail: str) -> InputLostError:
     """An :class:`InputLostError` for blocks of ``key`` at ``address``: ``missing`` lists the
-    (map task, partition) pairs that are gone, None when the holder did not answer at all."""
+    ``[map task, partition, attempt]`` blocks that are gone (partition -1: staged range output),
+    None when the holder did not answer at all."""
     info = json.dumps({"address": address, "key": key, "missing": missing})
     return InputLostError(f"{LOST_INPUT_PREFIX}{info} {detail}")
 

@@ -12,9 +12,11 @@ task failing with a data error is not retried: the query fails at once with Data
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import duckdb
@@ -196,13 +198,17 @@ def test_shared_ctes_are_materialized(connect) -> None:
 @pytest.mark.parametrize("fault", ["phase=map;after=2", "phase=reduce"], ids=["map", "reduce"])
 def test_worker_exits_during_map_or_reduce(connect, oracle: duckdb.DuckDBPyConnection, mode: str, fault: str) -> None:
     """A worker gone after its second map task stored its output, or once a reducer of its has
-    loaded its inputs: the task is run again elsewhere, and the map output the worker held (or
-    the inputs its reducer consumed, in prefetch) is recomputed from its lineage."""
+    loaded its inputs: the task is run again elsewhere, and the map output the worker held is
+    recomputed from its lineage. In prefetch, blocks pushed to it are read from their senders'
+    copies instead."""
     con = connect(mode, f"worker={VICTIM};{fault};action=exit")
     address = victim_address(con)
     stats = run_same(con, oracle, q(78))
     assert_lost_victim(stats.recovery, address)
     assert stats.recovery.retried >= 1, stats.recovery.summary()
+    if mode == "prefetch" and "reduce" in fault:
+        # The blocks pushed to the lost host are read from the copies their senders kept.
+        assert stats.recovery.from_backups >= 1, stats.recovery.summary()
     assert_cluster_recovered(con, oracle, address, q(7))
 
 
@@ -274,6 +280,40 @@ def test_worker_killed_after_materialization(connect, oracle: duckdb.DuckDBPyCon
     assert_lost_victim(stats.recovery, handle.address)
     assert stats.recovery.recomputed >= 1, stats.recovery.summary()
     assert_cluster_recovered(con, oracle, handle.address, q(2))
+
+
+# ---- when a replacement starts --------------------------------------------------------
+
+
+def test_replacement_starts_once_the_query_has_ended(connect, oracle: duckdb.DuckDBPyConnection, caplog: pytest.LogCaptureFixture) -> None:
+    """The workers of a local cluster share one host's cores: a replacement started while the
+    query that lost a worker still runs would take CPU from it. It starts after the query's
+    last task (the last progress report), not at the loss."""
+    con = connect("pull", f"worker={VICTIM};phase=map;after=2;action=exit")
+    address = victim_address(con)
+    reports: list[float] = []
+    with caplog.at_level(logging.INFO, logger="qengine.runtime.local_cluster"):
+        stats = run_same(con, oracle, q(78), lambda done, total: reports.append(time.time()))
+        assert_lost_victim(stats.recovery, address)
+        wait_until(lambda: len(con._cluster.workers) == WORKERS, RECOVERY_DEADLINE, "the replacement")
+    starts = [r.created for r in caplog.records if r.getMessage() == f"starting a worker in place of worker {VICTIM}"]
+    assert len(starts) == 1, caplog.text
+    assert starts[0] >= reports[-1], f"replacement started {reports[-1] - starts[0]:.2f} s before the query's last task ended"
+
+
+def test_query_waits_for_a_replacement_when_no_worker_is_left(tpcds_root: str, oracle: duckdb.DuckDBPyConnection) -> None:
+    """A one-worker cluster whose worker was killed between queries: the next query waits for
+    the replacement instead of failing for want of a worker."""
+    with qengine.connect(workers=1) as con:
+        for table, path in table_paths(tpcds_root).items():
+            con.register_parquet(table, path)
+        cluster = con._cluster
+        handle = cluster.workers[0]
+        os.kill(handle.process.pid, signal.SIGKILL)
+        wait_until(lambda: cluster.lost([handle.address]), RECOVERY_DEADLINE, "the loss to be noticed")
+        stats = run_same(con, oracle, q(7))
+        assert not stats.recovery.lost_workers, stats.recovery.summary()
+        assert handle.address not in cluster.addresses
 
 
 # ---- a hung worker, a slow one -----------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Unit tests of a worker's BlockStore (no cluster): reads, consume-on-read, the pull-mode
+"""Unit tests of a worker's BlockStore (no cluster): reads, dropping what was read, the pull-mode
 map-output layout, the memory budget with spill, and SCache §4.2 eviction order.
 
 Every table here is a single INT64 column built from a fresh numpy array, so a table of ``n``
@@ -87,7 +87,6 @@ def test_get_unknown_key_is_none(make_store):
     assert store.get("q/s", 0) is None
     store.put("q/s", 0, block(0))
     assert store.get("q/other", 0) is None
-    assert store.get("q/other", 0, consume=True) is None
 
 
 def test_get_known_key_empty_partition_is_empty_table(make_store):
@@ -103,20 +102,25 @@ def test_get_known_key_empty_partition_is_empty_table(make_store):
     assert got is not None and got.num_rows == 0 and got.schema == block(0).schema
 
 
-def test_consume_removes_what_was_read(make_store):
-    store = make_store()
+def test_read_blocks_are_retired_as_backups(make_store):
+    """A reader's inputs stay readable after it retires them (its output may be lost and
+    made again), and are the first thing given up for memory."""
+    store = make_store(budget=4 * BLOCK)
     store.put("q/s", 0, block(0), source=0)
     store.put("q/s", 0, block(100), source=1)
     store.put("q/s", 1, block(200), source=0)
+    assert values(store.get("q/s", 0)) == list(range(200))
+    store.retire_blocks("q/s", 0)
     assert store.memory == 3 * BLOCK
-    assert values(store.get("q/s", 0, consume=True)) == list(range(200))
-    assert store.memory == BLOCK
-    assert store.blocks("q/s", 0) == []
-    second = store.get("q/s", 0, consume=True)
-    assert second is not None and second.num_rows == 0 and second.schema == block(0).schema
-    assert store.memory == BLOCK
-    # The other partition is untouched.
-    assert values(store.get("q/s", 1)) == list(range(200, 300))
+    assert store.backup_bytes == 2 * BLOCK
+    assert values(store.get("q/s", 0, want=[[0, 0], [1, 0]])) == list(range(200))
+    store.put("q/s", 2, block(300), source=0)
+    store.put("q/s", 3, block(400), source=0)  # over budget: the oldest retired block goes, nothing spills
+    assert arrow_files(store) == []
+    assert [(b.source, b.backup) for b in store.blocks("q/s", 0)] == [(1, True)]
+    assert store.memory == 4 * BLOCK
+    with pytest.raises(MissingBlocksError):
+        store.get("q/s", 0, want=[[0, 0]])
 
 
 def test_reads_name_exact_task_attempts(make_store):
@@ -130,14 +134,15 @@ def test_reads_name_exact_task_attempts(make_store):
     # A named block that is not here is an error, never fewer rows.
     with pytest.raises(MissingBlocksError) as missing:
         store.get("q/s", 0, want=[[0, 0], [7, 0], [2, 1]])
-    assert missing.value.tasks == [2, 7] and missing.value.partition == 0
+    assert missing.value.missing == [(2, 1), (7, 0)] and missing.value.partition == 0
+    assert missing.value.lost() == [[2, 0, 1], [7, 0, 0]]
     with pytest.raises(MissingBlocksError):
         make_store().get("q/other", 3, want=[[0, 0]])  # a store that never saw the key
     assert store.memory == 4 * BLOCK
-    # Consume only map task 1's first attempt.
-    assert values(store.get("q/s", 0, consume=True, want=[[1, 0]])) == list(range(100, 200))
-    assert store.memory == 3 * BLOCK
-    assert sorted((b.source, b.attempt) for b in store.blocks("q/s", 0)) == [(0, 0), (1, 1), (2, 0)]
+    # Retire only map task 1's first attempt.
+    store.retire_blocks("q/s", 0, want=[[1, 0]])
+    assert store.backup_bytes == BLOCK
+    assert sorted((b.source, b.attempt, b.backup) for b in store.blocks("q/s", 0)) == [(0, 0, False), (1, 0, True), (1, 1, False), (2, 0, False)]
 
 
 # ---- pull layout -----------------------------------------------------------------------
@@ -187,10 +192,11 @@ def test_write_parts_one_file_per_map_task(make_store):
         assert b.table is None and b.path is not None and b.batches is not None
     assert store.blocks("q/s", 2)[0].source == 0 and len(store.blocks("q/s", 2)) == 1
 
-    # Consuming file blocks does not touch the memory count.
-    assert values(store.get("q/s", 1, consume=True)) == values(outputs[0][1]) + values(outputs[1][1])
-    assert store.get("q/s", 1).num_rows == 0
-    assert store.memory == 0
+    # Retiring file blocks leaves them where they are, outside the memory count.
+    assert values(store.get("q/s", 1)) == values(outputs[0][1]) + values(outputs[1][1])
+    store.retire_blocks("q/s", 1)
+    assert values(store.get("q/s", 1)) == values(outputs[0][1]) + values(outputs[1][1])
+    assert store.memory == 0 and store.backup_bytes == 0
 
     paths = [os.path.join(store.spill_dir, f) for f in files]
     assert store.release("q/") == 0  # nothing was spilled, the files were map output
@@ -223,7 +229,7 @@ def test_budget_spills_without_losing_rows(make_store):
     # Consuming a spilled partition reads it from disk and leaves memory alone.
     k, p = next((k, p) for k, p in parts if spilled(store, k, p))
     before = store.memory
-    assert values(store.get(k, p, consume=True)) == expected[(k, p)]
+    assert values(store.get(k, p)) == expected[(k, p)]
     assert store.memory == before
 
     assert store.release("q/") == spilled_bytes
@@ -380,7 +386,7 @@ def test_take_blocks_of_spilled_and_file_blocks(make_store):
 # ---- concurrency ---------------------------------------------------------------------------
 
 
-def test_concurrent_put_and_consume_lose_no_rows(make_store):
+def test_concurrent_put_and_retire_lose_no_rows(make_store):
     partitions, writers, puts, rows = 4, 4, 150, 20
     store = make_store(budget=10 * 8 * rows)
     store.expect("q/s", seq=0, expected=writers, partitions=list(range(partitions)), slots=2)
@@ -394,16 +400,23 @@ def test_concurrent_put_and_consume_lose_no_rows(make_store):
         try:
             for i in range(puts):
                 start = (w * puts + i) * rows
-                store.put("q/s", rnd.randrange(partitions), block(start, rows), source=w)
+                # every put a map task of its own: a block is named by its task and attempt
+                store.put("q/s", rnd.randrange(partitions), block(start, rows), source=w * puts + i)
                 if i == 30:
                     warm.set()
         except BaseException as e:  # noqa: BLE001 - surfaced by the assertion below
             errors.append(e)
 
+    seen: list[set[tuple[int, int]]] = [set() for _ in range(partitions)]
+
     def drain(p: int) -> None:
-        table = store.get("q/s", p, consume=True)  # None until the first put registers the key
+        """Read the blocks not read yet, by name, and retire exactly those, as a reducer does."""
+        want = [[b.source, b.attempt] for b in store.blocks("q/s", p) if (b.source, b.attempt) not in seen[p]]
+        table = store.get("q/s", p, want=want)  # None until the first put registers the key
         if table is not None:
             got[p].extend(values(table))
+            seen[p].update((t, a) for t, a in want)
+            store.retire_blocks("q/s", p, want=want)
 
     def reader(p: int) -> None:
         try:
@@ -426,6 +439,48 @@ def test_concurrent_put_and_consume_lose_no_rows(make_store):
     assert not errors, errors
     everything = sorted(v for part in got for v in part)
     assert everything == list(range(writers * puts * rows))
-    assert store.memory == 0
-    assert all(store.blocks("q/s", p) == [] for p in range(partitions))
+    assert store.memory == store.backup_bytes  # what is left in memory was read, and retired
     assert arrow_files(store), "the budget should have forced spills during the run"
+
+
+# ---- backups of pushed blocks -----------------------------------------------------------
+
+
+def test_backups_are_read_by_their_exact_attempt(make_store):
+    """A sender's copy of pushed blocks answers a reader that names it, as the pushed block
+    did; other attempts' blocks are not mixed in."""
+    store = make_store()
+    store.put_parts("q/s", [block(0, 3), block(100, 3)], source=2)  # task 2's own, local, blocks
+    pushed = store.take_blocks("q/s", 2, 0, [1])
+    assert store.put_backups("q/s", 2, 0, pushed) == [1]
+    assert store.backup_bytes == 3 * 8
+    assert values(store.get("q/s", 1, want=[[2, 0]])) == [100, 101, 102]
+    with pytest.raises(MissingBlocksError):
+        store.get("q/s", 1, want=[[2, 1]])
+    store.retire_blocks("q/s", 1, want=[[2, 0]])  # a copy read is still a copy
+    assert store.backup_bytes == 3 * 8
+    assert store.memory == 6 * 8
+
+
+def test_backups_beyond_their_limit_drop_the_oldest(make_store):
+    store = make_store(budget=8 * BLOCK)  # backups may take half: 4 blocks
+    for task in range(6):
+        assert store.put_backups("q/s", task, 0, {task % 2: block(task * ROWS)}) == [task % 2]
+    assert store.backup_bytes == 4 * BLOCK
+    held = sorted(b.source for p in range(2) for b in store.blocks("q/s", p))
+    assert held == [2, 3, 4, 5]
+    assert store.put_backups("q/s", 9, 0, {0: block(0, 10 * ROWS)}) == []  # larger than the limit
+    assert arrow_files(store) == []  # backups are dropped, never spilled
+
+
+def test_memory_pressure_drops_backups_before_spilling(make_store):
+    store = make_store(budget=4 * BLOCK)
+    store.put_backups("q/s", 0, 0, {0: block(0), 1: block(100)})
+    store.put("q/s", 2, block(200), source=1)
+    store.put("q/s", 3, block(300), source=1)
+    assert arrow_files(store) == []
+    store.put("q/s", 4, block(400), source=1)  # over budget: one backup goes, nothing spills
+    assert arrow_files(store) == []
+    assert store.backup_bytes == BLOCK
+    assert store.memory == 4 * BLOCK
+    assert [values(store.get("q/s", p)) for p in (2, 3, 4)] == [list(range(s, s + ROWS)) for s in (200, 300, 400)]

@@ -9,6 +9,15 @@ as Arrow IPC: pull-mode map output is written to one file per map task with an i
 record batches belong to which partition (Spark's sort-shuffle layout), and in-memory blocks
 spill to disk when the store's memory budget is exceeded.
 
+*Backups* are in-memory blocks kept only so that a lost worker's work need not be redone: a map
+task's blocks pushed to their reducers' hosts (prefetch) stay on the sender, as SCache keeps
+shuffle output after transferring it (§4.4), and blocks their reader has read stay where they
+were read. If a reducer's host is lost, its reducers read the senders' copies; if a reducer's
+output is lost, its new attempt reads its inputs again instead of having their map tasks run
+again. Backups are the first thing given up for memory (dropped, oldest first, never spilled:
+recomputation remains), and at most ``BACKUP_SHARE`` of the budget (``BACKUP_BYTES`` without one)
+is held as backups. They go with their query.
+
 Eviction follows SCache §4.2. The unit is a round of reducers (``slots`` consecutive reduce
 partitions placed on this host) and a unit is spilled whole (all-or-nothing). Incomplete units
 (still waiting for map output) go first; then, across shuffles, the most recently submitted;
@@ -23,13 +32,15 @@ import os
 import shutil
 import tempfile
 import threading
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 _files = itertools.count()
+BACKUP_BYTES = 512 << 20  # backups held at most, without a memory budget
+BACKUP_SHARE = 0.5  # of the budget, with one
 
 
 @dataclass
@@ -40,6 +51,7 @@ class Block:
     table: pa.Table | None = None
     path: str | None = None
     batches: tuple[int, int] | None = None  # (first, count) inside a shared map-output file
+    backup: bool = False  # a copy of a block pushed to its reducer's host
 
     def snapshot(self) -> tuple[pa.Table | None, str | None, tuple[int, int] | None]:
         """Where the data is right now; take it under the store lock, as a spill may move it."""
@@ -65,12 +77,23 @@ def concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
 
 
+def _named(want: list[list[int]] | None) -> Callable[[Block], bool]:
+    """Whether a block is one of the (map task, attempt) pairs ``want`` names (None: any)."""
+    pairs = {(t, a) for t, a in want} if want is not None else None
+    return lambda b: pairs is None or (b.source, b.attempt) in pairs
+
+
 class MissingBlocksError(KeyError):
     """Blocks a reader named are not in this store: see ``BlockStore.get``."""
 
-    def __init__(self, key: str, partition: int, tasks: list[int]) -> None:
-        super().__init__(f"{len(tasks)} blocks of {key} partition {partition} are not here (map tasks {tasks[:8]})")
-        self.key, self.partition, self.tasks = key, partition, tasks
+    def __init__(self, key: str, partition: int, missing: list[tuple[int, int]]) -> None:
+        tasks = [t for t, _ in missing]
+        super().__init__(f"{len(missing)} blocks of {key} partition {partition} are not here (map tasks {tasks[:8]})")
+        self.key, self.partition, self.missing = key, partition, missing
+
+    def lost(self) -> list[list[int]]:
+        """The missing blocks as ``[map task, partition, attempt]``, as ``errors.input_lost`` reports them."""
+        return [[t, self.partition, a] for t, a in self.missing]
 
 
 @dataclass
@@ -93,6 +116,9 @@ class BlockStore:
         self._files: dict[str, list[str]] = defaultdict(list)
         self._spilled: dict[str, int] = defaultdict(int)
         self.memory = 0
+        self._backups: deque[tuple[str, int, Block]] = deque()  # oldest first; dropped ones are skipped
+        self.backup_bytes = 0
+        self.backup_limit = int(budget * BACKUP_SHARE) if budget is not None else BACKUP_BYTES
         self._lock = threading.RLock()
 
     # ---- writing -----------------------------------------------------------------------
@@ -114,6 +140,31 @@ class BlockStore:
                     self._blocks[(key, p)].append(Block(table.nbytes, source, attempt, table))
                     self.memory += table.nbytes
             self._enforce_budget()
+
+    def put_backups(self, key: str, source: int, attempt: int, blocks: dict[int, pa.Table]) -> list[int]:
+        """Keep a copy of blocks just pushed to their reducers' hosts; returns the partitions
+        kept (older backups go first to make room, and a block larger than the limit is not kept)."""
+        kept = []
+        with self._lock:
+            for p, table in blocks.items():
+                if not table.num_rows or table.nbytes > self.backup_limit:
+                    continue
+                self._drop_backups(self.backup_limit - table.nbytes)
+                block = Block(table.nbytes, source, attempt, table, backup=True)
+                self._blocks[(key, p)].append(block)
+                self._backups.append((key, p, block))
+                self.backup_bytes += table.nbytes
+                self.memory += table.nbytes
+                kept.append(p)
+            self._enforce_budget()
+        return kept
+
+    def _drop_backups(self, down_to: int) -> None:
+        """Drop the oldest backups until at most ``down_to`` bytes are held. Under the lock."""
+        while self._backups and self.backup_bytes > max(0, down_to):
+            key, p, block = self._backups.popleft()
+            if block.backup:  # not read or released since
+                self._take(key, p, lambda b, dropped=block: b is dropped)
 
     def write_parts(self, key: str, parts: list[pa.Table], source: int, attempt: int = 0) -> None:
         """Pull mode: one Arrow IPC file for the map task, one batch run per partition."""
@@ -158,35 +209,38 @@ class BlockStore:
         with self._lock:
             return list(self._blocks.get((key, partition), ()))
 
-    def get(
-        self, key: str, partition: int, consume: bool = False, want: list[list[int]] | None = None
-    ) -> pa.Table | None:
+    def get(self, key: str, partition: int, want: list[list[int]] | None = None) -> pa.Table | None:
         """The blocks of a partition as one table; None if this store never saw ``key``.
 
-        ``consume`` removes what was read (a shuffle partition has exactly one reader).
         ``want`` names the (map task, attempt) blocks to read, exactly: blocks of other attempts
         are left alone, and a named block that is not here raises :class:`MissingBlocksError`.
         """
-        pairs = {(t, a) for t, a in want} if want is not None else None
-
-        def wanted(b: Block) -> bool:
-            return pairs is None or (b.source, b.attempt) in pairs
-
+        wanted = _named(want)
         with self._lock:
             schema = self._schemas.get(key)
-            if pairs is not None:
+            if want is not None:
                 held = {(b.source, b.attempt) for b in self._blocks.get((key, partition), ())}
-                missing = sorted(pairs - held)
+                missing = sorted({(t, a) for t, a in want} - held)
                 if missing:
-                    raise MissingBlocksError(key, partition, [t for t, _ in missing])
+                    raise MissingBlocksError(key, partition, missing)
             if schema is None:
                 return None
-            if consume:
-                chosen = self._take(key, partition, wanted)
-            else:
-                chosen = [b for b in self._blocks.get((key, partition), ()) if wanted(b)]
-            snapshots = [b.snapshot() for b in chosen]
+            snapshots = [b.snapshot() for b in self._blocks.get((key, partition), ()) if wanted(b)]
         return concat([load(*snap) for snap in snapshots], schema)
+
+    def retire_blocks(self, key: str, partition: int, want: list[list[int]] | None = None) -> None:
+        """Blocks of a partition that its reader has used (those ``want`` names, or all) become
+        backups: a shuffle partition has one reader, which retires what it read once its output
+        is made. Kept while memory allows, they spare a reader made again after a lost worker
+        from having its inputs made again too (and a reader that failed part-way retired nothing)."""
+        wanted = _named(want)
+        with self._lock:
+            for block in self._blocks.get((key, partition), ()):
+                if wanted(block) and not block.backup and block.table is not None:
+                    block.backup = True
+                    self._backups.append((key, partition, block))
+                    self.backup_bytes += block.nbytes
+            self._drop_backups(self.backup_limit)
 
     def take_blocks(self, key: str, source: int, attempt: int, partitions: list[int] | None = None) -> dict[int, pa.Table]:
         """Remove and return one map task attempt's blocks of ``partitions`` (default all), to push them."""
@@ -214,7 +268,15 @@ class BlockStore:
         else:
             self._blocks.pop((key, partition), None)
         self.memory -= sum(b.nbytes for b in out if b.table is not None)
+        self._forget_backups(out)
         return out
+
+    def _forget_backups(self, blocks: list[Block]) -> None:
+        """Blocks leaving the store are backups no more. Under the lock."""
+        for b in blocks:
+            if b.backup:
+                b.backup = False
+                self.backup_bytes -= b.nbytes
 
     # ---- memory budget -----------------------------------------------------------------
 
@@ -252,6 +314,9 @@ class BlockStore:
     def _enforce_budget(self) -> None:
         if self.budget is None or self.memory <= self.budget:
             return
+        self._drop_backups(self.backup_bytes - (self.memory - self.budget))
+        if self.memory <= self.budget:
+            return
         units: dict[tuple[str, str, int], list[tuple[str, int]]] = defaultdict(list)
         for (key, p), blocks in self._blocks.items():
             if any(b.table is not None for b in blocks):
@@ -265,7 +330,7 @@ class BlockStore:
 
     def _spill(self, key: str, partition: int) -> None:
         for block in self._blocks.get((key, partition), ()):
-            if block.table is None:
+            if block.table is None or block.backup:  # a backup is dropped, never spilled
                 continue
             path = os.path.join(self.spill_dir, f"spill-{next(_files)}.arrow")
             with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, block.table.schema) as writer:
@@ -282,7 +347,7 @@ class BlockStore:
         with self._lock:
             for k in [k for k in self._blocks if k[0].startswith(prefix)]:
                 self.memory -= sum(b.nbytes for b in self._blocks[k] if b.table is not None)
-                del self._blocks[k]
+                self._forget_backups(self._blocks.pop(k))
             for registry in (self._schemas, self._staged, self._shuffles):
                 for k in [k for k in registry if k.startswith(prefix)]:
                     del registry[k]

@@ -64,10 +64,11 @@ class Coordinator:
         """
         run = None
         try:
-            run = QueryRun(self.cluster, self.options, (self.tasks, self.aux), self.key_ranges, plan, output, progress)
-            with self._lock:
-                self._running.add(run)
-            return run.execute()
+            with self.cluster.running_query():
+                run = QueryRun(self.cluster, self.options, (self.tasks, self.aux), self.key_ranges, plan, output, progress)
+                with self._lock:
+                    self._running.add(run)
+                return run.execute()
         except Error as e:  # a worker's DuckDB names the fragment's columns, which the user never wrote
             e.args = (with_user_columns(str(e), plan),)
             raise

@@ -10,6 +10,13 @@ A watchdog pings every worker each second. A worker that has exited, or has not 
 process), removes its spill directory and starts a replacement at a new address, so a
 connection keeps its size. Queries learn of the loss through :meth:`LocalCluster.lost` and
 recover from it (``runtime.query_run``).
+
+The replacement is started once no query is running (or ``REPLACE_WITHIN`` seconds after the
+loss, whichever comes first). Every worker of a local cluster shares this host's cores, so a
+replacement adds slots to a running query but no CPU, while starting it takes half a second
+of a core and its first tasks run cold: started at once, it doubled the time of sub-second
+TPC-DS queries that lost a worker. A query that finds no live worker waits for one being
+started.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from qengine.errors import OperationalError
@@ -38,6 +46,7 @@ log = logging.getLogger("qengine.runtime.local_cluster")
 STARTUP_TIMEOUT = 30.0
 DEFAULT_HANG_TIMEOUT = 5.0  # seconds without an answer to a ping before a worker counts as hung
 PING_EVERY = 1.0
+REPLACE_WITHIN = 10.0  # seconds a replacement waits for the running queries to end
 SUSPECT_WAIT = 1.0  # seconds a worker whose call broke is given to exit (a hung one is the watchdog's)
 # Allocator settings for worker processes, so memory a worker frees goes back to the OS and its
 # resident size follows what it holds. Without them a sort's worker stayed near its high-water
@@ -91,6 +100,8 @@ class LocalCluster:
         self.failed = False
         self._closed = False
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # a query ended, a worker joined, or closing
+        self._queries = 0  # queries running on the cluster
         self._stop = threading.Event()
         self._starting: list[threading.Thread] = []  # replacements being started
         _live_clusters.add(self)
@@ -146,6 +157,21 @@ class LocalCluster:
     def addresses(self) -> list[str]:
         with self._lock:
             return [w.address for w in self.workers]
+
+    @contextlib.contextmanager
+    def running_query(self) -> Iterator[None]:
+        """Held while a query runs: replacements wait for the cluster to be idle. A query that
+        would start with no live worker waits (up to ``STARTUP_TIMEOUT``) for a replacement."""
+        with self._changed:
+            if not self.workers and self._starting:
+                self._changed.wait_for(lambda: self.workers or not self._starting or self._closed, STARTUP_TIMEOUT)
+            self._queries += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._queries -= 1
+                self._changed.notify_all()
 
     def lost(self, addresses: list[str]) -> dict[str, str]:
         """Those of ``addresses`` (a query's workers) that were lost, with why."""
@@ -216,7 +242,33 @@ class LocalCluster:
         starter.start()
 
     def _start_replacement(self, handle: WorkerHandle, place: int) -> None:
-        """Start a worker in a lost one's place (in ``workers``, at the same position)."""
+        """Start a worker in a lost one's place (in ``workers``, at the same position), once
+        the cluster is idle or ``REPLACE_WITHIN`` has passed (see the module's docstring)."""
+        try:
+            with self._changed:
+                # With no worker left, no query can run until a replacement does: start it at once.
+                self._changed.wait_for(lambda: not self._queries or not self.workers or self._closed, REPLACE_WITHIN)
+                if self._closed:
+                    return
+            log.info("starting a worker in place of worker %d", handle.id)
+            started = self._spawn_replacement()
+            if started is None:
+                return
+            worker_id, address, proc, spill_dir = started
+            with self._lock:
+                if self._closed:  # closed while it started: it goes too
+                    self._stop_process(proc)
+                    shutil.rmtree(spill_dir, ignore_errors=True)
+                    return
+                self.workers.insert(min(place, len(self.workers)), WorkerHandle(worker_id, address, proc, spill_dir))
+            log.info("worker %d serving on %s in place of worker %d", worker_id, address, handle.id)
+        finally:
+            with self._changed:
+                self._starting.remove(threading.current_thread())
+                self._changed.notify_all()
+
+    def _spawn_replacement(self) -> tuple[int, str, subprocess.Popen, str] | None:
+        """A new worker process at an address no lost worker had; None if none would start."""
         for _ in range(3):
             worker_id = next(self._ids)
             try:
@@ -224,19 +276,11 @@ class LocalCluster:
                 address = f"{self.host}:{self._await_port(proc, worker_id)}"
             except OperationalError as e:
                 log.error("could not start a replacement worker: %s", e)
-                return
+                return None
             if address not in self._lost:
-                break
+                return worker_id, address, proc, spill_dir
             self._stop_process(proc)  # the OS gave it a lost worker's port: queries would confuse the two
-        else:
-            return
-        with self._lock:
-            if self._closed:  # closed while it started: it goes too
-                self._stop_process(proc)
-                shutil.rmtree(spill_dir, ignore_errors=True)
-                return
-            self.workers.insert(min(place, len(self.workers)), WorkerHandle(worker_id, address, proc, spill_dir))
-        log.info("worker %d serving on %s in place of worker %d", worker_id, address, handle.id)
+        return None
 
     @staticmethod
     def _stop_process(proc: subprocess.Popen) -> None:
@@ -249,11 +293,12 @@ class LocalCluster:
         """Local workers share this process's host and user, which has just resolved the paths."""
 
     def close(self) -> None:
-        with self._lock:
+        with self._changed:
             if self._closed:
                 return
             self._closed = True
             starting = list(self._starting)
+            self._changed.notify_all()
         self._stop.set()
         for starter in starting:  # a replacement that was starting stops itself once it is up
             starter.join(STARTUP_TIMEOUT)

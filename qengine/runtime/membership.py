@@ -138,6 +138,10 @@ class WorkerRegistry:
                     "worker, at the same path (a shared file system)"
                 )
 
+    def running_query(self) -> contextlib.AbstractContextManager[None]:
+        """A standalone cluster's workers are started by their operators, not by queries."""
+        return contextlib.nullcontext()
+
     def close(self) -> None:
         """Stop the live workers (they were started to serve this coordinator) and the monitor."""
         if self._stop.is_set():

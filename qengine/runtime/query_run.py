@@ -551,6 +551,9 @@ class QueryRun:
                 del self.futures[fut]
                 run.aux_pending -= 1
                 self._aux_lost(run, kind, extra[1])
+        # Pushed blocks whose sender kept a copy are read there: nothing to recompute for them.
+        for run in state.runs:
+            state.recovery.from_backups += run.fall_back_to_backups(state.lost)
         # Last stage first: a reader recomputed here makes the blocks it reads "still read" when
         # the stages it reads from are looked at next (lineage, recursively).
         for run in reversed(state.runs):
@@ -584,7 +587,8 @@ class QueryRun:
             lost.update({t: None for t in run.completed if t not in run.finalized and run.placement[t] == worker})
         for partition, per_task in run.blocks.items():
             for task, (host, *_) in per_task.items():
-                if host != worker or task not in run.completed or not (everything or self._still_read(run, partition)):
+                # A task being made again counts too: its new attempt may make other partitions.
+                if host != worker or not (everything or self._still_read(run, partition)):
                     continue
                 if kind in SHUFFLE_KINDS and kind != "roundrobin" and lost.get(task, set()) is not None:
                     lost.setdefault(task, set()).add(partition)
@@ -682,13 +686,16 @@ class QueryRun:
                 for task, keep in self._lost_output(source, lost, everything=True).items():
                     self._recompute(source, task, keep)
             return
+        # Only blocks still recorded as that attempt's at that holder: a reader that named
+        # blocks since made again elsewhere is just run again.
         wanted: dict[int, set[int] | None] = {}
-        for task, partition in info["missing"]:
+        for task, partition, attempt in info["missing"]:
             if partition < 0:  # staged range output
-                wanted[task] = None
+                if source.committed.get(task) == attempt and state.addresses[source.placement[task]] == address:
+                    wanted[task] = None
                 continue
             held = source.blocks.get(partition, {}).get(task)
-            if held is not None and state.addresses[held[0]] == address and wanted.get(task, set()) is not None:
+            if held is not None and held[1] == attempt and state.addresses[held[0]] == address and wanted.get(task, set()) is not None:
                 wanted.setdefault(task, set()).add(partition)
         for task, parts in wanted.items():
             self._recompute(source, task, sorted(parts) if parts is not None else None)

@@ -37,6 +37,8 @@ class Cluster(Protocol):
 
     def check_readable(self, paths: list[str]) -> None: ...
 
+    def running_query(self) -> contextlib.AbstractContextManager[None]: ...
+
 
 @dataclass
 class ExecutionOptions:
@@ -99,6 +101,8 @@ class StageRun:
     committed: dict[int, int] = field(default_factory=dict)  # task → the attempt whose output counts
     # partition → map task → (holding worker, attempt, bytes, rows) of every non-empty committed block
     blocks: dict[int, dict[int, tuple[int, int, int, int]]] = field(default_factory=dict)
+    # partition → map task → (sending worker, attempt) of pushed blocks the sender kept a copy of
+    backups: dict[int, dict[int, tuple[int, int]]] = field(default_factory=dict)
     keep: dict[int, list[int] | None] = field(default_factory=dict)  # a recomputed task's partitions
     local_only: set[int] = field(default_factory=set)  # recomputed tasks: their blocks stay put
     waiting: set[int] = field(default_factory=set)  # tasks waiting for their inputs to be recomputed
@@ -141,6 +145,30 @@ class StageRun:
                 per_task[index] = (host, attempt, sizes[p] if p < len(sizes) else 0, n)
             else:
                 per_task.pop(index, None)
+            self.backups.get(partition, {}).pop(index, None)
+        self.record_backups(index, worker, attempt, result.get("backups") or [])
+
+    def record_backups(self, index: int, worker: int, attempt: int, partitions: list[int]) -> None:
+        """The sender of an attempt's pushed blocks kept copies of these partitions' blocks."""
+        for p in partitions:
+            self.backups.setdefault(int(p), {})[index] = (worker, attempt)
+
+    def fall_back_to_backups(self, lost: set[int]) -> int:
+        """Blocks held on lost workers that a live sender kept a copy of are read there from
+        now on; returns how many. Copies held on lost workers are forgotten."""
+        moved = 0
+        for partition, per_task in self.blocks.items():
+            copies = self.backups.get(partition, {})
+            for task, (host, attempt, nbytes, rows) in list(per_task.items()):
+                copy = copies.get(task)
+                if host in lost and copy is not None and copy[1] == attempt and copy[0] not in lost:
+                    per_task[task] = (copy[0], attempt, nbytes, rows)
+                    del copies[task]
+                    moved += 1
+        for copies in self.backups.values():
+            for task in [t for t, (host, _) in copies.items() if host in lost]:
+                del copies[task]
+        return moved
 
     def unaccounted_rows(self) -> int:
         """Rows the committed attempts produced that no recorded block holds (0 when every row

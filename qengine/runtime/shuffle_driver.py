@@ -218,6 +218,7 @@ class ShuffleDriver:
             for p, address in result["sent"].items():
                 _, attempt, nbytes, rows = run.blocks[int(p)][t]
                 run.blocks[int(p)][t] = (hosts[address], attempt, nbytes, rows)
+            run.record_backups(t, worker, body["attempt"], result.get("backups") or [])
 
     def replace_reducers(self, lost: int) -> None:
         """Place again, with MinHeap over the live workers, the reducers that were placed ahead

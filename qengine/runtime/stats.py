@@ -57,6 +57,7 @@ class RecoveryStats:
     recomputed: int = 0  # finished tasks re-run because their output was on a lost worker
     speculated: int = 0  # speculative copies launched (LATE)
     speculation_wins: int = 0  # of those, copies that finished first
+    from_backups: int = 0  # pushed blocks lost with their reducer's host, read from their sender's copy
     lost_workers: list[str] = field(default_factory=list)
 
     def any(self) -> bool:
@@ -67,7 +68,7 @@ class RecoveryStats:
         lost = ", ".join(self.lost_workers) or "none"
         return (
             f"Recovery: {self.retried} tasks retried, {self.recomputed} recomputed, {self.speculated} speculated "
-            f"({self.speculation_wins} won); workers lost: {lost}"
+            f"({self.speculation_wins} won), {self.from_backups} blocks read from backups; workers lost: {lost}"
         )
 
 

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from qengine.catalog import scan
 from qengine.catalog.access import MARKER, AccessPolicy, attempt_file, check_opened
 from qengine.catalog.types import type_code
-from qengine.errors import DataError, Error, InputLostError, OperationalError, input_lost
+from qengine.errors import DataError, Error, InputLostError, OperationalError, input_lost, lost_input
 from qengine.exchange import partitioner
 from qengine.exchange.sampling import sample_keys
 from qengine.exchange.store import BlockStore, MissingBlocksError, concat
@@ -121,7 +121,6 @@ class TaskRunner:
         partition: int,
         sources: list[str],
         schema: pa.Schema,
-        consume: bool = False,
         sizes: dict[str, int] | None = None,
         want: dict[str, list[list[int]]] | None = None,
     ) -> pa.Table:
@@ -138,14 +137,14 @@ class TaskRunner:
             pairs = None if want is None else want.get(source, [])
             try:
                 if source == self.address:
-                    local = self.store.get(key, partition, consume=consume, want=pairs)
+                    local = self.store.get(key, partition, want=pairs)
                     return local if local is not None else schema.empty_table()
                 self._check_peer(key, source)
-                ticket = {"key": key, "partition": partition, "consume": consume, "want": pairs}
+                ticket = {"key": key, "partition": partition, "want": pairs}
                 with self.limiter.slot(source, (sizes or {}).get(source, 0)):
                     return self.pool.get(source).get(ticket)
             except MissingBlocksError as e:
-                raise input_lost(source, key, [[t, partition] for t in e.tasks], str(e)) from e
+                raise input_lost(source, key, e.lost(), str(e)) from e
             except InputLostError:
                 raise
             except Error as e:
@@ -176,13 +175,47 @@ class TaskRunner:
         if spec["kind"] == "scan":
             return scan.read_split(spec["split"], [tuple(c) for c in spec["columns"]], self._memory_split)
         schema = schema_from_hex(spec["schema"])
-        consume = bool(spec.get("consume"))
         sizes = spec.get("sizes") or {}
         parts = []
+        # Blocks a holder lacks are gathered over every partition before the task fails, so the
+        # coordinator makes them all again at once, not one partition per failed attempt.
+        missing: dict[str, list[list[int]]] = {}
         for p in spec["partitions"]:
             want = spec["blocks"].get(str(p), {})  # holder → its (map task, attempt) blocks
-            parts.append(self.fetch(spec["key"], p, list(want), schema, consume, sizes.get(str(p)), want))
+            try:
+                parts.append(self.fetch(spec["key"], p, list(want), schema, sizes.get(str(p)), want))
+            except InputLostError as e:
+                info = lost_input(str(e))
+                if info is None or info.get("missing") is None:
+                    raise  # the holder did not answer: it is the coordinator's to look at
+                missing.setdefault(info["address"], []).extend(info["missing"])
+        if missing:
+            address, lost = next(iter(missing.items()))
+            raise input_lost(address, spec["key"], lost, f"{len(lost)} blocks of {spec['key']} are not at {address}")
         return concat(parts, schema)
+
+    def _retire_read(self, inputs: list[dict]) -> None:
+        """Retire the shuffle blocks a task read, now that its output is made (inputs marked
+        ``consume``: see ``BlockStore.retire_blocks``). Other holders are told in the background:
+        the task's reply does not wait for them, and one that is gone holds nothing."""
+        by_holder: dict[str, dict[str, dict[str, list[list[int]]]]] = {}
+        for inp in inputs:
+            if inp["kind"] != "shuffle" or not inp.get("consume"):
+                continue
+            for p in inp["partitions"]:
+                for holder, pairs in inp["blocks"].get(str(p), {}).items():
+                    by_holder.setdefault(holder, {}).setdefault(inp["key"], {})[str(p)] = pairs
+        for holder, keys in by_holder.items():
+            for key, blocks in keys.items():
+                if holder == self.address:
+                    for p, pairs in blocks.items():
+                        self.store.retire_blocks(key, int(p), pairs)
+                else:
+                    self._fetches.submit(self._quietly, holder, "retire_blocks", {"key": key, "blocks": blocks})
+
+    def _quietly(self, address: str, action: str, body: dict) -> None:
+        with contextlib.suppress(Error):
+            self.pool.get(address).action(action, body)
 
     # ---- running -----------------------------------------------------------------------
 
@@ -234,6 +267,7 @@ class TaskRunner:
                 ids = functools.partial(self.partition_ids.select, output=spec["output"]) if spec["output"]["kind"] == "hash" else None
                 result = _run_fragment(lease, spec["sql"], named, scans, splits, ids, spec.get("null_columns", ()))
             stats = self._write(lease.con, spec, result)
+        self._retire_read(inputs)
         kind = spec["output"]["kind"]
         if kind in ("hash", "range", "roundrobin", "single"):
             self._reached("map")
@@ -324,7 +358,7 @@ class TaskRunner:
         staged = self.store.take_staged(spec["key"], wanted)
         if len(staged) < len(wanted):
             found = {source for source, _, _ in staged}
-            missing = [[t, -1] for t in wanted if t not in found]
+            missing = [[t, -1, a] for t, a in wanted.items() if t not in found]
             raise input_lost(self.address, spec["key"], missing, "staged map output is not here")
         bounds = _bounds(spec)
         per_task: dict[int, dict[str, list[int]]] = {}
@@ -355,9 +389,12 @@ class TaskRunner:
             return self._store_parts(key, parts, source, attempt, spec.get("mode", "prefetch"), keep)
         remote = {p: t for p, t in enumerate(parts) if t.num_rows and destinations.get(p, self.address) != self.address}
         self.store.put_parts(key, [t.slice(0, 0) if p in remote else t for p, t in enumerate(parts)], source, attempt)
-        self._send(key, source, attempt, remote, destinations)
+        _, backups = self._send(key, source, attempt, remote, destinations)
         sent = {str(p): destinations[p] for p in remote}
-        return {"partition_bytes": [t.nbytes for t in parts], "partition_rows": [t.num_rows for t in parts], "sent": sent}
+        return {
+            "partition_bytes": [t.nbytes for t in parts], "partition_rows": [t.num_rows for t in parts],
+            "sent": sent, "backups": backups,
+        }
 
     def push(self, spec: dict) -> dict[str, Any]:
         """Send one map task's blocks to the hosts of their reducers (SCache's pre-fetch).
@@ -370,11 +407,14 @@ class TaskRunner:
         destinations = {int(p): a for p, a in spec["destinations"].items()}
         remote = [p for p, address in destinations.items() if address != self.address]
         blocks = self.store.take_blocks(key, task, attempt, remote)
-        sent_bytes = self._send(key, task, attempt, blocks, destinations)
-        return {"sent_bytes": sent_bytes, "sent": {str(p): destinations[p] for p in blocks}}
+        sent_bytes, backups = self._send(key, task, attempt, blocks, destinations)
+        return {"sent_bytes": sent_bytes, "sent": {str(p): destinations[p] for p in blocks}, "backups": backups}
 
-    def _send(self, key: str, task: int, attempt: int, blocks: dict[int, pa.Table], destinations: dict[int, str]) -> int:
-        """Push blocks to their reducers' hosts, one do_put stream per host; returns the bytes."""
+    def _send(
+        self, key: str, task: int, attempt: int, blocks: dict[int, pa.Table], destinations: dict[int, str]
+    ) -> tuple[int, list[int]]:
+        """Push blocks to their reducers' hosts, one do_put stream per host; returns the bytes,
+        and the partitions whose blocks are also kept here as backups (``BlockStore.put_backups``)."""
         by_host: dict[str, list[tuple[int, pa.Table]]] = {}
         for p, table in blocks.items():
             by_host.setdefault(destinations[p], []).append((p, table))
@@ -394,7 +434,8 @@ class TaskRunner:
             self._reached("push")
 
         # Every destination at once: on a slow network each host's link is its own bottleneck.
-        return sum(self._fetches.map(send, by_host.items()))
+        sent = sum(self._fetches.map(send, by_host.items()))
+        return sent, self.store.put_backups(key, task, attempt, blocks)
 
 
 def task_key(spec: dict) -> str:

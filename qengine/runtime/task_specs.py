@@ -27,6 +27,13 @@ def pinned_blocks(state: QueryState, source: StageRun, partitions: list[int]) ->
     return blocks, sizes
 
 
+def consumes(state: QueryState, read: lp.ExchangeRead, speculative: bool) -> bool:
+    """Whether a task attempt retires the shuffle blocks it read once its output is made
+    (``TaskRunner._retire_read``): in prefetch mode, where they are held in memory, unless it is
+    a speculative copy, which leaves them to the attempt it races."""
+    return state.mode == "prefetch" and read.kind in SHUFFLE_KINDS and not speculative
+
+
 def task_spec(
     state: QueryState, run: StageRun, index: int, attempt: int, sql: str, form: dict | None, speculative: bool = False
 ) -> dict:
@@ -61,9 +68,7 @@ def task_spec(
                 "partitions": partitions,
                 "blocks": blocks,
                 "schema": source.schema,
-                # A speculative copy leaves the blocks to the attempt it races; a retry leaves
-                # them too: its failed first attempt may have consumed some and not others.
-                "consume": state.mode == "prefetch" and read.kind in SHUFFLE_KINDS and not speculative and attempt == 0,
+                "consume": consumes(state, read, speculative),
                 "sizes": sizes,
             }
         )

@@ -75,6 +75,10 @@ class WorkerServer(ActionServer):
             return {"ok": True}
         if name == "release":
             return {"released": body["prefix"], "spilled": self.store.release(body["prefix"])}
+        if name == "retire_blocks":
+            for partition, want in body["blocks"].items():
+                self.store.retire_blocks(body["key"], int(partition), want)
+            return {"ok": True}
         if name == "ping":
             return {
                 "worker": self.worker_id,
@@ -94,10 +98,9 @@ class WorkerServer(ActionServer):
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.RecordBatchStream:
         spec = json.loads(ticket.ticket)
         try:
-            table = self.store.get(spec["key"], spec["partition"], consume=bool(spec.get("consume")), want=spec.get("want"))
+            table = self.store.get(spec["key"], spec["partition"], want=spec.get("want"))
         except MissingBlocksError as e:
-            missing = [[t, e.partition] for t in e.tasks]
-            raise server_error(input_lost(self.address, spec["key"], missing, str(e))) from e
+            raise server_error(input_lost(self.address, spec["key"], e.lost(), str(e))) from e
         if table is None:
             raise server_error(KeyError(f"worker {self.worker_id} holds no blocks of {spec['key']}"))
         return flight.RecordBatchStream(table)
