@@ -31,6 +31,7 @@ from qengine.exchange.sampling import sample_keys
 from qengine.exchange.store import BlockStore, MissingBlocksError, concat
 from qengine.planner import direct
 from qengine.runtime.faults import FaultPlan
+from qengine.runtime.peers import Peers
 from qengine.sandbox.carried_types import tag_types
 from qengine.sandbox.pool import ConnectionPool, Lease, filters_mishandle
 from qengine.transport.rpc import ClientPool
@@ -92,28 +93,12 @@ class TaskRunner:
         self.limiter = FetchLimiter()
         self.partition_ids = PartitionIds()
         self.cancellations = Cancellations()
-        # query → peers its coordinator declared lost: a hung peer accepts connections and
-        # never answers, so the query's fetches and pushes to it fail at once instead
-        self._lost_peers: dict[str, set[str]] = {}
+        self.peers = Peers(pool)  # fetches and pushes give up on a peer declared lost
         # Two pools: loading a task's inputs waits on per-source fetches, so they must not share one.
         self._inputs = ThreadPoolExecutor(max_workers=8, thread_name_prefix="input")
         self._fetches = ThreadPoolExecutor(max_workers=16, thread_name_prefix="fetch")
 
     # ---- inputs ------------------------------------------------------------------------
-
-    LOST_PEERS_KEPT = 256  # queries whose lost peers are remembered
-
-    def lost_peer(self, query: str, address: str) -> None:
-        """The coordinator of ``query`` declared the worker at ``address`` lost: calls of that
-        query to it fail from now on, and calls waiting on it fail now."""
-        self._lost_peers.setdefault(query, set()).add(address)
-        while len(self._lost_peers) > self.LOST_PEERS_KEPT:
-            del self._lost_peers[next(iter(self._lost_peers))]
-        self.pool.forget(address)
-
-    def _check_peer(self, key: str, address: str) -> None:
-        if address in self._lost_peers.get(key.split("/", 1)[0], ()):
-            raise input_lost(address, key, None, f"worker {address} was declared lost")
 
     def fetch(
         self,
@@ -139,10 +124,9 @@ class TaskRunner:
                 if source == self.address:
                     local = self.store.get(key, partition, want=pairs)
                     return local if local is not None else schema.empty_table()
-                self._check_peer(key, source)
                 ticket = {"key": key, "partition": partition, "want": pairs}
                 with self.limiter.slot(source, (sizes or {}).get(source, 0)):
-                    return self.pool.get(source).get(ticket)
+                    return self.peers.call(key, source, lambda: self.pool.get(source).get(ticket))
             except MissingBlocksError as e:
                 raise input_lost(source, key, e.lost(), str(e)) from e
             except InputLostError:
@@ -422,10 +406,9 @@ class TaskRunner:
         def send(item: tuple[str, list[tuple[int, pa.Table]]]) -> int:
             address, parts = item
             size = sum(t.nbytes for _, t in parts)
-            self._check_peer(key, address)
             try:
                 with self.limiter.slot(address, size):
-                    self.pool.get(address).put_blocks(key, task, attempt, parts)
+                    self.peers.call(key, address, lambda: self.pool.get(address).put_blocks(key, task, attempt, parts))
             except Error as e:  # the reducer's host is gone: the coordinator must know which
                 raise input_lost(address, key, None, str(e)) from e
             return size

@@ -71,7 +71,7 @@ class WorkerServer(ActionServer):
             self.runner.cancellations.cancel(body["query"])
             return {"ok": True}
         if name == "forget":  # a peer declared lost: the query's calls to it fail, now and later
-            self.runner.lost_peer(body["query"], body["address"])
+            self.runner.peers.lost(body["query"], body["address"])
             return {"ok": True}
         if name == "release":
             return {"released": body["prefix"], "spilled": self.store.release(body["prefix"])}
