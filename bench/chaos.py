@@ -79,6 +79,7 @@ from shuffle import median_of
 import qengine
 from qengine.api.options import default_partitions
 from qengine.cli.common import cache_dir, register_directory
+from qengine.exchange.store import SPILL_LOCK
 from sortbench.sortjob import MAP_SPLIT_BYTES, REDUCER_BYTES, copy_sql
 from tpcds.report import write_json
 
@@ -252,7 +253,8 @@ class Watchdog:
 
 
 def files_under(directory: str) -> list[str]:
-    return [os.path.join(d, f) for d, _, names in os.walk(directory) for f in names]
+    """The files below ``directory``, but for a standalone worker's spill-directory lock."""
+    return [os.path.join(d, f) for d, _, names in os.walk(directory) for f in names if f != SPILL_LOCK]
 
 
 def processes(match: Callable[[list[str]], bool]) -> list[str]:
@@ -347,9 +349,15 @@ class ChaosNetCluster(NetCluster):
         self._births = itertools.count()
 
     def _start(self, ns: str, args: list[str], name: str) -> subprocess.Popen:
-        tmp = os.path.join(self.workdir, f"tmp-{name}-{next(self._births)}")
-        os.makedirs(tmp)
-        self.tmpdirs.append(tmp)
+        """Start a process in a TMPDIR of its own; a worker restarted in a host gets its dead
+        predecessor's, as on a real machine (it removes the spill files the dead one left)."""
+        slot = self.slots.get(int(name.removeprefix("worker-"))) if name.startswith("worker-") else None
+        if slot is not None:
+            tmp = slot.tmp
+        else:
+            tmp = os.path.join(self.workdir, f"tmp-{name}-{next(self._births)}")
+            os.makedirs(tmp)
+            self.tmpdirs.append(tmp)
         with environment("TMPDIR", tmp):
             proc = super()._start(ns, args, name)
         if name.startswith("worker-"):

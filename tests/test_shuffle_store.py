@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
+import tempfile
 import threading
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
-from qengine.exchange.store import BlockStore, MissingBlocksError
+from qengine.exchange.store import BlockStore, MissingBlocksError, new_spill_dir
 
 ROWS = 100
 BLOCK = 8 * ROWS  # bytes of one ``block()`` table
@@ -484,3 +487,35 @@ def test_memory_pressure_drops_backups_before_spilling(make_store):
     assert store.backup_bytes == BLOCK
     assert store.memory == 4 * BLOCK
     assert [values(store.get("q/s", p)) for p in (2, 3, 4)] == [list(range(s, s + ROWS)) for s in (200, 300, 400)]
+
+
+# ---- spill directories of killed workers -----------------------------------------------------
+
+
+def test_a_new_spill_dir_removes_those_of_processes_gone(tmp_path, monkeypatch):
+    """A killed worker cannot remove its spill files; the next worker on the machine does, and
+    leaves alone the directory of a worker that still runs."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    code = "import sys, time; from qengine.exchange.store import new_spill_dir; print(new_spill_dir(), flush=True); time.sleep(60)"
+
+    def worker() -> tuple[subprocess.Popen, str]:
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        path = proc.stdout.readline().strip()
+        with open(os.path.join(path, "map-0.arrow"), "w") as f:
+            f.write("blocks")
+        return proc, path
+
+    (killed, gone), (running, kept) = worker(), worker()
+    try:
+        killed.kill()
+        killed.wait()
+        mine = new_spill_dir()
+        assert not os.path.exists(gone)
+        assert os.listdir(kept) and os.path.exists(os.path.join(kept, "map-0.arrow"))
+        assert os.path.dirname(mine) == str(tmp_path) and mine != kept
+    finally:
+        for proc in (killed, running):
+            proc.kill()
+            proc.wait()
+            proc.stdout.close()

@@ -27,6 +27,7 @@ inside a shuffle, the round with the larger reducer ids.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import os
 import shutil
@@ -105,10 +106,47 @@ class _Shuffle:
     rounds: dict[int, int] = field(default_factory=dict)  # partition → round on this host
 
 
+SPILL_PREFIX = "qengine-shuffle-"
+SPILL_LOCK = ".owner.lock"  # held (flock) by the process using a spill directory made by new_spill_dir
+
+
+def new_spill_dir() -> str:
+    """A spill directory of this process's own, locked for as long as the process lives.
+
+    A worker that is killed cannot remove its spill files; the next one started on the machine
+    does: every directory made here whose lock is free (its owner is gone, however it ended) is
+    removed first. An flock, unlike a pid, holds across PID namespaces sharing one /tmp.
+    """
+    root = tempfile.gettempdir()
+    for entry in os.listdir(root):
+        path = os.path.join(root, entry)
+        if entry.startswith(SPILL_PREFIX) and os.path.isfile(os.path.join(path, SPILL_LOCK)) and _abandoned(path):
+            shutil.rmtree(path, ignore_errors=True)
+    path = tempfile.mkdtemp(prefix=SPILL_PREFIX)
+    lock = os.open(os.path.join(path, SPILL_LOCK), os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # kept open: released when the process ends
+    return path
+
+
+def _abandoned(path: str) -> bool:
+    """Whether no process holds the lock of a spill directory (one we may not open is not ours)."""
+    try:
+        fd = os.open(os.path.join(path, SPILL_LOCK), os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # held: its owner runs
+    finally:
+        os.close(fd)
+    return True
+
+
 class BlockStore:
     def __init__(self, budget: int | None = None, spill_dir: str | None = None) -> None:
         self.budget = budget
-        self.spill_dir = spill_dir or tempfile.mkdtemp(prefix="qengine-shuffle-")
+        self.spill_dir = spill_dir or new_spill_dir()
         self._blocks: dict[tuple[str, int], list[Block]] = defaultdict(list)
         self._schemas: dict[str, pa.Schema] = {}
         self._staged: dict[str, list[tuple[int, pa.Table]]] = defaultdict(list)

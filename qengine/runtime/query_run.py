@@ -707,5 +707,6 @@ class QueryRun:
         choice = straggler(self.state, self.slots.idle(), self.slots.total())
         if choice is not None:
             run, index, target = choice
+            run.speculated.add(index)
             self.state.recovery.speculated += 1
             self._launch(run, index, where=target, speculative=True)

@@ -47,7 +47,9 @@ def straggler(state: QueryState, idle: list[int], total_slots: int) -> tuple[Sta
             continue  # a file or session-table writer must not run twice at once
         typical = statistics.median(seconds for _, seconds in run.durations)
         for index, attempts in run.running.items():
-            if index in run.completed or len(attempts) != 1:
+            # One copy per task, as Spark makes: a copy that fails or cannot start yet (its
+            # inputs being made again) must not be followed by another, and another.
+            if index in run.completed or index in run.speculated or len(attempts) != 1:
                 continue
             ((worker, started, _),) = attempts.values()
             elapsed = now - started
