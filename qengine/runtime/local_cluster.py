@@ -237,9 +237,11 @@ class LocalCluster:
         # The replacement starts in the background: it takes about a second to come up, and the
         # caller (a query's scheduling loop, or the watchdog) must not wait for it.
         starter = threading.Thread(target=self._start_replacement, args=(handle, place), name="worker-replacement", daemon=True)
-        with self._lock:
+        with self._lock:  # started under the lock, so close() never sees it unstarted
+            if self._closed:
+                return
             self._starting.append(starter)
-        starter.start()
+            starter.start()
 
     def _start_replacement(self, handle: WorkerHandle, place: int) -> None:
         """Start a worker in a lost one's place (in ``workers``, at the same position), once
