@@ -37,7 +37,7 @@ from qengine.runtime.key_ranges import KeyRanges, prune_scan
 from qengine.runtime.query_state import SHUFFLE_KINDS, Cluster, ExecutionOptions, QueryState, StageRun, release_blocks
 from qengine.runtime.shuffle_driver import ShuffleDriver
 from qengine.runtime.slots import Slots, WorkerGoneError
-from qengine.runtime.speculation import straggler
+from qengine.runtime.speculation import ProgressReports, straggler
 from qengine.runtime.stats import QueryStats, StageStats
 from qengine.runtime.task_specs import task_spec, with_inline_finalize
 
@@ -90,6 +90,7 @@ class QueryRun:
         # built from it (specs are built in the call threads, once a task has its slot).
         self.lock = threading.RLock()
         self.shuffles = ShuffleDriver(state, self._aux)
+        self.reports = ProgressReports(state, self._call, self.aux_calls)  # LATE's progress scores
         for stage, (splits, tasks) in zip(plan.stages, plan.scan_tasks(state.workers, options.split_bytes), strict=True):
             kind = stage.output.kind if stage.output is not None else (output or {}).get("kind", "result")
             run = StageRun(stage, tasks, splits, StageStats(stage.id, kind, tasks))
@@ -704,7 +705,9 @@ class QueryRun:
 
     def _speculate(self) -> None:
         """Launch a copy of the straggler LATE picks, if any (``runtime.speculation``)."""
-        choice = straggler(self.state, self.slots.idle(), self.slots.total())
+        idle = self.slots.idle()
+        self.reports.poll(bool(idle))
+        choice = straggler(self.state, idle, self.slots.total(), self.reports.scores())
         if choice is not None:
             run, index, target = choice
             run.speculated.add(index)

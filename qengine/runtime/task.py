@@ -32,6 +32,7 @@ from qengine.exchange.store import BlockStore, MissingBlocksError, concat
 from qengine.planner import direct
 from qengine.runtime.faults import FaultPlan
 from qengine.runtime.peers import Peers
+from qengine.runtime.progress import ProgressBoard
 from qengine.sandbox.carried_types import tag_types
 from qengine.sandbox.pool import ConnectionPool, Lease, filters_mishandle
 from qengine.transport.rpc import ClientPool
@@ -94,6 +95,7 @@ class TaskRunner:
         self.partition_ids = PartitionIds()
         self.cancellations = Cancellations()
         self.peers = Peers(pool)  # fetches and pushes give up on a peer declared lost
+        self.progress = ProgressBoard()  # how far each running attempt has got (LATE)
         # Two pools: loading a task's inputs waits on per-source fetches, so they must not share one.
         self._inputs = ThreadPoolExecutor(max_workers=8, thread_name_prefix="input")
         self._fetches = ThreadPoolExecutor(max_workers=16, thread_name_prefix="fetch")
@@ -236,8 +238,15 @@ class TaskRunner:
         with (
             self.connections.connection(readable, bool(spec.get("build_sides")), threads) as lease,
             self.cancellations.running(spec["query"], lease.con, task_key(spec)),
+            self.progress.track(task_key(spec), len(inputs)) as progress,
         ):
-            loaded = list(self._inputs.map(self._load, inputs)) if len(inputs) > 1 else [self._load(i) for i in inputs]
+
+            def load(inp: dict) -> pa.Table:
+                table = self._load(inp)
+                progress.input_loaded()
+                return table
+
+            loaded = list(self._inputs.map(load, inputs)) if len(inputs) > 1 else [load(i) for i in inputs]
             if any(inp["kind"] == "shuffle" for inp in inputs):
                 self._reached("reduce")
             self.cancellations.check(spec["query"], task_key(spec))  # before the fragment: loading may have taken a while
@@ -246,10 +255,12 @@ class TaskRunner:
             # Only this dict holds the inputs, so a direct fragment can free one as it copies it.
             named = {inp["name"]: table for inp, table in zip(inputs, loaded, strict=True)}
             del loaded
+            progress.running(lease.con)
             result = direct.execute(spec["direct"], named) if spec.get("direct") else None
             if result is None:
                 ids = functools.partial(self.partition_ids.select, output=spec["output"]) if spec["output"]["kind"] == "hash" else None
                 result = _run_fragment(lease, spec["sql"], named, scans, splits, ids, spec.get("null_columns", ()))
+            progress.finish()
             stats = self._write(lease.con, spec, result)
         self._retire_read(inputs)
         kind = spec["output"]["kind"]

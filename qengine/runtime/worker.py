@@ -75,6 +75,8 @@ class WorkerServer(ActionServer):
             return {"ok": True}
         if name == "release":
             return {"released": body["prefix"], "spilled": self.store.release(body["prefix"])}
+        if name == "progress":
+            return self.runner.progress.scores(body["query"])
         if name == "retire_blocks":
             for partition, want in body["blocks"].items():
                 self.store.retire_blocks(body["key"], int(partition), want)

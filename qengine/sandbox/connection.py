@@ -35,6 +35,11 @@ def safe_connection(threads: int = 1, readable: tuple[str, ...] = (), build_side
             "disabled_optimizers": "join_order" if build_sides else "join_order,build_side_probe_side",
         }
     )
+    # Progress is tracked from the start and never printed: a worker reports it to the
+    # coordinator for LATE's progress rates (``runtime.progress``).
+    con.execute("SET enable_progress_bar = true")
+    con.execute("SET enable_progress_bar_print = false")
+    con.execute("SET progress_bar_time = 0")
     if readable:
         con.execute("SET allowed_paths = $1", [list(readable)])
         con.execute("SET parquet_metadata_cache = true")

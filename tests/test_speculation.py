@@ -1,0 +1,68 @@
+"""LATE's choice of straggler from progress rates (``runtime.speculation``), on a made-up
+query state: which task gets a copy, and when none does."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+from qengine.runtime.speculation import straggler
+
+QUERY = "q1-0"
+
+
+def state_with(scores: dict[int, float | None], workers: dict[int, int], run_for: float = 1.0, durations=()):
+    """One stage whose tasks all started ``run_for`` seconds ago, task i on ``workers[i]``,
+    with progress ``scores[i]`` reported just now (None: no report)."""
+    now = time.monotonic()
+    run = SimpleNamespace(
+        submitted=True, done=False, stats=SimpleNamespace(kind="hash"), durations=list(durations),
+        running={i: {0: (workers[i], now - run_for, False)} for i in scores}, completed=set(), speculated=set(),
+        stage=SimpleNamespace(id=3),
+    )
+    state = SimpleNamespace(options=SimpleNamespace(speculation=True), runs=[run], lost=set(), query_id=QUERY)
+    reports = {f"{QUERY}/3/{i}/0": (score, now - 0.01) for i, score in scores.items() if score is not None}
+    return state, run, reports
+
+
+SIX_TASKS = {0: 0, 1: 0, 2: 1, 3: 1, 4: 2, 5: 2}  # task → worker
+
+
+def test_the_slowest_progress_rate_gets_a_copy_on_an_idle_worker() -> None:
+    state, run, reports = state_with({0: 0.5, 1: 0.5, 2: 0.5, 3: 0.5, 4: 0.1, 5: 0.12}, SIX_TASKS)
+    assert straggler(state, idle=[0], total_slots=12, progress=reports) == (run, 4, 0)
+
+
+def test_tasks_at_one_pace_get_no_copy() -> None:
+    state, _, reports = state_with({i: 0.5 for i in SIX_TASKS}, SIX_TASKS)
+    assert straggler(state, idle=[0], total_slots=12, progress=reports) is None
+
+
+def test_a_task_nearly_done_gets_no_copy_however_slow() -> None:
+    """A copy would take a typical task's time: one that will end sooner is left alone."""
+    state, _, reports = state_with({0: 0.2, 1: 0.2, 2: 0.2, 3: 0.2, 4: 0.19, 5: 0.95}, SIX_TASKS, run_for=5.0)
+    assert straggler(state, idle=[0], total_slots=12, progress=reports) is None
+
+
+def test_without_reports_or_finished_tasks_there_is_nothing_to_go_by() -> None:
+    state, _, reports = state_with({i: None for i in SIX_TASKS}, SIX_TASKS)
+    assert straggler(state, idle=[0], total_slots=12, progress=reports) is None
+
+
+def test_without_reports_finished_tasks_set_the_pace() -> None:
+    """Finished tasks took 0.2 s; one that has run 1 s is a straggler."""
+    state, run, _ = state_with({4: None}, SIX_TASKS, durations=[(0, 0.2), (1, 0.2), (0, 0.2)])
+    assert straggler(state, idle=[0], total_slots=12, progress={}) == (run, 4, 0)
+
+
+def test_a_task_gets_one_copy_at_most() -> None:
+    state, run, reports = state_with({0: 0.5, 1: 0.5, 2: 0.5, 3: 0.5, 4: 0.1, 5: 0.1}, SIX_TASKS)
+    run.speculated |= {4, 5}
+    assert straggler(state, idle=[0], total_slots=12, progress=reports) is None
+
+
+def test_copies_are_capped_at_a_tenth_of_the_slots() -> None:
+    state, run, reports = state_with({0: 0.5, 1: 0.5, 2: 0.5, 3: 0.5, 4: 0.1, 5: 0.1}, SIX_TASKS)
+    run.running[5][1] = (0, time.monotonic(), True)  # a copy of task 5 already runs
+    assert straggler(state, idle=[0], total_slots=12, progress=reports) is None
+    assert straggler(state, idle=[0], total_slots=20, progress=reports) == (run, 4, 0)
