@@ -519,3 +519,15 @@ def test_a_new_spill_dir_removes_those_of_processes_gone(tmp_path, monkeypatch):
             proc.kill()
             proc.wait()
             proc.stdout.close()
+
+
+def test_drop_blocks_removes_exactly_what_was_named(make_store):
+    """A reader's own host drops what it reads, as it reads it: memory goes at once."""
+    store = make_store()
+    store.put("q/s", 0, block(0), source=0)
+    store.put("q/s", 0, block(100), source=1)
+    store.drop_blocks("q/s", 0, want=[[1, 0]])
+    assert [b.source for b in store.blocks("q/s", 0)] == [0]
+    assert store.memory == BLOCK
+    store.drop_blocks("q/s", 0)
+    assert store.blocks("q/s", 0) == [] and store.memory == 0

@@ -11,8 +11,8 @@ spill to disk when the store's memory budget is exceeded.
 
 *Backups* are in-memory blocks kept only so that a lost worker's work need not be redone: a map
 task's blocks pushed to their reducers' hosts (prefetch) stay on the sender, as SCache keeps
-shuffle output after transferring it (§4.4), and blocks their reader has read stay where they
-were read. If a reducer's host is lost, its reducers read the senders' copies; if a reducer's
+shuffle output after transferring it (§4.4), and blocks a reader on another worker has read
+stay where they were read (a reader's own host drops what it reads, to free its memory). If a reducer's host is lost, its reducers read the senders' copies; if a reducer's
 output is lost, its new attempt reads its inputs again instead of having their map tasks run
 again. Backups are the first thing given up for memory (dropped, oldest first, never spilled:
 recomputation remains), and at most ``BACKUP_SHARE`` of the budget (``BACKUP_BYTES`` without one)
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 _files = itertools.count()
-BACKUP_BYTES = 512 << 20  # backups held at most, without a memory budget
+BACKUP_BYTES = 32 << 20  # backups held at most, without a memory budget
 BACKUP_SHARE = 0.5  # of the budget, with one
 
 
@@ -265,6 +265,11 @@ class BlockStore:
                 return None
             snapshots = [b.snapshot() for b in self._blocks.get((key, partition), ()) if wanted(b)]
         return concat([load(*snap) for snap in snapshots], schema)
+
+    def drop_blocks(self, key: str, partition: int, want: list[list[int]] | None = None) -> None:
+        """Remove the blocks of a partition that ``want`` names (or all): read by their reader."""
+        with self._lock:
+            self._take(key, partition, _named(want))
 
     def retire_blocks(self, key: str, partition: int, want: list[list[int]] | None = None) -> None:
         """Blocks of a partition that its reader has used (those ``want`` names, or all) become

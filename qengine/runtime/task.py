@@ -110,6 +110,7 @@ class TaskRunner:
         schema: pa.Schema,
         sizes: dict[str, int] | None = None,
         want: dict[str, list[list[int]]] | None = None,
+        consume: bool = False,
     ) -> pa.Table:
         """One partition of a shuffle, gathered from every worker that holds a piece of it.
 
@@ -125,6 +126,8 @@ class TaskRunner:
             try:
                 if source == self.address:
                     local = self.store.get(key, partition, want=pairs)
+                    if consume:  # freed as it is read, as before the fragment holds it alone
+                        self.store.drop_blocks(key, partition, pairs)
                     return local if local is not None else schema.empty_table()
                 ticket = {"key": key, "partition": partition, "want": pairs}
                 with self.limiter.slot(source, (sizes or {}).get(source, 0)):
@@ -169,7 +172,7 @@ class TaskRunner:
         for p in spec["partitions"]:
             want = spec["blocks"].get(str(p), {})  # holder → its (map task, attempt) blocks
             try:
-                parts.append(self.fetch(spec["key"], p, list(want), schema, sizes.get(str(p)), want))
+                parts.append(self.fetch(spec["key"], p, list(want), schema, sizes.get(str(p)), want, bool(spec.get("consume"))))
             except InputLostError as e:
                 info = lost_input(str(e))
                 if info is None or info.get("missing") is None:
@@ -181,9 +184,14 @@ class TaskRunner:
         return concat(parts, schema)
 
     def _retire_read(self, inputs: list[dict]) -> None:
-        """Retire the shuffle blocks a task read, now that its output is made (inputs marked
-        ``consume``: see ``BlockStore.retire_blocks``). Other holders are told in the background:
-        the task's reply does not wait for them, and one that is gone holds nothing."""
+        """Have the other holders of the shuffle blocks a task read retire them, now that its
+        output is made (inputs marked ``consume``: see ``BlockStore.retire_blocks``), in the
+        background: the task's reply does not wait for them, and one that is gone holds nothing.
+
+        Blocks read here were dropped as they were read: kept, they would double the memory
+        of a reducer whose fragment frees its input as it goes (a sort). Kept at another holder,
+        they cost this worker nothing, and spare a reader made again after losing its worker
+        (and its output) from having its inputs made again too."""
         by_holder: dict[str, dict[str, dict[str, list[list[int]]]]] = {}
         for inp in inputs:
             if inp["kind"] != "shuffle" or not inp.get("consume"):
@@ -191,13 +199,10 @@ class TaskRunner:
             for p in inp["partitions"]:
                 for holder, pairs in inp["blocks"].get(str(p), {}).items():
                     by_holder.setdefault(holder, {}).setdefault(inp["key"], {})[str(p)] = pairs
+        by_holder.pop(self.address, None)
         for holder, keys in by_holder.items():
             for key, blocks in keys.items():
-                if holder == self.address:
-                    for p, pairs in blocks.items():
-                        self.store.retire_blocks(key, int(p), pairs)
-                else:
-                    self._fetches.submit(self._quietly, holder, "retire_blocks", {"key": key, "blocks": blocks})
+                self._fetches.submit(self._quietly, holder, "retire_blocks", {"key": key, "blocks": blocks})
 
     def _quietly(self, address: str, action: str, body: dict) -> None:
         with contextlib.suppress(Error):
