@@ -465,15 +465,20 @@ def test_backups_are_read_by_their_exact_attempt(make_store):
     assert store.memory == 6 * 8
 
 
-def test_backups_beyond_their_limit_drop_the_oldest(make_store):
+def test_backups_beyond_their_limit_are_not_kept(make_store):
+    """The coordinator counts on the copies a push reports kept: the first ones stay, and past
+    the limit no more are kept."""
     store = make_store(budget=8 * BLOCK)  # backups may take half: 4 blocks
-    for task in range(6):
-        assert store.put_backups("q/s", task, 0, {task % 2: block(task * ROWS)}) == [task % 2]
+    kept = [store.put_backups("q/s", task, 0, {task % 2: block(task * ROWS)}) for task in range(6)]
+    assert kept == [[0], [1], [0], [1], [], []]
     assert store.backup_bytes == 4 * BLOCK
     held = sorted(b.source for p in range(2) for b in store.blocks("q/s", p))
-    assert held == [2, 3, 4, 5]
-    assert store.put_backups("q/s", 9, 0, {0: block(0, 10 * ROWS)}) == []  # larger than the limit
-    assert arrow_files(store) == []  # backups are dropped, never spilled
+    assert held == [0, 1, 2, 3]
+    assert arrow_files(store) == []  # backups are never spilled
+    # A block read once the limit is reached is not kept either: it is dropped.
+    store.put("q/s", 5, block(500), source=7)
+    store.retire_blocks("q/s", 5)
+    assert store.blocks("q/s", 5) == [] and store.backup_bytes == 4 * BLOCK
 
 
 def test_memory_pressure_drops_backups_before_spilling(make_store):

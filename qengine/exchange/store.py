@@ -12,11 +12,12 @@ spill to disk when the store's memory budget is exceeded.
 *Backups* are in-memory blocks kept only so that a lost worker's work need not be redone: a map
 task's blocks pushed to their reducers' hosts (prefetch) stay on the sender, as SCache keeps
 shuffle output after transferring it (§4.4), and blocks a reader on another worker has read
-stay where they were read (a reader's own host drops what it reads, to free its memory). If a reducer's host is lost, its reducers read the senders' copies; if a reducer's
+stay where they were read (a reader's own host drops what it read once all its inputs are loaded, to free its memory). If a reducer's host is lost, its reducers read the senders' copies; if a reducer's
 output is lost, its new attempt reads its inputs again instead of having their map tasks run
 again. Backups are the first thing given up for memory (dropped, oldest first, never spilled:
 recomputation remains), and at most ``BACKUP_SHARE`` of the budget (``BACKUP_BYTES`` without one)
-is held as backups. They go with their query.
+is held as backups: past it, no more are kept (the first ones stay, as the coordinator counts on
+them). They go with their query.
 
 Eviction follows SCache §4.2. The unit is a round of reducers (``slots`` consecutive reduce
 partitions placed on this host) and a unit is spilled whole (all-or-nothing). Incomplete units
@@ -181,13 +182,14 @@ class BlockStore:
 
     def put_backups(self, key: str, source: int, attempt: int, blocks: dict[int, pa.Table]) -> list[int]:
         """Keep a copy of blocks just pushed to their reducers' hosts; returns the partitions
-        kept (older backups go first to make room, and a block larger than the limit is not kept)."""
+        kept, which the coordinator counts on. Backups already kept stay: once the limit is
+        reached no more are kept (dropping older ones would leave the coordinator counting on
+        copies that are gone, and every reader of them would fail before they were made again)."""
         kept = []
         with self._lock:
             for p, table in blocks.items():
-                if not table.num_rows or table.nbytes > self.backup_limit:
+                if not table.num_rows or self.backup_bytes + table.nbytes > self.backup_limit:
                     continue
-                self._drop_backups(self.backup_limit - table.nbytes)
                 block = Block(table.nbytes, source, attempt, table, backup=True)
                 self._blocks[(key, p)].append(block)
                 self._backups.append((key, p, block))
@@ -279,11 +281,14 @@ class BlockStore:
         wanted = _named(want)
         with self._lock:
             for block in self._blocks.get((key, partition), ()):
-                if wanted(block) and not block.backup and block.table is not None:
-                    block.backup = True
-                    self._backups.append((key, partition, block))
-                    self.backup_bytes += block.nbytes
-            self._drop_backups(self.backup_limit)
+                if not wanted(block) or block.backup or block.table is None:
+                    continue
+                if self.backup_bytes + block.nbytes > self.backup_limit:  # full: read, so gone
+                    self._take(key, partition, lambda b, retired=block: b is retired)
+                    continue
+                block.backup = True
+                self._backups.append((key, partition, block))
+                self.backup_bytes += block.nbytes
 
     def take_blocks(self, key: str, source: int, attempt: int, partitions: list[int] | None = None) -> dict[int, pa.Table]:
         """Remove and return one map task attempt's blocks of ``partitions`` (default all), to push them."""

@@ -110,7 +110,6 @@ class TaskRunner:
         schema: pa.Schema,
         sizes: dict[str, int] | None = None,
         want: dict[str, list[list[int]]] | None = None,
-        consume: bool = False,
     ) -> pa.Table:
         """One partition of a shuffle, gathered from every worker that holds a piece of it.
 
@@ -126,8 +125,6 @@ class TaskRunner:
             try:
                 if source == self.address:
                     local = self.store.get(key, partition, want=pairs)
-                    if consume:  # freed as it is read, as before the fragment holds it alone
-                        self.store.drop_blocks(key, partition, pairs)
                     return local if local is not None else schema.empty_table()
                 ticket = {"key": key, "partition": partition, "want": pairs}
                 with self.limiter.slot(source, (sizes or {}).get(source, 0)):
@@ -172,7 +169,7 @@ class TaskRunner:
         for p in spec["partitions"]:
             want = spec["blocks"].get(str(p), {})  # holder → its (map task, attempt) blocks
             try:
-                parts.append(self.fetch(spec["key"], p, list(want), schema, sizes.get(str(p)), want, bool(spec.get("consume"))))
+                parts.append(self.fetch(spec["key"], p, list(want), schema, sizes.get(str(p)), want))
             except InputLostError as e:
                 info = lost_input(str(e))
                 if info is None or info.get("missing") is None:
@@ -182,6 +179,19 @@ class TaskRunner:
             address, lost = next(iter(missing.items()))
             raise input_lost(address, spec["key"], lost, f"{len(lost)} blocks of {spec['key']} are not at {address}")
         return concat(parts, schema)
+
+    def _drop_loaded(self, inputs: list[dict]) -> None:
+        """Every input is loaded: the shuffle blocks held here that the task read (inputs marked
+        ``consume``) go now, so that its fragment holds its input alone (a sort frees it as it
+        goes). Dropped before every input had loaded, they would be missing for the retry of a
+        task that failed to load another, and have to be made again."""
+        for inp in inputs:
+            if inp["kind"] != "shuffle" or not inp.get("consume"):
+                continue
+            for p in inp["partitions"]:
+                pairs = inp["blocks"].get(str(p), {}).get(self.address)
+                if pairs is not None:
+                    self.store.drop_blocks(inp["key"], p, pairs)
 
     def _retire_read(self, inputs: list[dict]) -> None:
         """Have the other holders of the shuffle blocks a task read retire them, now that its
@@ -252,6 +262,7 @@ class TaskRunner:
                 return table
 
             loaded = list(self._inputs.map(load, inputs)) if len(inputs) > 1 else [load(i) for i in inputs]
+            self._drop_loaded(inputs)
             if any(inp["kind"] == "shuffle" for inp in inputs):
                 self._reached("reduce")
             self.cancellations.check(spec["query"], task_key(spec))  # before the fragment: loading may have taken a while
