@@ -206,8 +206,10 @@ def test_worker_exits_during_map_or_reduce(connect, oracle: duckdb.DuckDBPyConne
     stats = run_same(con, oracle, q(78))
     assert_lost_victim(stats.recovery, address)
     assert stats.recovery.retried >= 1, stats.recovery.summary()
-    if mode == "prefetch" and "reduce" in fault:
-        # The blocks pushed to the lost host are read from the copies their senders kept.
+    if mode == "prefetch" and "reduce" in fault and any(s.pushed_tasks for s in stats.shuffles):
+        # The blocks pushed to the lost host are read from the copies their senders kept. (A
+        # shuffle whose map tasks all ended before its reducers were placed pushes nothing: on
+        # a loaded machine that can be every shuffle of the query.)
         assert stats.recovery.from_backups >= 1, stats.recovery.summary()
     assert_cluster_recovered(con, oracle, address, q(7))
 
