@@ -536,3 +536,17 @@ def test_drop_blocks_removes_exactly_what_was_named(make_store):
     assert store.memory == BLOCK
     store.drop_blocks("q/s", 0)
     assert store.blocks("q/s", 0) == [] and store.memory == 0
+
+
+def test_released_backups_are_not_held_on_to(make_store):
+    """A backup that leaves the store (read, released) leaves no reference behind that would
+    keep its rows in memory."""
+    store = make_store()
+    table = block(0)
+    store.put_backups("q/s", 0, 0, {0: table})
+    store.put("q/t", 0, block(100), source=1)
+    store.retire_blocks("q/t", 0)
+    assert store.backup_bytes == 2 * BLOCK
+    store.release("q/")
+    assert store.backup_bytes == 0 and store.memory == 0
+    assert store._backups == {}

@@ -34,7 +34,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -155,7 +155,9 @@ class BlockStore:
         self._files: dict[str, list[str]] = defaultdict(list)
         self._spilled: dict[str, int] = defaultdict(int)
         self.memory = 0
-        self._backups: deque[tuple[str, int, Block]] = deque()  # oldest first; dropped ones are skipped
+        # id(block) → (key, partition, block) of every backup, oldest first; a block leaves it
+        # as it leaves the store, so nothing here outlives its block
+        self._backups: dict[int, tuple[str, int, Block]] = {}
         self.backup_bytes = 0
         self.backup_limit = int(budget * BACKUP_SHARE) if budget is not None else BACKUP_BYTES
         self._lock = threading.RLock()
@@ -188,23 +190,28 @@ class BlockStore:
         kept = []
         with self._lock:
             for p, table in blocks.items():
-                if not table.num_rows or self.backup_bytes + table.nbytes > self.backup_limit:
-                    continue
-                block = Block(table.nbytes, source, attempt, table, backup=True)
-                self._blocks[(key, p)].append(block)
-                self._backups.append((key, p, block))
-                self.backup_bytes += table.nbytes
-                self.memory += table.nbytes
-                kept.append(p)
+                block = Block(table.nbytes, source, attempt, table)
+                if table.num_rows and self._keep_as_backup(key, p, block):
+                    self._blocks[(key, p)].append(block)
+                    self.memory += table.nbytes
+                    kept.append(p)
             self._enforce_budget()
         return kept
+
+    def _keep_as_backup(self, key: str, partition: int, block: Block) -> bool:
+        """Count an in-memory block as a backup, if the limit leaves room. Under the lock."""
+        if self.backup_bytes + block.nbytes > self.backup_limit:
+            return False
+        block.backup = True
+        self._backups[id(block)] = (key, partition, block)
+        self.backup_bytes += block.nbytes
+        return True
 
     def _drop_backups(self, down_to: int) -> None:
         """Drop the oldest backups until at most ``down_to`` bytes are held. Under the lock."""
         while self._backups and self.backup_bytes > max(0, down_to):
-            key, p, block = self._backups.popleft()
-            if block.backup:  # not read or released since
-                self._take(key, p, lambda b, dropped=block: b is dropped)
+            key, p, block = next(iter(self._backups.values()))
+            self._take(key, p, lambda b, dropped=block: b is dropped)
 
     def write_parts(self, key: str, parts: list[pa.Table], source: int, attempt: int = 0) -> None:
         """Pull mode: one Arrow IPC file for the map task, one batch run per partition."""
@@ -283,12 +290,8 @@ class BlockStore:
             for block in self._blocks.get((key, partition), ()):
                 if not wanted(block) or block.backup or block.table is None:
                     continue
-                if self.backup_bytes + block.nbytes > self.backup_limit:  # full: read, so gone
+                if not self._keep_as_backup(key, partition, block):  # full: read, so gone
                     self._take(key, partition, lambda b, retired=block: b is retired)
-                    continue
-                block.backup = True
-                self._backups.append((key, partition, block))
-                self.backup_bytes += block.nbytes
 
     def take_blocks(self, key: str, source: int, attempt: int, partitions: list[int] | None = None) -> dict[int, pa.Table]:
         """Remove and return one map task attempt's blocks of ``partitions`` (default all), to push them."""
@@ -325,6 +328,7 @@ class BlockStore:
             if b.backup:
                 b.backup = False
                 self.backup_bytes -= b.nbytes
+                del self._backups[id(b)]
 
     # ---- memory budget -----------------------------------------------------------------
 
