@@ -63,10 +63,10 @@ def test_scan_tasks_run_on_whichever_worker_frees_a_slot(default_engine) -> None
             placed.append(worker)
         return worker
 
-    def commit(self, run, index, attempt, worker, result, speculative):
+    def commit(self, run, index, attempt, worker, result, speculative, seconds):
         if run.stage.scans:
             ran.append(worker)
-        return original_commit(self, run, index, attempt, worker, result, speculative)
+        return original_commit(self, run, index, attempt, worker, result, speculative, seconds)
 
     QueryRun._place, QueryRun._commit = place, commit
     try:
@@ -76,6 +76,47 @@ def test_scan_tasks_run_on_whichever_worker_frees_a_slot(default_engine) -> None
     assert count > 0
     assert len(placed) >= 4 and set(placed) == {None}, placed
     assert set(ran) == {0, 1}, ran
+
+
+def test_a_slow_worker_takes_a_free_task_only_behind_a_long_backlog() -> None:
+    """Worker 0 is four times slower: with the fast slots busy, a free task waits for them
+    rather than take 0's slot, unless enough tasks wait that it would finish sooner there."""
+    slots = Slots(workers=3, per_worker=1)
+    slots.set_slow({0: 4.0}, set())
+    assert slots.least_busy() == 1
+    release = threading.Event()
+    got: list[int] = []
+
+    def take() -> None:
+        with slots.hold(None) as worker:
+            got.append(worker)
+            release.wait(10)
+
+    threads = [threading.Thread(target=take) for _ in range(3)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: len(got) == 2, 5, "the fast workers to take two tasks")
+    threads[2].join(0.2)
+    assert sorted(got) == [1, 2], got  # the third waits: one task behind two fast slots
+    more = [threading.Thread(target=take) for _ in range(6)]
+    for t in more:
+        t.start()
+    # Seven wait for two fast slots: the last would end after 4.5 task times, the slow worker's after 4.
+    wait_until(lambda: 0 in got, 5, "the slow worker to take a task behind a long backlog")
+    release.set()
+    for t in threads + more:
+        t.join(5)
+    assert len(got) == 9, got
+
+
+def test_a_worker_only_remembered_as_slow_runs_one_free_task_at_a_time() -> None:
+    """It gets the first free task (if it is fast again, that task shows it), then no second
+    one while that runs; pinned placement (``least_busy``) still leaves it out."""
+    slots = Slots(workers=2, per_worker=2)
+    slots.set_slow({0: 4.0}, probing={0})
+    assert slots.least_busy() == 1
+    with slots.hold(None) as first, slots.hold(None) as second, slots.hold(None) as third:
+        assert (first, second, third) == (0, 1, 1)
 
 
 def test_running_counts_the_slots_held_on_every_worker() -> None:

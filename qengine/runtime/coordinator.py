@@ -20,6 +20,7 @@ from qengine.planner.stages import StagePlan
 from qengine.runtime.key_ranges import KeyRanges
 from qengine.runtime.query_run import QueryRun
 from qengine.runtime.query_state import Cluster, ExecutionOptions, release_blocks
+from qengine.runtime.slow_workers import PaceMemory
 from qengine.runtime.stats import QueryStats
 from qengine.transport.wire import schema_from_hex
 
@@ -43,6 +44,7 @@ class Coordinator:
         # not overlap the map stage at all.
         self.aux = ThreadPoolExecutor(max_workers=self.AUX_THREADS, thread_name_prefix="qengine-shuffle")
         self.key_ranges = KeyRanges()
+        self.paces = PaceMemory()
         self._running: set[QueryRun] = set()
         self._lock = threading.Lock()
 
@@ -65,7 +67,7 @@ class Coordinator:
         run = None
         try:
             with self.cluster.running_query():
-                run = QueryRun(self.cluster, self.options, (self.tasks, self.aux), self.key_ranges, plan, output, progress)
+                run = QueryRun(self.cluster, self.options, (self.tasks, self.aux), self.key_ranges, self.paces, plan, output, progress)
                 with self._lock:
                     self._running.add(run)
                 return run.execute()

@@ -37,11 +37,12 @@ from qengine.runtime.key_ranges import KeyRanges, prune_scan
 from qengine.runtime.query_state import SHUFFLE_KINDS, Cluster, ExecutionOptions, QueryState, StageRun, release_blocks
 from qengine.runtime.shuffle_driver import ShuffleDriver
 from qengine.runtime.slots import Slots, WorkerGoneError
+from qengine.runtime.slow_workers import PaceMemory, measured, paces, slow
 from qengine.runtime.speculation import ProgressReports, straggler
 from qengine.runtime.stats import QueryStats, StageStats
 from qengine.runtime.task_specs import task_spec, with_inline_finalize
 
-LIVENESS_POLL_SECONDS = 0.25  # how often lost workers and stragglers are looked for
+LIVENESS_POLL_SECONDS = 0.05  # how often lost workers and stragglers are looked for
 CANCEL_TIMEOUT = 10.0  # seconds a worker has to take a failed query's cancel
 MAX_TASK_FAILURES = 4  # attempts of one task lost with their worker (Spark's spark.task.maxFailures)
 MAX_INPUT_LOSSES = 16  # attempts of one task whose inputs were lost, before the query gives up
@@ -70,6 +71,7 @@ class QueryRun:
         options: ExecutionOptions,
         calls: tuple[ThreadPoolExecutor, ThreadPoolExecutor],
         key_ranges: KeyRanges,
+        memory: PaceMemory,
         plan: StagePlan,
         output: dict | None,
         progress: Callable[[int, int], None] | None,
@@ -77,6 +79,7 @@ class QueryRun:
         self.cluster = cluster
         self.tasks, self.aux_calls = calls
         self.key_ranges = key_ranges
+        self.memory = memory  # workers' paces, as earlier queries saw them
         self.progress = progress
         addresses = list(cluster.addresses)
         if not addresses:
@@ -91,6 +94,7 @@ class QueryRun:
         self.lock = threading.RLock()
         self.shuffles = ShuffleDriver(state, self._aux)
         self.reports = ProgressReports(state, self._call, self.aux_calls)  # LATE's progress scores
+        self.moved_off: set[int] = set()  # slow workers whose waiting reducers were placed elsewhere
         for stage, (splits, tasks) in zip(plan.stages, plan.scan_tasks(state.workers, options.split_bytes), strict=True):
             kind = stage.output.kind if stage.output is not None else (output or {}).get("kind", "result")
             run = StageRun(stage, tasks, splits, StageStats(stage.id, kind, tasks))
@@ -138,8 +142,8 @@ class QueryRun:
         if not run.stage.partitioned_reads:  # scans and broadcasts read as well from anywhere
             return None
         # A shuffle's reducers are placed now: the shuffle's metrics (ShuffleDriver.measure) need their hosts.
-        live = state.live_hosts()
-        return self.slots.least_busy() if run.tasks == 1 else live[index % len(live)]
+        hosts = state.placeable_hosts()
+        return self.slots.least_busy() if run.tasks == 1 else hosts[index % len(hosts)]
 
     # ---- calls -------------------------------------------------------------------------
 
@@ -154,7 +158,9 @@ class QueryRun:
             self.cluster.suspect(address)
             raise
 
-    def _run_task(self, run: StageRun, index: int, attempt: int, where: int | None, speculative: bool) -> tuple[int, dict]:
+    def _run_task(
+        self, run: StageRun, index: int, attempt: int, where: int | None, speculative: bool
+    ) -> tuple[int, dict, float]:
         """Run one attempt of a task in a slot of its worker, or of whichever worker frees one
         first; its spec is built once it has the slot, from where its input blocks are then."""
         if self.failed.is_set():
@@ -165,7 +171,8 @@ class QueryRun:
                     raise _StaleError()
                 if not self._inputs_ready(run):
                     raise _DeferredError()
-                run.running.setdefault(index, {})[attempt] = (worker, time.monotonic(), speculative)
+                started = time.monotonic()
+                run.running.setdefault(index, {})[attempt] = (worker, started, speculative)
                 spec = with_inline_finalize(run, index, task_spec(self.state, run, index, attempt, run.sql, run.form, speculative))
                 # The only task of its stage, with no other task of the query running: it may use
                 # every core of its host (a final aggregate or sort would otherwise leave all but one
@@ -174,7 +181,10 @@ class QueryRun:
                 # thread: it numbers its rows in scan order to partition them.
                 if run.tasks == 1 and self.slots.running() == 1 and spec["output"]["kind"] != "range":
                     spec["alone"] = True
-            return worker, self._call(worker, "run_task", spec)
+            result = self._call(worker, "run_task", spec)
+            # The time the scheduler waited for it, as paces are measured (``runtime.slow_workers``):
+            # a worker's own clock misses the time a call waited for it to answer.
+            return worker, result, time.monotonic() - started
 
     def _inputs_ready(self, run: StageRun) -> bool:
         return all(self.state.runs[p].done for p in run.stage.parents)
@@ -190,6 +200,7 @@ class QueryRun:
             while not runs[-1].done:
                 with self.lock:
                     self._look_at_workers()
+                    self._find_slow()
                     for run in runs:
                         if not run.submitted and all(runs[p].done for p in run.stage.parents):
                             self._submit(run)
@@ -214,7 +225,7 @@ class QueryRun:
                             self._aux_done(run, kind, *extra, fut)
                     for run in runs:  # side work given up with a lost worker finishes stages too
                         self._maybe_finish(run)
-                    self._speculate()
+                    self._speculate(self._find_slow())
         except _CancelledError:
             raise OperationalError("query cancelled") from None
         except BaseException:
@@ -224,6 +235,8 @@ class QueryRun:
             started_futures = [f for f in self.futures if not f.cancelled()]  # cancelled ones never report done
             threading.Thread(target=self._release_after, args=(started_futures,), daemon=True).start()
             raise
+        finally:
+            self.memory.learn({state.addresses[w]: pace for w, pace in measured(state).items()})
         # Losing copies and abandoned attempts: cancelled on their workers, they end soon (one on
         # a worker that hangs never does, and is not waited for).
         wait(list(self.futures), timeout=CANCEL_TIMEOUT)
@@ -353,7 +366,7 @@ class QueryRun:
         running = run.running.get(index, {})
         worker = running.pop(attempt, (None,))[0]
         try:
-            worker, result = fut.result()
+            worker, result, seconds = fut.result()
         except (_StaleError, _CancelledError):
             return
         except WorkerGoneError:  # its pinned worker was lost while it waited for a slot
@@ -371,7 +384,7 @@ class QueryRun:
             self._task_failed(run, index, attempt, speculative, worker, e)
             return
         if attempt in run.wanted[index] and index not in run.completed:
-            self._commit(run, index, attempt, worker, result, speculative)
+            self._commit(run, index, attempt, worker, result, speculative, seconds)
 
     def _task_failed(self, run: StageRun, index: int, attempt: int, speculative: bool, worker: int | None, error: Error) -> None:
         """A task attempt failed: run it again if its worker or its inputs were lost; any other
@@ -402,7 +415,9 @@ class QueryRun:
         if not run.wanted[index]:
             self._launch(run, index, avoid=worker)
 
-    def _commit(self, run: StageRun, index: int, attempt: int, worker: int, result: dict, speculative: bool) -> None:
+    def _commit(
+        self, run: StageRun, index: int, attempt: int, worker: int, result: dict, speculative: bool, seconds: float
+    ) -> None:
         """Make an attempt's output the task's: its blocks are what readers read from now on."""
         first = index not in run.ever_completed
         run.completed.add(index)
@@ -418,7 +433,7 @@ class QueryRun:
         run.wanted[index] = {attempt}
         if speculative:
             self.state.recovery.speculation_wins += 1
-        run.durations.append((worker, result["seconds"]))
+        run.durations.append((worker, seconds))
         run.schema = run.schema or result["schema"]
         if "sample" not in result:  # staged range output has no blocks until it is partitioned
             hosts = {a: w for w, a in enumerate(self.state.addresses)}
@@ -703,11 +718,31 @@ class QueryRun:
 
     # ---- stragglers (LATE) -------------------------------------------------------------
 
-    def _speculate(self) -> None:
+    def _find_slow(self) -> dict[int, float]:
+        """Each worker's pace now; the slow ones are kept off new work (``runtime.slow_workers``)
+        while speculation is on."""
+        if not self.state.options.speculation:
+            return {}
+        state = self.state
+        pace, remembered = paces(state, self.memory, time.monotonic())
+        state.slow = slow(pace, state.live_hosts())
+        self.slots.set_slow(state.slow, remembered & state.slow.keys())
+        for worker in state.slow.keys() - remembered - self.moved_off:
+            self.moved_off.add(worker)  # its reducers placed ahead are placed again, once
+            self.shuffles.replace_reducers(worker, waiting_only=True)
+        seen = state.recovery.slow_workers
+        for worker, times in state.slow.items():
+            address = state.addresses[worker]
+            seen[address] = round(max(times, seen.get(address, 0.0)), 1)
+        return pace
+
+    def _speculate(self, pace: dict[int, float]) -> None:
         """Launch a copy of the straggler LATE picks, if any (``runtime.speculation``)."""
+        if not self.state.options.speculation:
+            return
         idle = self.slots.idle()
         self.reports.poll(bool(idle))
-        choice = straggler(self.state, idle, self.slots.total(), self.reports.scores())
+        choice = straggler(self.state, idle, self.slots.total(), pace, self.reports.scores())
         if choice is not None:
             run, index, target = choice
             run.speculated.add(index)

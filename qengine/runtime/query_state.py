@@ -108,7 +108,7 @@ class StageRun:
     waiting: set[int] = field(default_factory=set)  # tasks waiting for their inputs to be recomputed
     # task → attempt → (worker, start time, speculative) of attempts running now
     running: dict[int, dict[int, tuple[int, float, bool]]] = field(default_factory=dict)
-    durations: list[tuple[int, float]] = field(default_factory=list)  # (worker, seconds) of finished tasks
+    durations: list[tuple[int, float]] = field(default_factory=list)  # (worker, seconds from slot to answer) of finished tasks
     speculated: set[int] = field(default_factory=set)  # tasks that have had their speculative copy
 
     @property
@@ -226,10 +226,19 @@ class QueryState:
     placements: dict[int, ReducerPlacement] = field(default_factory=dict)
     total_tasks: int = 0
     lost: set[int] = field(default_factory=set)  # workers lost while the query ran
+    # live workers new work keeps away from (``runtime.slow_workers``), each with how many
+    # times slower it is than most; empty while speculation is off
+    slow: dict[int, float] = field(default_factory=dict)
     recovery: RecoveryStats = field(default_factory=RecoveryStats)
 
     def live_hosts(self) -> list[int]:
         return [w for w in range(len(self.addresses)) if w not in self.lost]
+
+    def placeable_hosts(self) -> list[int]:
+        """The live workers reducers and single tasks are placed on: the slow ones are left
+        out, unless every live worker is slow."""
+        live = self.live_hosts()
+        return [w for w in live if w not in self.slow] or live
 
     @property
     def mode(self) -> str:

@@ -170,7 +170,7 @@ class ShuffleDriver:
         partitions = consumer.tasks
         sizes = [sum(r.prediction[p].size for r in inputs if p < len(r.prediction)) for p in range(partitions)]
         groups = state.groups(consumer, sizes)
-        hosts = state.live_hosts()
+        hosts = state.placeable_hosts()
         previous: dict[int, Reducer] | None = None
         placed = None
         for source in inputs:
@@ -220,13 +220,15 @@ class ShuffleDriver:
                 run.blocks[int(p)][t] = (hosts[address], attempt, nbytes, rows)
             run.record_backups(t, worker, body["attempt"], result.get("backups") or [])
 
-    def replace_reducers(self, lost: int) -> None:
-        """Place again, with MinHeap over the live workers, the reducers that were placed ahead
-        on a lost worker; map tasks push to the new hosts from now on."""
+    def replace_reducers(self, lost: int, waiting_only: bool = False) -> None:
+        """Place again, with MinHeap over the live workers that are not slow, the reducers that
+        were placed ahead on a lost worker (or, ``waiting_only``, those of stages not started
+        yet placed on a worker found slow); map tasks push to the new hosts from now on. Blocks
+        already pushed to a slow worker stay there and are fetched from it."""
         state = self.state
         for consumer_id, ahead in state.placements.items():
             moved = [g for g, h in enumerate(ahead.hosts) if h == lost]
-            if not moved:
+            if not moved or (waiting_only and state.runs[consumer_id].submitted):
                 continue
             consumer = state.runs[consumer_id]
             inputs = [state.runs[r.shuffle_id] for r in consumer.stage.partitioned_reads]
@@ -238,7 +240,7 @@ class ShuffleDriver:
                     reducers.append(Reducer(g, size))
                 else:
                     loads[ahead.hosts[g]] = loads.get(ahead.hosts[g], 0.0) + size
-            live = state.live_hosts()
+            live = state.placeable_hosts()
             if not live:
                 return  # the query fails: no worker is left to run it
             placed = min_heap(reducers, live, 1, swap=False, initial=loads)

@@ -21,13 +21,18 @@ class Slots:
     through its half; taking free slots balances both.
 
     Workers come and go while a query runs: a lost one is removed (the tasks waiting for its
-    slots are woken and placed again), a replacement is added.
+    slots are woken and placed again), a replacement is added. A slow worker
+    (``runtime.slow_workers``) takes a free task only when the fast workers' backlog is long
+    enough for it to finish the task sooner than they could; one only remembered as slow takes
+    one at a time.
     """
 
     def __init__(self, workers: int, per_worker: int) -> None:
         self._per_worker = per_worker
         self._free = [per_worker] * workers
         self._gone: set[int] = set()
+        self._slow: dict[int, float] = {}  # worker → how many times slower than most
+        self._probing: set[int] = set()  # slow workers only remembered as slow
         self._waiting = 0
         self._cond = threading.Condition()
 
@@ -62,6 +67,15 @@ class Slots:
             self._cond.notify_all()
             return len(self._free) - 1
 
+    def set_slow(self, slow: dict[int, float], probing: set[int]) -> None:
+        """The slow workers now, each with how many times slower than most it is, and
+        those of them only remembered as slow from earlier queries: each of these runs one free
+        task at a time, so that a worker that has become fast again shows it."""
+        with self._cond:
+            if slow != self._slow or probing != self._probing:
+                self._slow, self._probing = dict(slow), set(probing)
+                self._cond.notify_all()
+
     def running(self) -> int:
         """Tasks holding a slot now, on the live workers together."""
         with self._cond:
@@ -81,16 +95,34 @@ class Slots:
             return self._per_worker * (len(self._free) - len(self._gone))
 
     def least_busy(self) -> int:
-        """The live worker with the most free slots now (the lowest id of equals)."""
+        """The live worker that is not slow with the most free slots now (the lowest id of equals)."""
         with self._cond:
-            return self._most_free()
+            return self._most_free(self._fast())
 
-    def _most_free(self) -> int:
+    def _fast(self) -> list[int]:
         live = [w for w in range(len(self._free)) if w not in self._gone]
-        return max(live, key=self._free.__getitem__) if live else -1
+        return [w for w in live if w not in self._slow] or live
+
+    def _most_free(self, among: list[int]) -> int:
+        return max(among, key=self._free.__getitem__) if among else -1
 
     def _pick(self, worker: int | None) -> int | None:
-        if worker is not None and worker in self._gone:
-            raise WorkerGoneError(worker)
-        chosen = self._most_free() if worker is None else worker
-        return chosen if chosen >= 0 and self._free[chosen] > 0 else None
+        if worker is not None:
+            if worker in self._gone:
+                raise WorkerGoneError(worker)
+            return worker if self._free[worker] > 0 else None
+        for w in sorted(self._probing):
+            if w not in self._gone and self._free[w] == self._per_worker:
+                return w
+        fast = self._fast()
+        chosen = self._most_free(fast)
+        if chosen >= 0 and self._free[chosen] > 0:
+            return chosen
+        # The fast workers are busy. With W tasks waiting for F fast slots, the last would end
+        # after about W / F + 1 task times there, and after r task times on a worker r times
+        # slower: that worker takes one if it would finish it sooner.
+        backlog = self._waiting / max(1, self._per_worker * len(fast))
+        for w, times in sorted(self._slow.items(), key=lambda item: item[1]):
+            if w not in self._gone and self._free[w] > 0 and backlog + 1 > times:
+                return w
+        return None

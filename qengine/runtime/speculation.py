@@ -2,15 +2,15 @@
 
 As in the LATE paper (second half of ``rdd-spark.txt``): when a slot is free, the running task
 with the longest estimated time left gets a copy on a fast worker; at most ``SPECULATIVE_CAP``
-of the slots run copies, none goes to a worker slower than the others' ``SLOW_NODE_QUARTILE``-rd quartile
-(SlowNodeThreshold), and only tasks well behind their stage's pace are copied (SlowTaskThreshold).
+of the slots run copies, none goes to a slow worker (SlowNodeThreshold, see
+``runtime.slow_workers``), and only tasks well behind their stage's pace are copied
+(SlowTaskThreshold).
 
 A running task's progress rate is its progress score (``runtime.progress``, polled from the
 workers) over the time it has run, and its time left (1 − score) over that rate; tasks in the
 slowest quarter of their stage's rates are the stragglers (SlowTaskThreshold). Before a task has
-reported, its stage's finished tasks set the pace: each worker's pace is the median ratio of its
-tasks' times to their stages' median times, and a task is expected to take its stage's median
-time at its worker's pace. The scheduling loop (:mod:`qengine.runtime.query_run`) polls the
+reported, its stage's finished tasks set the pace: a task is expected to take its stage's median
+time at its worker's pace (``runtime.slow_workers``). The scheduling loop (:mod:`qengine.runtime.query_run`) polls the
 scores, launches the copy and commits whichever attempt ends first.
 """
 
@@ -25,31 +25,35 @@ from typing import Any
 
 from qengine.runtime.query_state import QueryState, StageRun
 
-SPECULATIVE_CAP = 0.1  # LATE's SpeculativeCap: at most this share of the slots runs copies
-SPECULATE_AFTER = 0.25  # seconds a task runs before it may be taken for a straggler
+# LATE's SpeculativeCap: at most this share of the slots runs copies; on a small cluster, as
+# many as one worker has slots, so that every task of one slow worker can have its copy.
+SPECULATIVE_CAP = 0.1
+SPECULATE_AFTER = 0.1  # seconds a task runs before it may be taken for a straggler (Spark's minTaskRuntime)
 SLOW_TASK_FACTOR = 1.5  # a task is a straggler once it has run this many times its expected time
-SLOW_NODE_QUARTILE = 3  # LATE's SlowNodeThreshold: no copies on workers slower than the 3rd quartile (75th percentile)
-PROGRESS_EVERY = 0.2  # seconds between polls of the workers' progress scores
+PROGRESS_EVERY = 0.05  # seconds between polls of the workers' progress scores
 MIN_RATES = 4  # progress rates a stage needs before its slowest quarter (SlowTaskThreshold) means anything
 
 
 def straggler(
-    state: QueryState, idle: list[int], total_slots: int, progress: dict[str, tuple[float, float]] | None = None
+    state: QueryState,
+    idle: list[int],
+    total_slots: int,
+    pace: dict[int, float],
+    progress: dict[str, tuple[float, float]] | None = None,
 ) -> tuple[StageRun, int, int] | None:
     """The (stage, task, worker) of the copy to launch now, or None.
 
     ``idle`` are the live workers with a free slot no other task waits for; ``total_slots``
-    the slots of the live workers; ``progress`` the last progress score reported for each
-    running attempt, by task key, with when it was seen (``time.monotonic``).
+    the slots of the live workers; ``pace`` each worker's pace (``runtime.slow_workers``);
+    ``progress`` the last progress score reported for each running attempt, by task key, with
+    when it was seen (``time.monotonic``).
     """
     if not state.options.speculation or not idle:
         return None
     copies = sum(1 for r in state.runs for attempts in r.running.values() for a in attempts.values() if a[2])
-    if copies >= max(1, int(SPECULATIVE_CAP * total_slots)):
+    if copies >= max(state.options.slots, int(SPECULATIVE_CAP * total_slots)):
         return None
-    pace = paces(state)
-    slow = statistics.quantiles(pace.values(), n=4)[SLOW_NODE_QUARTILE - 1] if len(pace) >= 2 else float("inf")
-    targets = sorted((w for w in idle if pace.get(w, 1.0) <= max(1.0, slow)), key=lambda w: pace.get(w, 1.0))
+    targets = sorted((w for w in idle if w not in state.slow), key=lambda w: pace.get(w, 1.0))
     if not targets:
         return None
     now = time.monotonic()
@@ -116,19 +120,6 @@ def _estimates(
             left = expected - elapsed if expected > elapsed else elapsed - typical
         out.append((index, left, worker, typical))
     return out
-
-
-def paces(state: QueryState) -> dict[int, float]:
-    """Each live worker's pace: the median of its finished tasks' times over their stages'
-    median times (1 is typical, 4 four times slower)."""
-    ratios: dict[int, list[float]] = {}
-    for run in state.runs:
-        if len(run.durations) < 2:
-            continue
-        typical = statistics.median(seconds for _, seconds in run.durations) or 1e-3
-        for worker, seconds in run.durations:
-            ratios.setdefault(worker, []).append(seconds / typical)
-    return {w: statistics.median(r) for w, r in ratios.items() if w not in state.lost}
 
 
 class ProgressReports:

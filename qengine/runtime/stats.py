@@ -59,9 +59,12 @@ class RecoveryStats:
     speculation_wins: int = 0  # of those, copies that finished first
     from_backups: int = 0  # pushed blocks lost with their reducer's host, read from their sender's copy
     lost_workers: list[str] = field(default_factory=list)
+    # workers new work was kept off (``runtime.slow_workers``), by address: how many times
+    # slower than most workers they were at worst
+    slow_workers: dict[str, float] = field(default_factory=dict)
 
     def any(self) -> bool:
-        return bool(self.retried or self.recomputed or self.speculated or self.lost_workers)
+        return bool(self.retried or self.recomputed or self.speculated or self.lost_workers or self.slow_workers)
 
     def summary(self) -> str:
         """One line for EXPLAIN ANALYZE and the CLI."""
@@ -69,6 +72,7 @@ class RecoveryStats:
         return (
             f"Recovery: {self.retried} tasks retried, {self.recomputed} recomputed, {self.speculated} speculated "
             f"({self.speculation_wins} won), {self.from_backups} blocks read from backups; workers lost: {lost}"
+            + "".join(f"; {address} slow ({times:.1f}× the others), kept off new work" for address, times in self.slow_workers.items())
         )
 
 

@@ -1,0 +1,113 @@
+"""Slow workers: each worker's pace, and which workers new work keeps away from.
+
+LATE (second half of ``rdd-spark.txt``) keeps speculative copies off slow nodes
+(SlowNodeThreshold). qengine goes one step further with the same measure: while speculation is
+on, a worker at least ``SLOW_PACE`` times slower than most live workers is given no reducer,
+no single-task stage and a scan split only when the fast workers' backlog is long enough for it
+to finish one sooner. Most stages of an analytical query last tens of milliseconds, far below
+the time a straggler must run before it can be told from a normal task, so copies alone cannot
+save them; keeping their tasks off the slow worker can.
+
+A worker's pace is the median, over its finished tasks, of each task's time over its stage's
+median time (1 is typical, 4 four times slower; times under ``PACE_FLOOR`` count as it). A
+task still running past that median tells
+too: its time so far over the median is a lower bound. Queries run one after another on the
+same workers, so what one query saw is remembered (:class:`PaceMemory`, per address) and fades
+with a half-life of ``PACE_HALF_LIFE`` seconds. The next query places its reducers and
+single-task stages by it before its own tasks tell, but still gives a worker only remembered
+as slow one scan split at a time: if it has become fast again, its first task says so at once.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+
+from qengine.runtime.query_state import QueryState
+
+SLOW_PACE = 2.0  # a worker this many times slower than the live workers' median pace is slow
+PACE_HALF_LIFE = 30.0  # seconds over which a remembered pace fades halfway back to typical
+# Task times below this count as this: a few milliseconds either way is noise on a busy host,
+# not a slow worker, and costs a query nothing.
+PACE_FLOOR = 0.025
+
+
+class PaceMemory:
+    """Each worker's pace as the last queries that ran tasks on it saw it, by address.
+
+    A coordinator keeps one for its lifetime; queries read it as they start and add what they
+    measured as they end. Thread-safe: concurrent queries share it.
+    """
+
+    def __init__(self) -> None:
+        self._paces: dict[str, tuple[float, float]] = {}  # address → (pace, when it was seen)
+        self._lock = threading.Lock()
+
+    def recall(self, address: str, now: float | None = None) -> float | None:
+        """The pace last seen for ``address``, faded toward 1 with age; None if never seen."""
+        with self._lock:
+            seen = self._paces.get(address)
+        if seen is None:
+            return None
+        pace, at = seen
+        age = max(0.0, (time.monotonic() if now is None else now) - at)
+        return 1.0 + (pace - 1.0) * 0.5 ** (age / PACE_HALF_LIFE)
+
+    def learn(self, paces: dict[str, float], now: float | None = None) -> None:
+        """Remember the paces a query measured, by address."""
+        at = time.monotonic() if now is None else now
+        with self._lock:
+            self._paces.update({address: (pace, at) for address, pace in paces.items()})
+
+
+def measured(state: QueryState) -> dict[int, float]:
+    """Each live worker's pace from the query's finished tasks, for workers that finished a task
+    of a stage with at least two finished tasks."""
+    ratios: dict[int, list[float]] = {}
+    for run in state.runs:
+        if len(run.durations) < 2:
+            continue
+        typical = max(PACE_FLOOR, statistics.median(seconds for _, seconds in run.durations))
+        for worker, seconds in run.durations:
+            ratios.setdefault(worker, []).append(max(PACE_FLOOR, seconds) / typical)
+    return {w: statistics.median(r) for w, r in ratios.items() if w not in state.lost}
+
+
+def paces(state: QueryState, memory: PaceMemory, now: float) -> tuple[dict[int, float], set[int]]:
+    """Each live worker's pace now, and the workers whose pace is only remembered.
+
+    A pace is measured in this query if the worker has finished tasks here, else as remembered;
+    it is raised by any of the worker's tasks running past its stage's median time (``now`` is
+    ``time.monotonic``).
+    """
+    found = measured(state)
+    remembered = set()
+    for worker in state.live_hosts():
+        if worker not in found:
+            pace = memory.recall(state.addresses[worker], now)
+            if pace is not None:
+                found[worker] = pace
+                remembered.add(worker)
+    for run in state.runs:
+        if len(run.durations) < 2 or run.done:
+            continue
+        typical = max(PACE_FLOOR, statistics.median(seconds for _, seconds in run.durations))
+        for index, attempts in run.running.items():
+            if index in run.completed:
+                continue
+            for worker, started, _ in attempts.values():
+                if worker not in state.lost and now - started > typical:
+                    found[worker] = max(found.get(worker, 1.0), (now - started) / typical)
+                    remembered.discard(worker)
+    return found, remembered
+
+
+def slow(pace: dict[int, float], live: list[int]) -> dict[int, float]:
+    """The slow live workers, each with how many times slower it is than the live workers'
+    median pace (the lower median: with two workers, the faster). Never all of them: a worker
+    at the median is not slow. A worker with no pace known counts as typical (1)."""
+    if len(live) < 2:
+        return {}
+    middle = max(statistics.median_low(pace.get(w, 1.0) for w in live), 1e-3)
+    return {w: pace.get(w, 1.0) / middle for w in live if pace.get(w, 1.0) >= SLOW_PACE * middle}

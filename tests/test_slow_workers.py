@@ -1,0 +1,99 @@
+"""Slow workers (``runtime.slow_workers``): paces measured from finished and running tasks,
+remembered across queries and fading with age, and which workers new work keeps away from."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from qengine.runtime.query_state import QueryState
+from qengine.runtime.slow_workers import PACE_HALF_LIFE, SLOW_PACE, PaceMemory, measured, paces, slow
+
+ADDRESSES = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
+
+
+def state_with(runs: list[SimpleNamespace], lost: set[int] | None = None) -> QueryState:
+    state = QueryState("q1-0", SimpleNamespace(speculation=True), None, list(ADDRESSES), None)
+    state.runs = runs
+    state.lost = lost or set()
+    return state
+
+
+def stage(durations: list[tuple[int, float]], running: dict[int, tuple[int, float]] | None = None) -> SimpleNamespace:
+    """A stage with finished (worker, seconds) and running task → (worker, started)."""
+    return SimpleNamespace(
+        durations=durations, done=False, completed=set(),
+        running={i: {0: (w, started, False)} for i, (w, started) in (running or {}).items()},
+    )
+
+
+def test_a_workers_pace_is_its_median_ratio_to_its_stages_median_times() -> None:
+    state = state_with([
+        stage([(0, 1.0), (1, 1.0), (2, 4.0)]),
+        stage([(0, 2.0), (1, 3.0), (2, 8.0)]),
+        stage([(1, 9.0)]),  # one finished task says nothing about its worker's pace
+    ])
+    assert measured(state) == {0: pytest.approx(0.8333333), 1: pytest.approx(1.0), 2: pytest.approx(3.3333333)}
+
+
+def test_a_lost_worker_has_no_pace() -> None:
+    state = state_with([stage([(0, 0.1), (1, 0.1), (2, 0.4)])], lost={2})
+    assert set(measured(state)) == {0, 1}
+
+
+def test_a_task_running_past_its_stages_median_raises_its_workers_pace() -> None:
+    """Worker 2 has finished nothing, but its task has run ten times the stage's median."""
+    now = 100.0
+    state = state_with([stage([(0, 0.1), (1, 0.1)], running={2: (2, now - 1.0)})])
+    pace, remembered = paces(state, PaceMemory(), now)
+    assert pace[2] == pytest.approx(10.0) and not remembered
+    assert slow(pace, state.live_hosts()) == {2: pytest.approx(10.0)}
+
+
+def test_a_task_that_has_just_started_says_nothing() -> None:
+    now = 100.0
+    state = state_with([stage([(0, 0.1), (1, 0.1)], running={2: (2, now - 0.01)})])
+    assert paces(state, PaceMemory(), now) == ({0: 1.0, 1: 1.0}, set())
+
+
+def test_a_query_starts_from_the_paces_earlier_queries_saw() -> None:
+    memory = PaceMemory()
+    memory.learn({ADDRESSES[1]: 4.0}, now=0.0)
+    state = state_with([])
+    assert paces(state, memory, 0.0) == ({1: 4.0}, {1})
+    assert slow(paces(state, memory, 0.0)[0], state.live_hosts()) == {1: 4.0}
+
+
+def test_what_is_measured_in_the_query_wins_over_what_was_remembered() -> None:
+    memory = PaceMemory()
+    memory.learn({ADDRESSES[1]: 4.0}, now=0.0)
+    state = state_with([stage([(0, 0.1), (1, 0.1), (2, 0.1)])])
+    assert paces(state, memory, 0.0) == ({0: 1.0, 1: 1.0, 2: 1.0}, set())
+
+
+def test_a_remembered_pace_fades_halfway_back_to_typical_every_half_life() -> None:
+    memory = PaceMemory()
+    memory.learn({ADDRESSES[0]: 5.0}, now=10.0)
+    assert memory.recall(ADDRESSES[0], now=10.0) == pytest.approx(5.0)
+    assert memory.recall(ADDRESSES[0], now=10.0 + PACE_HALF_LIFE) == pytest.approx(3.0)
+    assert memory.recall(ADDRESSES[0], now=10.0 + 2 * PACE_HALF_LIFE) == pytest.approx(2.0)
+    assert memory.recall(ADDRESSES[1], now=10.0) is None
+
+
+def test_slow_is_relative_to_the_median_worker_and_never_takes_every_worker() -> None:
+    live = [0, 1, 2]
+    assert slow({0: 0.4, 1: 1.0, 2: SLOW_PACE}, live) == {2: pytest.approx(SLOW_PACE)}
+    assert slow({0: 0.3, 1: 1.0, 2: SLOW_PACE * 0.95}, live) == {}  # one fast outlier does not make the rest slow
+    assert slow({0: 8.0, 1: 8.0, 2: 1.0}, live) == {}  # most are this slow: nobody is kept off
+    assert slow({0: 8.0}, [0]) == {}
+    assert slow({0: 8.0, 1: 1.0}, [0, 1, 2]) == {0: 8.0}  # an unknown worker counts as typical
+    assert slow({0: 1.0, 1: SLOW_PACE}, [0, 1]) == {1: SLOW_PACE}  # of two, the faster is the measure
+
+
+def test_placeable_hosts_leave_out_the_slow_unless_all_are() -> None:
+    state = state_with([], lost={2})
+    state.slow = {1: 3.0}
+    assert state.placeable_hosts() == [0]
+    state.slow = {0: 3.0, 1: 3.0}
+    assert state.placeable_hosts() == [0, 1]
