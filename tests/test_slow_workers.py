@@ -23,7 +23,7 @@ def state_with(runs: list[SimpleNamespace], lost: set[int] | None = None) -> Que
 def stage(durations: list[tuple[int, float]], running: dict[int, tuple[int, float]] | None = None) -> SimpleNamespace:
     """A stage with finished (worker, seconds) and running task → (worker, started)."""
     return SimpleNamespace(
-        durations=durations, done=False, completed=set(),
+        durations=durations, outrun=[], done=False, completed=set(),
         running={i: {0: (w, started, False)} for i, (w, started) in (running or {}).items()},
     )
 
@@ -35,6 +35,14 @@ def test_a_workers_pace_is_its_median_ratio_to_its_stages_median_times() -> None
         stage([(1, 9.0)]),  # one finished task says nothing about its worker's pace
     ])
     assert measured(state) == {0: pytest.approx(0.8333333), 1: pytest.approx(1.0), 2: pytest.approx(3.3333333)}
+
+
+def test_an_attempt_a_copy_beat_counts_as_long_as_it_had_run() -> None:
+    """Worker 2's task was beaten by a copy after 0.4 s: it finished nothing, but its pace is
+    at least four times typical."""
+    run = stage([(0, 0.1), (1, 0.1), (1, 0.1)])
+    run.outrun.append((2, 0.4))
+    assert measured(state_with([run]))[2] == pytest.approx(4.0)
 
 
 def test_a_lost_worker_has_no_pace() -> None:
@@ -81,14 +89,16 @@ def test_a_remembered_pace_fades_halfway_back_to_typical_every_half_life() -> No
     assert memory.recall(ADDRESSES[1], now=10.0) is None
 
 
-def test_slow_is_relative_to_the_median_worker_and_never_takes_every_worker() -> None:
+def test_slow_is_twice_typical_and_never_takes_every_worker() -> None:
     live = [0, 1, 2]
     assert slow({0: 0.4, 1: 1.0, 2: SLOW_PACE}, live) == {2: pytest.approx(SLOW_PACE)}
+    assert slow({0: 0.3, 1: 1.2, 2: SLOW_PACE * 1.1}, live) == {2: pytest.approx(SLOW_PACE * 1.1)}  # typical is 1
     assert slow({0: 0.3, 1: 1.0, 2: SLOW_PACE * 0.95}, live) == {}  # one fast outlier does not make the rest slow
-    assert slow({0: 8.0, 1: 8.0, 2: 1.0}, live) == {}  # most are this slow: nobody is kept off
+    assert slow({0: 8.0, 1: 8.0, 2: 1.0}, live) == {0: 8.0, 1: 8.0}
+    assert slow({0: 8.0, 1: 8.0, 2: 8.0}, live) == {}  # all alike: nobody is kept off
     assert slow({0: 8.0}, [0]) == {}
     assert slow({0: 8.0, 1: 1.0}, [0, 1, 2]) == {0: 8.0}  # an unknown worker counts as typical
-    assert slow({0: 1.0, 1: SLOW_PACE}, [0, 1]) == {1: SLOW_PACE}  # of two, the faster is the measure
+    assert slow({0: 0.4, 1: 0.4 * SLOW_PACE}, [0, 1]) == {1: pytest.approx(SLOW_PACE)}  # of two, the faster is the measure
 
 
 def test_placeable_hosts_leave_out_the_slow_unless_all_are() -> None:

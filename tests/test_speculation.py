@@ -94,3 +94,23 @@ def test_without_reports_a_slow_workers_pace_makes_its_task_a_straggler_sooner()
     state, run, _ = state_with({4: None}, SIX_TASKS, run_for=0.3, durations=[(0, 0.2), (1, 0.2), (0, 0.2)])
     assert straggler(state, idle=[0], total_slots=12, pace={2: 4.0}, progress={}) == (run, 4, 0)
     assert straggler(state, idle=[0], total_slots=12, pace={}, progress={}) is None
+
+
+def test_a_task_on_a_slow_worker_is_a_straggler_before_it_falls_behind_its_stage() -> None:
+    """Finished tasks took 0.2 s; one that has run 0.2 s is not behind them, unless its worker
+    is known to be slow (three times typical): then it has 0.4 s left, and a copy takes 0.2 s."""
+    state, run, _ = state_with({4: None}, SIX_TASKS, run_for=0.2, durations=[(0, 0.2), (1, 0.2), (0, 0.2)])
+    assert straggler(state, idle=[0], total_slots=12, pace={2: 3.0}, progress={}) is None
+    state.slow = {2: 3.0}
+    assert straggler(state, idle=[0], total_slots=12, pace={2: 3.0}, progress={}) == (run, 4, 0)
+
+
+
+def test_with_too_few_rates_to_rank_a_straggler_must_have_run_behind_its_stage() -> None:
+    """Finished tasks took 0.2 s. A task 0.15 s in at a quarter of its work says it will take
+    0.6 s, but is no straggler until it has run 1.5 times 0.2 s; then its own estimate of the
+    time it has left (0.9 s in all, 0.6 s left) is what copies are ranked by."""
+    state, run, reports = state_with({4: 0.25}, SIX_TASKS, run_for=0.15, durations=[(0, 0.2), (1, 0.2)])
+    assert straggler(state, idle=[0], total_slots=12, pace={}, progress=reports) is None
+    state, run, reports = state_with({4: 0.33}, SIX_TASKS, run_for=0.31, durations=[(0, 0.2), (1, 0.2)])
+    assert straggler(state, idle=[0], total_slots=12, pace={}, progress=reports) == (run, 4, 0)

@@ -429,6 +429,7 @@ class QueryRun:
         for other in run.wanted[index] - {attempt}:  # the copy that lost the race
             loser = run.running.get(index, {}).pop(other, None)
             if loser is not None:
+                run.outrun.append((loser[0], time.monotonic() - loser[1]))  # its worker's pace, at least
                 self._cancel_attempt(run, index, other, loser[0])
         run.wanted[index] = {attempt}
         if speculative:

@@ -109,6 +109,7 @@ class StageRun:
     # task → attempt → (worker, start time, speculative) of attempts running now
     running: dict[int, dict[int, tuple[int, float, bool]]] = field(default_factory=dict)
     durations: list[tuple[int, float]] = field(default_factory=list)  # (worker, seconds from slot to answer) of finished tasks
+    outrun: list[tuple[int, float]] = field(default_factory=list)  # (worker, seconds run) of attempts a copy beat
     speculated: set[int] = field(default_factory=set)  # tasks that have had their speculative copy
 
     @property

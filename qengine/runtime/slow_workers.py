@@ -2,7 +2,7 @@
 
 LATE (second half of ``rdd-spark.txt``) keeps speculative copies off slow nodes
 (SlowNodeThreshold). qengine goes one step further with the same measure: while speculation is
-on, a worker at least ``SLOW_PACE`` times slower than most live workers is given no reducer,
+on, a worker at least ``SLOW_PACE`` times slower than typical is given no reducer,
 no single-task stage and a scan split only when the fast workers' backlog is long enough for it
 to finish one sooner. Most stages of an analytical query last tens of milliseconds, far below
 the time a straggler must run before it can be told from a normal task, so copies alone cannot
@@ -10,8 +10,7 @@ save them; keeping their tasks off the slow worker can.
 
 A worker's pace is the median, over its finished tasks, of each task's time over its stage's
 median time (1 is typical, 4 four times slower; times under ``PACE_FLOOR`` count as it). A
-task still running past that median tells
-too: its time so far over the median is a lower bound. Queries run one after another on the
+task still running past that median tells too: its time so far over the median is a lower bound. Queries run one after another on the
 same workers, so what one query saw is remembered (:class:`PaceMemory`, per address) and fades
 with a half-life of ``PACE_HALF_LIFE`` seconds. The next query places its reducers and
 single-task stages by it before its own tasks tell, but still gives a worker only remembered
@@ -26,7 +25,7 @@ import time
 
 from qengine.runtime.query_state import QueryState
 
-SLOW_PACE = 2.0  # a worker this many times slower than the live workers' median pace is slow
+SLOW_PACE = 2.0  # a worker this many times slower than typical is slow
 PACE_HALF_LIFE = 30.0  # seconds over which a remembered pace fades halfway back to typical
 # Task times below this count as this: a few milliseconds either way is noise on a busy host,
 # not a slow worker, and costs a query nothing.
@@ -63,13 +62,14 @@ class PaceMemory:
 
 def measured(state: QueryState) -> dict[int, float]:
     """Each live worker's pace from the query's finished tasks, for workers that finished a task
-    of a stage with at least two finished tasks."""
+    of a stage with at least two finished tasks. An attempt a copy beat counts as a task that
+    took as long as it had run: at least that."""
     ratios: dict[int, list[float]] = {}
     for run in state.runs:
         if len(run.durations) < 2:
             continue
         typical = max(PACE_FLOOR, statistics.median(seconds for _, seconds in run.durations))
-        for worker, seconds in run.durations:
+        for worker, seconds in run.durations + run.outrun:
             ratios.setdefault(worker, []).append(max(PACE_FLOOR, seconds) / typical)
     return {w: statistics.median(r) for w, r in ratios.items() if w not in state.lost}
 
@@ -104,10 +104,12 @@ def paces(state: QueryState, memory: PaceMemory, now: float) -> tuple[dict[int, 
 
 
 def slow(pace: dict[int, float], live: list[int]) -> dict[int, float]:
-    """The slow live workers, each with how many times slower it is than the live workers'
-    median pace (the lower median: with two workers, the faster). Never all of them: a worker
-    at the median is not slow. A worker with no pace known counts as typical (1)."""
+    """The slow live workers, each with how many times slower it is than typical: a pace of 1,
+    or the live workers' median pace if lower (the lower median: with two workers, the faster).
+    Never all of them: the fastest is not slow. A worker with no pace known counts as typical."""
     if len(live) < 2:
         return {}
-    middle = max(statistics.median_low(pace.get(w, 1.0) for w in live), 1e-3)
-    return {w: pace.get(w, 1.0) / middle for w in live if pace.get(w, 1.0) >= SLOW_PACE * middle}
+    known = [pace.get(w, 1.0) for w in live]
+    middle = max(min(1.0, statistics.median_low(known)), 1e-3)
+    fastest = min(known)
+    return {w: p / middle for w, p in zip(live, known, strict=True) if p >= SLOW_PACE * middle and p > fastest}

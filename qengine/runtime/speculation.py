@@ -77,10 +77,13 @@ def _estimates(
     seconds) for each task whose single running attempt is slow.
 
     With a progress score, LATE's own rule: progress rate = score ÷ time run, time left =
-    (1 − score) ÷ rate, and a straggler's rate is at most the stage's ``SLOW_TASK_QUANTILE``
-    (SlowTaskThreshold) when enough rates are known. Without one (no report yet, or DuckDB
-    cannot tell), the stage's finished tasks set the pace: a straggler has run
-    ``SLOW_TASK_FACTOR`` times their median.
+    (1 − score) ÷ rate, and a straggler's rate is in the stage's slowest quarter
+    (SlowTaskThreshold) when enough rates are known to rank; with fewer, a straggler has run
+    ``SLOW_TASK_FACTOR`` times the median of the stage's finished tasks, and its time left is
+    still its own estimate (DuckDB's progress is too rough to make a task a straggler by itself:
+    it made copies of healthy tasks). Without a score (no report yet, or DuckDB cannot tell),
+    its time left is that median at its worker's pace, less what it has run. A task on a slow
+    worker (``runtime.slow_workers``) is a straggler whatever its rate.
     """
     seen: dict[int, tuple[int, float, float | None, float | None]] = {}  # task → worker, elapsed, rate, total
     for index, attempts in run.running.items():
@@ -109,15 +112,19 @@ def _estimates(
     for index, (worker, elapsed, rate, total) in seen.items():
         if elapsed < SPECULATE_AFTER:
             continue
+        on_slow = worker in state.slow  # a slow worker's tasks are stragglers as soon as they may be
         if rate is not None and total is not None and slow_rate is not None:
-            if rate > slow_rate:
+            if rate > slow_rate and not on_slow:
                 continue
             left = max(0.0, total - elapsed)
         else:
-            if elapsed < SLOW_TASK_FACTOR * typical:
+            if elapsed < SLOW_TASK_FACTOR * typical and not on_slow:
                 continue
-            expected = typical * pace.get(worker, 1.0)
-            left = expected - elapsed if expected > elapsed else elapsed - typical
+            if total is not None:  # too few rates to rank, but the task's own says how long it has left
+                left = max(0.0, total - elapsed)
+            else:
+                expected = typical * pace.get(worker, 1.0)
+                left = expected - elapsed if expected > elapsed else elapsed - typical
         out.append((index, left, worker, typical))
     return out
 
