@@ -34,15 +34,30 @@ def test_a_workers_pace_is_its_median_ratio_to_its_stages_median_times() -> None
         stage([(0, 2.0), (1, 3.0), (2, 8.0)]),
         stage([(1, 9.0)]),  # one finished task says nothing about its worker's pace
     ])
-    assert measured(state) == {0: pytest.approx(0.8333333), 1: pytest.approx(1.0), 2: pytest.approx(3.3333333)}
+    # Each worker's ratios with one typical task added: w0 [1, 2/3], w1 [1, 1], w2 [4, 8/3].
+    assert measured(state) == {0: pytest.approx(1.0), 1: pytest.approx(1.0), 2: pytest.approx(8 / 3)}
+
+
+def test_one_slow_task_makes_a_worker_slow_only_if_it_is_far_behind() -> None:
+    """A single task at 2.5 times typical is not enough (the worker's pace is 1.75); at 3 times
+    it is (2.0); so are two at twice typical."""
+    assert measured(state_with([stage([(0, 1.0), (1, 1.0), (2, 2.5)])]))[2] == pytest.approx(1.75)
+    assert measured(state_with([stage([(0, 1.0), (1, 1.0), (2, 3.0)])]))[2] == pytest.approx(2.0)
+    two = state_with([stage([(0, 1.0), (1, 1.0), (2, 2.0)]), stage([(0, 1.0), (1, 1.0), (2, 2.0)])])
+    assert measured(two)[2] == pytest.approx(2.0)
+
+
+def test_times_under_the_floor_count_as_the_floor() -> None:
+    """Tasks of 5 ms and 40 ms are both 50 ms as far as paces go: jitter, not a slow worker."""
+    assert measured(state_with([stage([(0, 0.005), (1, 0.005), (2, 0.04)])]))[2] == pytest.approx(1.0)
 
 
 def test_an_attempt_a_copy_beat_counts_as_long_as_it_had_run() -> None:
-    """Worker 2's task was beaten by a copy after 0.4 s: it finished nothing, but its pace is
-    at least four times typical."""
+    """Worker 2's task was beaten by a copy after 0.4 s: it finished nothing, but that task
+    took at least four typical task times (with one typical task added, a pace of 2.5)."""
     run = stage([(0, 0.1), (1, 0.1), (1, 0.1)])
     run.outrun.append((2, 0.4))
-    assert measured(state_with([run]))[2] == pytest.approx(4.0)
+    assert measured(state_with([run]))[2] == pytest.approx(2.5)
 
 
 def test_a_lost_worker_has_no_pace() -> None:

@@ -197,10 +197,11 @@ class QueryRun:
         runs = state.runs
         started = time.perf_counter()
         try:
+            with self.lock:
+                self._find_slow()  # the first stages are placed by what earlier queries saw
             while not runs[-1].done:
                 with self.lock:
                     self._look_at_workers()
-                    self._find_slow()
                     for run in runs:
                         if not run.submitted and all(runs[p].done for p in run.stage.parents):
                             self._submit(run)

@@ -8,9 +8,11 @@ to finish one sooner. Most stages of an analytical query last tens of millisecon
 the time a straggler must run before it can be told from a normal task, so copies alone cannot
 save them; keeping their tasks off the slow worker can.
 
-A worker's pace is the median, over its finished tasks, of each task's time over its stage's
-median time (1 is typical, 4 four times slower; times under ``PACE_FLOOR`` count as it). A
-task still running past that median tells too: its time so far over the median is a lower bound. Queries run one after another on the
+A worker's pace is the median, over its finished tasks and one typical task more, of each
+task's time over its stage's median time (1 is typical, 4 four times slower; times under
+``PACE_FLOOR`` count as it): one slow task does not make a worker slow unless it is far behind.
+A task still running past that median (and past ``SLOW_EVIDENCE_AFTER``) tells too: its time
+so far over the median is a lower bound. Queries run one after another on the
 same workers, so what one query saw is remembered (:class:`PaceMemory`, per address) and fades
 with a half-life of ``PACE_HALF_LIFE`` seconds. The next query places its reducers and
 single-task stages by it before its own tasks tell, but still gives a worker only remembered
@@ -29,7 +31,8 @@ SLOW_PACE = 2.0  # a worker this many times slower than typical is slow
 PACE_HALF_LIFE = 30.0  # seconds over which a remembered pace fades halfway back to typical
 # Task times below this count as this: a few milliseconds either way is noise on a busy host,
 # not a slow worker, and costs a query nothing.
-PACE_FLOOR = 0.025
+PACE_FLOOR = 0.05
+SLOW_EVIDENCE_AFTER = 0.1  # seconds a running task must have run before its time tells anything
 
 
 class PaceMemory:
@@ -71,7 +74,9 @@ def measured(state: QueryState) -> dict[int, float]:
         typical = max(PACE_FLOOR, statistics.median(seconds for _, seconds in run.durations))
         for worker, seconds in run.durations + run.outrun:
             ratios.setdefault(worker, []).append(max(PACE_FLOOR, seconds) / typical)
-    return {w: statistics.median(r) for w, r in ratios.items() if w not in state.lost}
+    # One typical task counted for each worker: a single slow task is not enough to call it
+    # slow unless it is far behind (3 times typical), two that are twice typical are.
+    return {w: statistics.median([1.0, *r]) for w, r in ratios.items() if w not in state.lost}
 
 
 def paces(state: QueryState, memory: PaceMemory, now: float) -> tuple[dict[int, float], set[int]]:
@@ -97,7 +102,7 @@ def paces(state: QueryState, memory: PaceMemory, now: float) -> tuple[dict[int, 
             if index in run.completed:
                 continue
             for worker, started, _ in attempts.values():
-                if worker not in state.lost and now - started > typical:
+                if worker not in state.lost and now - started > max(typical, SLOW_EVIDENCE_AFTER):
                     found[worker] = max(found.get(worker, 1.0), (now - started) / typical)
                     remembered.discard(worker)
     return found, remembered

@@ -28,9 +28,13 @@ from qengine.runtime.query_state import QueryState, StageRun
 # LATE's SpeculativeCap: at most this share of the slots runs copies; on a small cluster, as
 # many as one worker has slots, so that every task of one slow worker can have its copy.
 SPECULATIVE_CAP = 0.1
-SPECULATE_AFTER = 0.1  # seconds a task runs before it may be taken for a straggler (Spark's minTaskRuntime)
+SPECULATE_AFTER = 0.25  # seconds a task runs before it may be taken for a straggler
+# ... or, on a slow worker (``runtime.slow_workers``), this: Spark's minTaskRuntime. Below it a
+# copy rarely pays, and on a healthy cluster copies of tasks that are merely unlucky cost more
+# than they save.
+SLOW_WORKER_SPECULATE_AFTER = 0.1
 SLOW_TASK_FACTOR = 1.5  # a task is a straggler once it has run this many times its expected time
-PROGRESS_EVERY = 0.05  # seconds between polls of the workers' progress scores
+PROGRESS_EVERY = 0.2  # seconds between polls of the workers' progress scores
 MIN_RATES = 4  # progress rates a stage needs before its slowest quarter (SlowTaskThreshold) means anything
 
 
@@ -110,9 +114,9 @@ def _estimates(
     slow_rate = statistics.quantiles(rates, n=4)[0] if len(rates) >= MIN_RATES else None
     out = []
     for index, (worker, elapsed, rate, total) in seen.items():
-        if elapsed < SPECULATE_AFTER:
-            continue
         on_slow = worker in state.slow  # a slow worker's tasks are stragglers as soon as they may be
+        if elapsed < (SLOW_WORKER_SPECULATE_AFTER if on_slow else SPECULATE_AFTER):
+            continue
         if rate is not None and total is not None and slow_rate is not None:
             if rate > slow_rate and not on_slow:
                 continue
@@ -155,7 +159,8 @@ class ProgressReports:
             for run in self.state.runs
             for attempts in run.running.values()
             for worker, started, _ in attempts.values()
-            if now - started >= SPECULATE_AFTER / 2 and worker not in self.state.lost
+            if now - started >= (SLOW_WORKER_SPECULATE_AFTER if worker in self.state.slow else SPECULATE_AFTER) / 2
+            and worker not in self.state.lost
         }
         with self._lock:
             workers -= self._asked
