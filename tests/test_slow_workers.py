@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from qengine.runtime.query_state import QueryState
+from qengine.runtime.query_state import QueryState, StageRun
 from qengine.runtime.slow_workers import PACE_HALF_LIFE, SLOW_PACE, PaceMemory, measured, paces, slow
 
 ADDRESSES = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
@@ -122,3 +122,18 @@ def test_placeable_hosts_leave_out_the_slow_unless_all_are() -> None:
     assert state.placeable_hosts() == [0]
     state.slow = {0: 3.0, 1: 3.0}
     assert state.placeable_hosts() == [0, 1]
+
+
+def test_blocks_pushed_to_a_slow_worker_are_read_from_their_senders_copies() -> None:
+    """Partition 0's reducer moved off slow worker 2: the block task 0 (sent from worker 0,
+    which kept a copy) pushed there is read from worker 0 now; task 1's copy is on worker 1,
+    which is slow too, and task 2 kept none: both are still read on worker 2. Partition 1's
+    reducer did not move: its block stays where it is."""
+    run = SimpleNamespace(
+        blocks={0: {0: (2, 0, 100, 10), 1: (2, 0, 100, 10), 2: (2, 1, 100, 10)}, 1: {0: (2, 0, 50, 5)}},
+        backups={0: {0: (0, 0), 1: (1, 0)}, 1: {0: (0, 0)}},
+    )
+    assert StageRun.read_backups(run, [0], away={2}, avoid={1, 2}) == 1
+    assert run.blocks[0] == {0: (0, 0, 100, 10), 1: (2, 0, 100, 10), 2: (2, 1, 100, 10)}
+    assert run.blocks[1] == {0: (2, 0, 50, 5)}
+    assert run.backups[0] == {1: (1, 0)}  # a copy now read is no longer a spare

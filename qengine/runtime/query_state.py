@@ -9,6 +9,7 @@ all read and update this state; keeping it in one place lets each of them be a m
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 from dataclasses import InitVar, dataclass, field
 from typing import Any, Protocol
 
@@ -158,18 +159,26 @@ class StageRun:
     def fall_back_to_backups(self, lost: set[int]) -> int:
         """Blocks held on lost workers that a live sender kept a copy of are read there from
         now on; returns how many. Copies held on lost workers are forgotten."""
-        moved = 0
-        for partition, per_task in self.blocks.items():
-            copies = self.backups.get(partition, {})
-            for task, (host, attempt, nbytes, rows) in list(per_task.items()):
-                copy = copies.get(task)
-                if host in lost and copy is not None and copy[1] == attempt and copy[0] not in lost:
-                    per_task[task] = (copy[0], attempt, nbytes, rows)
-                    del copies[task]
-                    moved += 1
+        moved = self.read_backups(self.blocks, lost, lost)
         for copies in self.backups.values():
             for task in [t for t, (host, _) in copies.items() if host in lost]:
                 del copies[task]
+        return moved
+
+    def read_backups(self, partitions: Iterable[int], away: set[int], avoid: set[int]) -> int:
+        """Blocks of ``partitions`` held on ``away`` workers whose sender, not in ``avoid``,
+        kept a copy are read from that copy from now on; returns how many. (A slow worker's
+        blocks stay where they are, unread, until the query's blocks are released.)"""
+        moved = 0
+        for partition in partitions:
+            per_task = self.blocks.get(partition, {})
+            copies = self.backups.get(partition, {})
+            for task, (host, attempt, nbytes, rows) in list(per_task.items()):
+                copy = copies.get(task)
+                if host in away and copy is not None and copy[1] == attempt and copy[0] not in avoid:
+                    per_task[task] = (copy[0], attempt, nbytes, rows)
+                    del copies[task]
+                    moved += 1
         return moved
 
     def unaccounted_rows(self) -> int:

@@ -224,7 +224,8 @@ class ShuffleDriver:
         """Place again, with MinHeap over the live workers that are not slow, the reducers that
         were placed ahead on a lost worker (or, ``waiting_only``, those of stages not started
         yet placed on a worker found slow); map tasks push to the new hosts from now on. Blocks
-        already pushed to a slow worker stay there and are fetched from it."""
+        already pushed to a slow worker are read from their senders' copies where they kept
+        one, and fetched from it otherwise."""
         state = self.state
         for consumer_id, ahead in state.placements.items():
             moved = [g for g, h in enumerate(ahead.hosts) if h == lost]
@@ -247,6 +248,10 @@ class ShuffleDriver:
             for g in moved:
                 ahead.hosts[g] = placed.hosts[g]
             ahead.update(state.addresses)
+            if waiting_only:
+                partitions = [p for g in moved for p in ahead.groups[g]]
+                for source in inputs:
+                    state.recovery.from_backups += source.read_backups(partitions, {lost}, state.lost | state.slow.keys())
             for source in inputs:
                 if source.inline is not None:
                     source.inline = dict(source.finalize_body, destinations=ahead.destinations)

@@ -57,7 +57,7 @@ class RecoveryStats:
     recomputed: int = 0  # finished tasks re-run because their output was on a lost worker
     speculated: int = 0  # speculative copies launched (LATE)
     speculation_wins: int = 0  # of those, copies that finished first
-    from_backups: int = 0  # pushed blocks lost with their reducer's host, read from their sender's copy
+    from_backups: int = 0  # pushed blocks read from their sender's copy, their reducer's host lost or slow
     lost_workers: list[str] = field(default_factory=list)
     # workers new work was kept off (``runtime.slow_workers``), by address: how many times
     # slower than most workers they were at worst
