@@ -237,7 +237,7 @@ class QueryState:
     total_tasks: int = 0
     lost: set[int] = field(default_factory=set)  # workers lost while the query ran
     # live workers new work keeps away from (``runtime.slow_workers``), each with how many
-    # times slower it is than most; empty while speculation is off
+    # times slower than typical it is; empty while speculation is off
     slow: dict[int, float] = field(default_factory=dict)
     recovery: RecoveryStats = field(default_factory=RecoveryStats)
 

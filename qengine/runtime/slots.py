@@ -31,7 +31,7 @@ class Slots:
         self._per_worker = per_worker
         self._free = [per_worker] * workers
         self._gone: set[int] = set()
-        self._slow: dict[int, float] = {}  # worker → how many times slower than most
+        self._slow: dict[int, float] = {}  # worker → how many times slower than typical
         self._probing: set[int] = set()  # slow workers only remembered as slow
         self._waiting = 0
         self._cond = threading.Condition()
@@ -68,7 +68,7 @@ class Slots:
             return len(self._free) - 1
 
     def set_slow(self, slow: dict[int, float], probing: set[int]) -> None:
-        """The slow workers now, each with how many times slower than most it is, and
+        """The slow workers now, each with how many times slower than typical it is, and
         those of them only remembered as slow from earlier queries: each of these runs one free
         task at a time, so that a worker that has become fast again shows it."""
         with self._cond:

@@ -25,7 +25,7 @@ import statistics
 import threading
 import time
 
-from qengine.runtime.query_state import QueryState
+from qengine.runtime.query_state import QueryState, StageRun
 
 SLOW_PACE = 2.0  # a worker this many times slower than typical is slow
 PACE_HALF_LIFE = 30.0  # seconds over which a remembered pace fades halfway back to typical
@@ -63,6 +63,11 @@ class PaceMemory:
             self._paces.update({address: (pace, at) for address, pace in paces.items()})
 
 
+def _typical(run: StageRun) -> float:
+    """A stage's median time of its finished tasks, at least ``PACE_FLOOR``: what 1 means in a pace."""
+    return max(PACE_FLOOR, statistics.median(seconds for _, seconds in run.durations))
+
+
 def measured(state: QueryState) -> dict[int, float]:
     """Each live worker's pace from the query's finished tasks, for workers that finished a task
     of a stage with at least two finished tasks. An attempt a copy beat counts as a task that
@@ -71,7 +76,7 @@ def measured(state: QueryState) -> dict[int, float]:
     for run in state.runs:
         if len(run.durations) < 2:
             continue
-        typical = max(PACE_FLOOR, statistics.median(seconds for _, seconds in run.durations))
+        typical = _typical(run)
         for worker, seconds in run.durations + run.outrun:
             ratios.setdefault(worker, []).append(max(PACE_FLOOR, seconds) / typical)
     # One typical task counted for each worker: a single slow task is not enough to call it
@@ -97,7 +102,7 @@ def paces(state: QueryState, memory: PaceMemory, now: float) -> tuple[dict[int, 
     for run in state.runs:
         if len(run.durations) < 2 or run.done:
             continue
-        typical = max(PACE_FLOOR, statistics.median(seconds for _, seconds in run.durations))
+        typical = _typical(run)
         for index, attempts in run.running.items():
             if index in run.completed:
                 continue

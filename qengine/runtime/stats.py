@@ -60,7 +60,7 @@ class RecoveryStats:
     from_backups: int = 0  # pushed blocks read from their sender's copy, their reducer's host lost or slow
     lost_workers: list[str] = field(default_factory=list)
     # workers new work was kept off (``runtime.slow_workers``), by address: how many times
-    # slower than most workers they were at worst
+    # slower than typical they were at worst
     slow_workers: dict[str, float] = field(default_factory=dict)
 
     def any(self) -> bool:
@@ -72,7 +72,7 @@ class RecoveryStats:
         return (
             f"Recovery: {self.retried} tasks retried, {self.recomputed} recomputed, {self.speculated} speculated "
             f"({self.speculation_wins} won), {self.from_backups} blocks read from backups; workers lost: {lost}"
-            + "".join(f"; {address} slow ({times:.1f}× the others), kept off new work" for address, times in self.slow_workers.items())
+            + "".join(f"; {address} slow ({times:.1f}× typical), kept off new work" for address, times in self.slow_workers.items())
         )
 
 
