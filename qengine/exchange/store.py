@@ -12,9 +12,10 @@ spill to disk when the store's memory budget is exceeded.
 *Backups* are in-memory blocks kept only so that a lost worker's work need not be redone: a map
 task's blocks pushed to their reducers' hosts (prefetch) stay on the sender, as SCache keeps
 shuffle output after transferring it (§4.4), and blocks a reader on another worker has read
-stay where they were read (a reader's own host drops what it read once all its inputs are loaded, to free its memory). If a reducer's host is lost, its reducers read the senders' copies; if a reducer's
-output is lost, its new attempt reads its inputs again instead of having their map tasks run
-again. Backups are the first thing given up for memory (dropped, oldest first, never spilled:
+stay where they were read (a reader's own host drops what it read once all its inputs are
+loaded, to free its memory). If a reducer's host is lost, its reducers read the senders' copies;
+if a reducer's output is lost, its new attempt reads its inputs again instead of having their
+map tasks run again. Backups are the first thing given up for memory (dropped, oldest first, never spilled:
 recomputation remains), and at most ``BACKUP_SHARE`` of the budget (``BACKUP_BYTES`` without one)
 is held as backups: past it, no more are kept (the first ones stay, as the coordinator counts on
 them). They go with their query.

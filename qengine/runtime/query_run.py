@@ -94,7 +94,7 @@ class QueryRun:
         self.lock = threading.RLock()
         self.shuffles = ShuffleDriver(state, self._aux)
         self.reports = ProgressReports(state, self._call, self.aux_calls)  # LATE's progress scores
-        self.moved_off: set[int] = set()  # slow workers whose waiting reducers were placed elsewhere
+        self.moved_off: set[int] = set()  # slow workers whose waiting reducers were placed elsewhere since found slow
         for stage, (splits, tasks) in zip(plan.stages, plan.scan_tasks(state.workers, options.split_bytes), strict=True):
             kind = stage.output.kind if stage.output is not None else (output or {}).get("kind", "result")
             run = StageRun(stage, tasks, splits, StageStats(stage.id, kind, tasks))
@@ -729,8 +729,11 @@ class QueryRun:
         pace, remembered = paces(state, self.memory, time.monotonic())
         state.slow = slow(pace, state.live_hosts())
         self.slots.set_slow(state.slow, remembered & state.slow.keys())
+        # A worker's reducers placed ahead are placed again once each time it is found slow: a
+        # worker that recovers may be given reducers again, and lose them if it slows down again.
+        self.moved_off &= state.slow.keys()
         for worker in state.slow.keys() - remembered - self.moved_off:
-            self.moved_off.add(worker)  # its reducers placed ahead are placed again, once
+            self.moved_off.add(worker)
             self.shuffles.replace_reducers(worker, waiting_only=True)
         seen = state.recovery.slow_workers
         for worker, times in state.slow.items():
@@ -740,8 +743,6 @@ class QueryRun:
 
     def _speculate(self, pace: dict[int, float]) -> None:
         """Launch a copy of the straggler LATE picks, if any (``runtime.speculation``)."""
-        if not self.state.options.speculation:
-            return
         idle = self.slots.idle()
         self.reports.poll(bool(idle))
         choice = straggler(self.state, idle, self.slots.total(), pace, self.reports.scores())

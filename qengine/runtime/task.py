@@ -67,6 +67,15 @@ class PartitionIds:
         return f"SELECT *, {expr} AS {partitioner.PARTITION_COLUMN} FROM ({sql})"
 
 
+def _consumed(inputs: list[dict]) -> Iterator[tuple[str, int, dict[str, list[list[int]]]]]:
+    """(key, partition, holder → block pairs) of each partition a task's consumed shuffle
+    inputs (marked ``consume``) read: what its host drops and other holders retire."""
+    for inp in inputs:
+        if inp["kind"] == "shuffle" and inp.get("consume"):
+            for p in inp["partitions"]:
+                yield inp["key"], p, inp["blocks"].get(str(p), {})
+
+
 class TaskRunner:
     """Executes task specs against a worker's block store, fetching remote blocks over Flight."""
 
@@ -185,13 +194,10 @@ class TaskRunner:
         ``consume``) go now, so that its fragment holds its input alone (a sort frees it as it
         goes). Dropped before every input had loaded, they would be missing for the retry of a
         task that failed to load another, and have to be made again."""
-        for inp in inputs:
-            if inp["kind"] != "shuffle" or not inp.get("consume"):
-                continue
-            for p in inp["partitions"]:
-                pairs = inp["blocks"].get(str(p), {}).get(self.address)
-                if pairs is not None:
-                    self.store.drop_blocks(inp["key"], p, pairs)
+        for key, p, holders in _consumed(inputs):
+            pairs = holders.get(self.address)
+            if pairs is not None:
+                self.store.drop_blocks(key, p, pairs)
 
     def _retire_read(self, inputs: list[dict]) -> None:
         """Have the other holders of the shuffle blocks a task read retire them, now that its
@@ -203,12 +209,9 @@ class TaskRunner:
         they cost this worker nothing, and spare a reader made again after losing its worker
         (and its output) from having its inputs made again too."""
         by_holder: dict[str, dict[str, dict[str, list[list[int]]]]] = {}
-        for inp in inputs:
-            if inp["kind"] != "shuffle" or not inp.get("consume"):
-                continue
-            for p in inp["partitions"]:
-                for holder, pairs in inp["blocks"].get(str(p), {}).items():
-                    by_holder.setdefault(holder, {}).setdefault(inp["key"], {})[str(p)] = pairs
+        for key, p, holders in _consumed(inputs):
+            for holder, pairs in holders.items():
+                by_holder.setdefault(holder, {}).setdefault(key, {})[str(p)] = pairs
         by_holder.pop(self.address, None)
         for holder, keys in by_holder.items():
             for key, blocks in keys.items():
