@@ -166,3 +166,15 @@ def test_only_one_task_stages_with_nothing_else_running_are_alone(default_engine
     assert alone, "the final one-task stage should run alone"
     assert all(tasks == 1 for tasks in alone)
     assert any(tasks > 1 for tasks, _ in bodies)  # the scan's tasks shared the cluster
+
+
+def test_of_workers_as_free_the_fastest_takes_a_single_task() -> None:
+    """Worker 0 is not slow enough to be kept off (1.8 times typical) but worker 1 is faster:
+    a single-task stage goes to 1, and once 1 is busy, to 2, the faster of the others."""
+    slots = Slots(workers=3, per_worker=1)
+    slots.set_slow({}, set(), pace={0: 1.8, 1: 0.9, 2: 1.0})
+    assert slots.least_busy() == 1
+    with slots.hold(1):
+        assert slots.least_busy() == 2
+    slots.set_slow({}, set())
+    assert slots.least_busy() == 0  # no paces known: the lowest id of equals

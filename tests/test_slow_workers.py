@@ -3,12 +3,22 @@ remembered across queries and fading with age, and which workers new work keeps 
 
 from __future__ import annotations
 
+import functools
 from types import SimpleNamespace
 
 import pytest
 
-from qengine.runtime.query_state import QueryState, StageRun
-from qengine.runtime.slow_workers import PACE_HALF_LIFE, SLOW_PACE, PaceMemory, measured, paces, slow
+from qengine.runtime.query_state import QueryState, ReducerPlacement, StageRun
+from qengine.runtime.shuffle_driver import ShuffleDriver
+from qengine.runtime.slow_workers import (
+    PACE_HALF_LIFE,
+    SLOW_PACE,
+    STILL_SLOW_PACE,
+    PaceMemory,
+    measured,
+    paces,
+    slow,
+)
 
 ADDRESSES = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
 
@@ -95,6 +105,22 @@ def test_what_is_measured_in_the_query_wins_over_what_was_remembered() -> None:
     assert paces(state, memory, 0.0) == ({0: 1.0, 1: 1.0, 2: 1.0}, set())
 
 
+def test_a_worker_remembered_as_slow_stays_slow_on_a_slow_but_diluted_first_task() -> None:
+    """Worker 2 was seen four times slower. Its first task here, 2.5 times typical, gives a pace
+    of 1.75 (with one typical task): not enough to find a worker slow, but enough to keep one
+    that was slow when the query started (as remembered) slow."""
+    memory = PaceMemory()
+    memory.learn({ADDRESSES[2]: 4.0}, now=0.0)
+    state = state_with([])
+    before = slow(paces(state, memory, 0.0)[0], state.live_hosts())
+    assert before == {2: 4.0}
+    state.runs = [stage([(0, 1.0), (1, 1.0), (2, 2.5)])]
+    pace = paces(state, memory, 0.0)[0]
+    assert pace[2] == pytest.approx(1.75)
+    assert slow(pace, state.live_hosts()) == {}
+    assert slow(pace, state.live_hosts(), before) == {2: pytest.approx(1.75)}
+
+
 def test_a_remembered_pace_fades_halfway_back_to_typical_every_half_life() -> None:
     memory = PaceMemory()
     memory.learn({ADDRESSES[0]: 5.0}, now=10.0)
@@ -114,6 +140,16 @@ def test_slow_is_twice_typical_and_never_takes_every_worker() -> None:
     assert slow({0: 8.0}, [0]) == {}
     assert slow({0: 8.0, 1: 1.0}, [0, 1, 2]) == {0: 8.0}  # an unknown worker counts as typical
     assert slow({0: 0.4, 1: 0.4 * SLOW_PACE}, [0, 1]) == {1: pytest.approx(SLOW_PACE)}  # of two, the faster is the measure
+
+
+def test_a_worker_found_slow_stays_slow_until_it_is_under_the_lower_line() -> None:
+    """At 1.8 times typical a worker is not found slow, but one already slow stays slow; just
+    under the lower line it is cleared."""
+    live = [0, 1, 2]
+    assert slow({0: 1.0, 1: 1.0, 2: 1.8}, live) == {}
+    assert slow({0: 1.0, 1: 1.0, 2: 1.8}, live, before={2: 3.0}) == {2: pytest.approx(1.8)}
+    assert slow({0: 1.0, 1: 1.0, 2: STILL_SLOW_PACE * 0.95}, live, before={2: 3.0}) == {}
+    assert slow({0: 1.0, 1: 1.8, 2: 1.0}, live, before={2: 3.0}) == {}  # only the one slow before
 
 
 def test_placeable_hosts_leave_out_the_slow_unless_all_are() -> None:
@@ -137,3 +173,25 @@ def test_blocks_pushed_to_a_slow_worker_are_read_from_their_senders_copies() -> 
     assert run.blocks[0] == {0: (0, 0, 100, 10), 1: (2, 0, 100, 10), 2: (2, 1, 100, 10)}
     assert run.blocks[1] == {0: (2, 0, 50, 5)}
     assert run.backups[0] == {1: (1, 0)}  # a copy now read is no longer a spare
+
+
+def test_blocks_pushed_after_their_reducer_moved_are_read_from_the_senders_copy() -> None:
+    """Partition 0's reducer was on worker 2 and moved to worker 1 (worker 2 found slow) while
+    task 0's push to worker 2 was on its way. When the push reports, the block is read from the
+    copy its sender, worker 0, kept. Partition 1's reducer stayed on worker 2: its block is read there."""
+    state = state_with([])
+    state.slow = {2: 4.0}
+    state.consumer_of = {0: 1}
+    state.placements = {1: ReducerPlacement([[0], [1]], [1, 2], ADDRESSES, push=True)}
+    run = SimpleNamespace(stage=SimpleNamespace(id=0), blocks={0: {0: (2, 0, 100, 10)}, 1: {0: (2, 0, 50, 5)}}, backups={})
+    run.read_backups = functools.partial(StageRun.read_backups, run)
+    StageRun.record_backups(run, 0, 0, 0, [0, 1])
+    ShuffleDriver(state, aux=lambda *a: None).read_moved_from_backups(run, {0: 2, 1: 2})
+    assert run.blocks == {0: {0: (0, 0, 100, 10)}, 1: {0: (2, 0, 50, 5)}}
+    assert state.recovery.from_backups == 1
+
+
+def test_of_two_finished_tasks_the_faster_is_typical() -> None:
+    """A stage with two finished tasks, 0.1 s and 0.3 s: the slower one is three times typical,
+    not 1.5 times their mean, and its worker (with one typical task added) has a pace of 2."""
+    assert measured(state_with([stage([(0, 0.1), (2, 0.3)])]))[2] == pytest.approx(2.0)

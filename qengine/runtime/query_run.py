@@ -439,7 +439,9 @@ class QueryRun:
         run.schema = run.schema or result["schema"]
         if "sample" not in result:  # staged range output has no blocks until it is partitioned
             hosts = {a: w for w, a in enumerate(self.state.addresses)}
-            run.record_blocks(index, worker, attempt, result, {int(p): hosts[a] for p, a in result.get("sent", {}).items()})
+            sent = {int(p): hosts[a] for p, a in result.get("sent", {}).items()}
+            run.record_blocks(index, worker, attempt, result, sent)
+            self.shuffles.read_moved_from_backups(run, sent)
         run.keep.pop(index, None)
         if not first:
             if run.shuffle is not None:
@@ -727,8 +729,8 @@ class QueryRun:
             return {}
         state = self.state
         pace, remembered = paces(state, self.memory, time.monotonic())
-        state.slow = slow(pace, state.live_hosts())
-        self.slots.set_slow(state.slow, remembered & state.slow.keys())
+        state.slow = slow(pace, state.live_hosts(), state.slow)
+        self.slots.set_slow(state.slow, remembered & state.slow.keys(), pace)
         # A worker's reducers placed ahead are placed again once each time it is found slow: a
         # worker that recovers may be given reducers again, and lose them if it slows down again.
         self.moved_off &= state.slow.keys()

@@ -211,6 +211,7 @@ class ShuffleDriver:
                     run.stats.add_partition_bytes(sizes["partition_bytes"])
                 sent = {int(p): hosts[a] for p, a in sizes.get("sent", {}).items()}
                 run.record_blocks(t, worker, run.committed[t], sizes, sent)
+                self.read_moved_from_backups(run, sent)
             # Finalized before the reducers were placed: push now that both are known.
             self._push(run, [int(t) for t in result["tasks"]])
         elif kind == "push" and run.committed.get(body["task"]) == body["attempt"]:
@@ -219,6 +220,18 @@ class ShuffleDriver:
                 _, attempt, nbytes, rows = run.blocks[int(p)][t]
                 run.blocks[int(p)][t] = (hosts[address], attempt, nbytes, rows)
             run.record_backups(t, worker, body["attempt"], result.get("backups") or [])
+            self.read_moved_from_backups(run, {int(p): hosts[a] for p, a in result["sent"].items()})
+
+    def read_moved_from_backups(self, run: StageRun, sent: dict[int, int]) -> None:
+        """A reducer placed again while blocks were on their way to its old host (found slow
+        meanwhile) reads them from their senders' copies, as it does those pushed before."""
+        state = self.state
+        ahead = state.placements.get(state.consumer_of.get(run.stage.id, -1))
+        if ahead is None:
+            return
+        stale = {p: host for p, host in sent.items() if host != ahead.host_of(p)}
+        if stale:
+            state.recovery.from_backups += run.read_backups(stale, set(stale.values()), state.lost | state.slow.keys())
 
     def replace_reducers(self, lost: int, waiting_only: bool = False) -> None:
         """Place again, with MinHeap over the live workers that are not slow, the reducers that

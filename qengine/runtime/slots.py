@@ -33,6 +33,7 @@ class Slots:
         self._gone: set[int] = set()
         self._slow: dict[int, float] = {}  # worker → how many times slower than typical
         self._probing: set[int] = set()  # slow workers only remembered as slow
+        self._pace: dict[int, float] = {}  # worker → its pace (1 is typical), where known
         self._waiting = 0
         self._cond = threading.Condition()
 
@@ -67,11 +68,13 @@ class Slots:
             self._cond.notify_all()
             return len(self._free) - 1
 
-    def set_slow(self, slow: dict[int, float], probing: set[int]) -> None:
+    def set_slow(self, slow: dict[int, float], probing: set[int], pace: dict[int, float] | None = None) -> None:
         """The slow workers now, each with how many times slower than typical it is, and
         those of them only remembered as slow from earlier queries: each of these runs one free
-        task at a time, so that a worker that has become fast again shows it."""
+        task at a time, so that a worker that has become fast again shows it. ``pace`` is every
+        worker's pace where known: of workers with as many free slots, the fastest is chosen."""
         with self._cond:
+            self._pace = dict(pace or {})
             if slow != self._slow or probing != self._probing:
                 self._slow, self._probing = dict(slow), set(probing)
                 self._cond.notify_all()
@@ -95,7 +98,9 @@ class Slots:
             return self._per_worker * (len(self._free) - len(self._gone))
 
     def least_busy(self) -> int:
-        """The live worker that is not slow with the most free slots now (the lowest id of equals)."""
+        """The live worker that is not slow with the most free slots now (of equals, the one
+        with the lowest pace, then the lowest id): a single task on a worker just under the
+        slow line would be the whole query's critical path."""
         with self._cond:
             return self._most_free(self._fast())
 
@@ -104,7 +109,7 @@ class Slots:
         return [w for w in live if w not in self._slow] or live
 
     def _most_free(self, among: list[int]) -> int:
-        return max(among, key=self._free.__getitem__) if among else -1
+        return min(among, key=lambda w: (-self._free[w], self._pace.get(w, 1.0), w)) if among else -1
 
     def _pick(self, worker: int | None) -> int | None:
         if worker is not None:

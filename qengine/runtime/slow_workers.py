@@ -16,7 +16,12 @@ so far over the median is a lower bound. Queries run one after another on the
 same workers, so what one query saw is remembered (:class:`PaceMemory`, per address) and fades
 with a half-life of ``PACE_HALF_LIFE`` seconds. The next query places its reducers and
 single-task stages by it before its own tasks tell, but still gives a worker only remembered
-as slow one scan split at a time: if it has become fast again, its first task says so at once.
+as slow one scan split at a time: if it has become fast again, its first task says so.
+
+A worker found slow (in this query, or as remembered when it starts) stays slow until its pace
+falls under ``STILL_SLOW_PACE``: the tasks that reveal a slow worker are often cut short by
+their copies or diluted by the typical task a pace starts from, and a pace that crosses the
+line back and forth would have reducers and single tasks placed on the worker between looks.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import time
 from qengine.runtime.query_state import QueryState, StageRun
 
 SLOW_PACE = 2.0  # a worker this many times slower than typical is slow
+STILL_SLOW_PACE = 1.25  # a worker found slow stays slow until it is under this
 PACE_HALF_LIFE = 30.0  # seconds over which a remembered pace fades halfway back to typical
 # Task times below this count as this: a few milliseconds either way is noise on a busy host,
 # not a slow worker, and costs a query nothing.
@@ -64,8 +70,9 @@ class PaceMemory:
 
 
 def _typical(run: StageRun) -> float:
-    """A stage's median time of its finished tasks, at least ``PACE_FLOOR``: what 1 means in a pace."""
-    return max(PACE_FLOOR, statistics.median(seconds for _, seconds in run.durations))
+    """A stage's median time of its finished tasks, at least ``PACE_FLOOR``: what 1 means in a
+    pace. The lower median: of two tasks, one of which ran on a slow worker, the other is typical."""
+    return max(PACE_FLOOR, statistics.median_low(seconds for _, seconds in run.durations))
 
 
 def measured(state: QueryState) -> dict[int, float]:
@@ -113,13 +120,19 @@ def paces(state: QueryState, memory: PaceMemory, now: float) -> tuple[dict[int, 
     return found, remembered
 
 
-def slow(pace: dict[int, float], live: list[int]) -> dict[int, float]:
+def slow(pace: dict[int, float], live: list[int], before: dict[int, float] | None = None) -> dict[int, float]:
     """The slow live workers, each with how many times slower it is than typical: a pace of 1,
     or the live workers' median pace if lower (the lower median: with two workers, the faster).
+    Slow is ``SLOW_PACE`` times typical, or ``STILL_SLOW_PACE`` for a worker slow ``before``.
     Never all of them: the fastest is not slow. A worker with no pace known counts as typical."""
     if len(live) < 2:
         return {}
+    before = before or {}
     known = [pace.get(w, 1.0) for w in live]
     middle = max(min(1.0, statistics.median_low(known)), 1e-3)
     fastest = min(known)
-    return {w: p / middle for w, p in zip(live, known, strict=True) if p >= SLOW_PACE * middle and p > fastest}
+    return {
+        w: p / middle
+        for w, p in zip(live, known, strict=True)
+        if p >= (STILL_SLOW_PACE if w in before else SLOW_PACE) * middle and p > fastest
+    }
