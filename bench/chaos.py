@@ -745,7 +745,9 @@ def summarize(bench: Bench, fault_names: list[str]) -> tuple[list[dict], dict]:
         off = median_of([r for r in bench.select(cluster, job, mode, "slow-nospec") if r["error"] is None and r["fired"]], "seconds")
         if bench.select(cluster, job, mode, "slow") and bench.select(cluster, job, mode, "slow-nospec"):
             gain = off / on if on and off else None
+            over_clean = {row["fault"]: row["ratio_median"] for row in rows if (row["cluster"], row["job"], row["mode"]) == (cluster, job, mode)}
             speculation.append({"cluster": cluster, "job": job, "mode": mode, "off_over_on": gain,
+                                "on_over_clean": over_clean.get("slow"), "off_over_clean": over_clean.get("slow-nospec"),
                                 "ok": gain is not None and gain >= SPECULATION_TARGET})
     left = [f"{r['cluster']} {r['job']} {r['mode']} {r['fault']} round {r['round']}: {len(r['leftover_files'])} files, e.g. {r['leftover_files'][0]}"
             for r in bench.runs if r["leftover_files"]]
@@ -806,7 +808,12 @@ def report(rows: list[dict], targets: dict, title: str) -> None:
                       f"{verdict(all(s['ok'] for s in spec))}", highlight=False)
         for s in spec:
             gain = "-" if s["off_over_on"] is None else f"{s['off_over_on']:.2f}×"
-            console.print(f"    {s['cluster']} {s['job']} {s['mode']}: off ÷ on {gain}", highlight=False)
+            on, off = s["on_over_clean"], s["off_over_clean"]
+            # Off within the target of clean: a slowed worker that costs the job that little
+            # leaves speculation nothing to win back, however well it works.
+            room = "" if off is None or off >= SPECULATION_TARGET else "; the slowed worker costs it little even with speculation off"
+            versus = "" if on is None or off is None else f" (on {on:.2f}× clean, off {off:.2f}× clean{room})"
+            console.print(f"    {s['cluster']} {s['job']} {s['mode']}: off ÷ on {gain}{versus}", highlight=False)
     else:
         console.print("  speculation: not run (needs --faults slow)", highlight=False)
     left = targets["spill_files_after_runs"]

@@ -105,6 +105,14 @@ def test_a_task_on_a_slow_worker_is_a_straggler_before_it_falls_behind_its_stage
     assert straggler(state, idle=[0], total_slots=12, pace={2: 3.0}, progress={}) == (run, 4, 0)
 
 
+def test_a_slow_workers_task_whose_own_running_time_set_its_pace_still_gets_a_copy() -> None:
+    """Finished tasks took 0.1 s; the slow worker's task has run 0.3 s, nearly all its pace
+    (3.1 times typical, raised by this task) says it takes. It is not taken as nearly done: it
+    has overrun the stage's median by 0.2 s, longer than a copy would take."""
+    state, run, _ = state_with({4: None}, SIX_TASKS, run_for=0.3, durations=[(0, 0.1), (1, 0.1), (0, 0.1)])
+    state.slow = {2: 3.1}
+    assert straggler(state, idle=[0], total_slots=12, pace={2: 3.1}, progress={}) == (run, 4, 0)
+
 
 def test_with_too_few_rates_to_rank_a_straggler_must_have_run_behind_its_stage() -> None:
     """Finished tasks took 0.2 s. A task 0.15 s in at a quarter of its work says it will take

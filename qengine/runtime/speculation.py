@@ -86,7 +86,8 @@ def _estimates(
     ``SLOW_TASK_FACTOR`` times the median of the stage's finished tasks, and its time left is
     still its own estimate (DuckDB's progress is too rough to make a task a straggler by itself:
     it made copies of healthy tasks). Without a score (no report yet, or DuckDB cannot tell),
-    its time left is that median at its worker's pace, less what it has run. A task on a slow
+    its time left is that median at its worker's pace, less what it has run, and at least what
+    it has overrun the median by. A task on a slow
     worker (``runtime.slow_workers``) is a straggler whatever its rate.
     """
     seen: dict[int, tuple[int, float, float | None, float | None]] = {}  # task → worker, elapsed, rate, total
@@ -127,8 +128,9 @@ def _estimates(
             if total is not None:  # too few rates to rank, but the task's own says how long it has left
                 left = max(0.0, total - elapsed)
             else:
-                expected = typical * pace.get(worker, 1.0)
-                left = expected - elapsed if expected > elapsed else elapsed - typical
+                # What its worker's pace predicts is left, but at least its overrun: a pace
+                # raised by this very task (``runtime.slow_workers``) predicts it is nearly done.
+                left = max(typical * pace.get(worker, 1.0) - elapsed, elapsed - typical)
         out.append((index, left, worker, typical))
     return out
 
