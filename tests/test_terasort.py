@@ -151,9 +151,10 @@ def test_cli_round_trip(tmp_path) -> None:
     assert bad.returncode != 0 and "FAILURE" in bad.stderr
 
 
-def test_map_tasks_started_after_the_bounds_push_their_own_output(tmp_path) -> None:
-    """In prefetch, a map task that starts once the bounds and reducer hosts are known
-    partitions and pushes its output itself; the earlier ones are staged and finalized."""
+def test_map_tasks_started_after_the_bounds_partition_their_own_output(tmp_path) -> None:
+    """In prefetch, a map task that starts once the bounds are known partitions its output
+    itself; the earlier ones are staged and finalized. Either way their blocks are pushed by
+    side work, not inside the task."""
     data = str(tmp_path / "in")
     generate(N, data, seed=5, per_file=N // 25)  # 25 map tasks
     out = str(tmp_path / "out")
@@ -163,5 +164,6 @@ def test_map_tasks_started_after_the_bounds_push_their_own_output(tmp_path) -> N
     _, stats = sort(data, out, options)
     shuffle = next(s for s in stats.shuffles if s.kind == "range")
     assert shuffle.map_tasks == 25
-    assert 0 < shuffle.self_pushed_tasks < 25
+    assert 0 < shuffle.self_partitioned_tasks < 25
+    assert shuffle.pushed_tasks > shuffle.self_partitioned_tasks
     assert validate(data, out).ok

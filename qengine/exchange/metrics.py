@@ -26,9 +26,9 @@ class ShuffleStats:
     push_tail_seconds: float = 0.0
     blocks_local: int = 0
     blocks_total: int = 0
-    # range map tasks that started after the bounds and placement, so partitioned and pushed
-    # their own output instead of staging it
-    self_pushed_tasks: int = 0
+    # range map tasks that started after the bounds were chosen, so partitioned their own output
+    # instead of staging it for a finalize request
+    self_partitioned_tasks: int = 0
     # map tasks whose blocks were pushed to their reducers' hosts (prefetch); none when every
     # map task had finished before the reducers were placed
     pushed_tasks: int = 0
@@ -65,7 +65,7 @@ class ShuffleStats:
             "push_tail_seconds": round(self.push_tail_seconds, 4),
             "prefetch_hits": self.blocks_local,
             "blocks": self.blocks_total,
-            "self_pushed_map_tasks": self.self_pushed_tasks,
+            "self_partitioned_map_tasks": self.self_partitioned_tasks,
             "pushed_map_tasks": self.pushed_tasks,
         }
 

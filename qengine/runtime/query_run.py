@@ -169,11 +169,11 @@ class QueryRun:
             with self.lock:
                 if attempt not in run.wanted[index]:
                     raise _StaleError()
-                if not self._inputs_ready(run):
+                if not self._inputs_ready(run, index):
                     raise _DeferredError()
                 started = time.monotonic()
                 run.running.setdefault(index, {})[attempt] = (worker, started, speculative)
-                spec = with_inline_finalize(run, index, task_spec(self.state, run, index, attempt, run.sql, run.form, speculative))
+                spec = with_inline_finalize(run, task_spec(self.state, run, index, attempt, run.sql, run.form, speculative))
                 # The only task of its stage, with no other task of the query running: it may use
                 # every core of its host (a final aggregate or sort would otherwise leave all but one
                 # idle; TPC-DS SF 1 spends about a tenth of its time in such stages). Tasks of stages
@@ -186,8 +186,22 @@ class QueryRun:
             # a worker's own clock misses the time a call waited for it to answer.
             return worker, result, time.monotonic() - started
 
-    def _inputs_ready(self, run: StageRun) -> bool:
-        return all(self.state.runs[p].done for p in run.stage.parents)
+    def _inputs_ready(self, run: StageRun, index: int | None = None) -> bool:
+        """Whether a stage may start (``index`` None) or its task ``index`` may run: every stage
+        it reads is done, or, for a shuffle it reads by partition, settled with none of the
+        task's partitions on their way to its reducer's host. A reducer starts as soon as its
+        own blocks have landed, not after the stage's last push."""
+        runs = self.state.runs
+        partitioned = {r.shuffle_id for r in run.stage.partitioned_reads if r.kind in SHUFFLE_KINDS}
+        for p in run.stage.parents:
+            source = runs[p]
+            if source.done:
+                continue
+            if p not in partitioned or not source.settled():
+                return False
+            if index is not None and any(source.carrying[q] for q in run.partitions_of(index)):
+                return False
+        return True
 
     # ---- the scheduling loop -----------------------------------------------------------
 
@@ -203,10 +217,10 @@ class QueryRun:
                 with self.lock:
                     self._look_at_workers()
                     for run in runs:
-                        if not run.submitted and all(runs[p].done for p in run.stage.parents):
+                        if not run.submitted and self._inputs_ready(run):
                             self._submit(run)
                         elif run.waiting and self._inputs_ready(run):
-                            for index in sorted(run.waiting):
+                            for index in sorted(i for i in run.waiting if self._inputs_ready(run, i)):
                                 run.waiting.discard(index)
                                 self._launch(run, index)
                 if not self.futures:
@@ -289,23 +303,34 @@ class QueryRun:
     def _aux(self, run: StageRun, kind: str, worker: int, body: dict) -> None:
         """Side work of a shuffle (finalize, push, expect), tracked like tasks.
 
-        A stage with side work outstanding is not done, even if all its tasks are: its readers
-        must not start while its blocks are still on their way.
+        A stage with side work outstanding is not done, even if all its tasks are: readers of
+        the partitions it moves must not start while their blocks are on their way (``carrying``).
         """
         run.aux_pending += 1
         run.done = False
+        run.carrying.update(self._carried(run, kind, body))
         fut = self.aux_calls.submit(self._call, worker, kind, body)
         self.futures[fut] = (kind, run, (worker, body))
+
+    @staticmethod
+    def _carried(run: StageRun, kind: str, body: dict) -> list[int]:
+        """The partitions whose blocks a side call moves to their reducers' hosts."""
+        if kind == "push":
+            return [int(p) for p in body["destinations"]]
+        if kind == "finalize_range" and body.get("destinations"):
+            return [int(p) for p in body["destinations"]]
+        return []
+
+    def _landed(self, run: StageRun, kind: str, body: dict) -> None:
+        """A side call has ended (or was given up): its partitions are no longer on their way."""
+        run.aux_pending -= 1
+        run.carrying.subtract(self._carried(run, kind, body))
 
     def _submit(self, run: StageRun) -> None:
         state = self.state
         run.submitted = True
         run.started = time.perf_counter()
         inputs = [state.runs[r.shuffle_id] for r in run.stage.partitioned_reads if r.kind in SHUFFLE_KINDS]
-        now = time.perf_counter()
-        for source in inputs:
-            if source.shuffle is not None and source.maps_done_at is not None:
-                source.shuffle.push_tail_seconds = now - source.maps_done_at
         prune_scan(state, run, self.key_ranges)
         shared = [r for r in run.stage.reads if r.kind == "materialized"]
         if shared:  # one task per partition of the shared output, however many it was cut to
@@ -488,7 +513,7 @@ class QueryRun:
     def _aux_done(self, run: StageRun, kind: str, worker: int, body: dict, fut: Future) -> None:
         """Take the outcome of side work; a finalize or push whose blocks a lost worker took
         with it has its map tasks recomputed."""
-        run.aux_pending -= 1
+        self._landed(run, kind, body)
         try:
             result = fut.result()
         except _CancelledError:
@@ -532,8 +557,11 @@ class QueryRun:
             # that would be a silently wrong answer.
             raise InternalError(f"stage {run.stage.id} lost track of {missing} of its rows (a qengine bug): {self._describe()}")
         run.done = True
+        now = time.perf_counter()
         if not run.stats.seconds:
-            run.stats.seconds = time.perf_counter() - run.started
+            run.stats.seconds = now - run.started
+        if run.shuffle is not None and run.maps_done_at is not None:
+            run.shuffle.push_tail_seconds = now - run.maps_done_at
 
     # ---- lost workers and lineage ------------------------------------------------------
 
@@ -569,7 +597,7 @@ class QueryRun:
         for fut, (kind, run, extra) in list(self.futures.items()):
             if kind != "task" and extra[0] == worker:
                 del self.futures[fut]
-                run.aux_pending -= 1
+                self._landed(run, kind, extra[1])
                 self._aux_lost(run, kind, extra[1])
         # Pushed blocks whose sender kept a copy are read there: nothing to recompute for them.
         for run in state.runs:

@@ -8,6 +8,7 @@ all read and update this state; keeping it in one place lets each of them be a m
 
 from __future__ import annotations
 
+import collections
 import contextlib
 from collections.abc import Iterable
 from dataclasses import InitVar, dataclass, field
@@ -77,9 +78,6 @@ class StageRun:
     pushed: set[int] = field(default_factory=set)
     bounds: pa.Array | None = None
     finalize_body: dict[str, Any] = field(default_factory=dict)  # what every finalize request shares
-    # Once bounds and reducer hosts are known (prefetch): map tasks starting after that partition
-    # and push their own output with this, instead of staging it for a finalize request.
-    inline: dict[str, Any] | None = None
     ranges: dict[str, list[int] | None] = field(default_factory=dict)
     prediction: list[Reducer] | None = None
     maps_done_at: float | None = None
@@ -112,11 +110,24 @@ class StageRun:
     durations: list[tuple[int, float]] = field(default_factory=list)  # (worker, seconds from slot to answer) of finished tasks
     outrun: list[tuple[int, float]] = field(default_factory=list)  # (worker, seconds run) of attempts a copy beat
     speculated: set[int] = field(default_factory=set)  # tasks that have had their speculative copy
+    # partition → side calls in flight moving its blocks (pushes, finalizations that push):
+    # its reader waits for them to land
+    carrying: collections.Counter[int] = field(default_factory=collections.Counter)
 
     @property
     def pending(self) -> int:
         """Tasks whose output is not committed (yet, or again after a lost worker)."""
         return self.tasks - len(self.completed)
+
+    def partitions_of(self, index: int) -> list[int]:
+        """The shuffle partitions task ``index`` of this (reading) stage reads."""
+        return self.groups[index] if self.groups is not None else [index]
+
+    def settled(self) -> bool:
+        """Every map task has committed and every row it made is in a block on record (a
+        range task's once it is partitioned): readers may start on partitions nothing is
+        moving, though pushes of others may still be in flight."""
+        return self.submitted and not self.pending and not self.waiting and not self.unaccounted_rows()
 
     def start_attempts(self) -> None:
         """Every task at its first attempt (once the task count is final)."""

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from qengine.exchange.placement import Reducer, accumulate, min_heap, round_robin
 from qengine.exchange.prediction import grouped, hash_prediction, range_prediction
+from qengine.exchange.push_schedule import destination_order
 from qengine.exchange.sampling import weighted_bounds
 from qengine.planner import logical as lp
 from qengine.runtime.query_state import QueryState, ReducerPlacement, StageRun
@@ -51,10 +52,9 @@ class ShuffleDriver:
                 self._finalize(run, [index])
             return
         run.finished.append(index)
-        if result.get("finalized"):  # partitioned and pushed by the task itself
+        if result.get("finalized"):  # partitioned by the task itself; pushed as the others are
             run.finalized.add(index)
-            run.pushed.add(index)
-            run.shuffle.self_pushed_tasks += 1
+            run.shuffle.self_partitioned_tasks += 1
         if "sample" in result:
             keys = table_from_hex(result["sample"]).column(0).combine_chunks()
             run.samples[index] = (keys, result["rows"], result["bytes"])
@@ -87,17 +87,13 @@ class ShuffleDriver:
             if state.mode == "prefetch":
                 self._try_place(state.consumer_of.get(run.stage.id))
             if ex.kind == "range":
-                destinations = self._destinations(run)
-                if destinations is not None:
-                    run.inline = dict(run.finalize_body, destinations=destinations)
                 self._finalize(run, run.finished)
             else:
                 self._push(run, run.finished)
         elif run.prediction is not None:
             if ex.kind == "range":
                 self._finalize(run, [index])
-            else:
-                self._push(run, [index])
+            self._push(run, [index])  # a range task that partitioned its own output is pushed now
 
     def _choose_bounds(self, run: StageRun, ex: lp.Exchange) -> None:
         typ = schema_from_hex(run.schema).field(ex.order[0].this.name).type
@@ -146,7 +142,9 @@ class ShuffleDriver:
 
     def _push(self, run: StageRun, tasks: list[int]) -> None:
         """Push these map tasks' blocks to their reducers' hosts, each once, when both the
-        placement and the task's block sizes are known."""
+        placement and the task's block sizes are known: one call per destination host, so that
+        each host's reducers may start as soon as their own blocks have landed, issued around
+        the ring from the sender (``exchange.push_schedule``)."""
         destinations = self._destinations(run)
         if destinations is None:
             return
@@ -154,8 +152,15 @@ class ShuffleDriver:
             if t in run.pushed or t not in run.task_bytes or t in run.local_only or t not in run.completed:
                 continue
             run.pushed.add(t)
-            body = {"key": self.state.key(run.stage.id), "task": t, "attempt": run.committed[t], "destinations": destinations}
-            self.aux(run, "push", run.placement[t], body)
+            sender = self.state.addresses[run.placement[t]]
+            by_host: dict[str, dict[str, str]] = {}
+            for p, nbytes in enumerate(run.task_bytes[t]):
+                address = destinations.get(str(p), sender)
+                if nbytes and address != sender:
+                    by_host.setdefault(address, {})[str(p)] = address
+            for address in destination_order(sender, list(by_host)):
+                body = {"key": self.state.key(run.stage.id), "task": t, "attempt": run.committed[t], "destinations": by_host[address]}
+                self.aux(run, "push", run.placement[t], body)
 
     def _try_place(self, consumer_id: int | None) -> None:
         """Place a consumer's reducers once every shuffle it reads has a prediction (MinHeap for
@@ -265,9 +270,6 @@ class ShuffleDriver:
                 partitions = [p for g in moved for p in ahead.groups[g]]
                 for source in inputs:
                     state.recovery.from_backups += source.read_backups(partitions, {lost}, state.lost | state.slow.keys())
-            for source in inputs:
-                if source.inline is not None:
-                    source.inline = dict(source.finalize_body, destinations=ahead.destinations)
 
     def measure(self, source: StageRun, consumer: StageRun) -> None:
         """Shuffle metrics, once the consumer's reducers are placed and before they run."""

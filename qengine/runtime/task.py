@@ -27,6 +27,7 @@ from qengine.catalog.access import MARKER, AccessPolicy, attempt_file, check_ope
 from qengine.catalog.types import type_code
 from qengine.errors import DataError, Error, InputLostError, OperationalError, input_lost, lost_input
 from qengine.exchange import partitioner
+from qengine.exchange.push_schedule import Piece, PushLimiter, destination_order, pieces, push_all
 from qengine.exchange.sampling import sample_keys
 from qengine.exchange.store import BlockStore, MissingBlocksError, concat
 from qengine.planner import direct
@@ -101,6 +102,7 @@ class TaskRunner:
         # A task running alone in its query (``alone`` in its spec) gets the host's cores.
         self.host_threads = max(self.connections.threads, _usable_cores())
         self.limiter = FetchLimiter()
+        self.pushes = PushLimiter()  # pushes have a schedule of their own (``exchange.push_schedule``)
         self.partition_ids = PartitionIds()
         self.cancellations = Cancellations()
         self.peers = Peers(pool)  # fetches and pushes give up on a peer declared lost
@@ -108,6 +110,7 @@ class TaskRunner:
         # Two pools: loading a task's inputs waits on per-source fetches, so they must not share one.
         self._inputs = ThreadPoolExecutor(max_workers=8, thread_name_prefix="input")
         self._fetches = ThreadPoolExecutor(max_workers=16, thread_name_prefix="fetch")
+        self._senders = ThreadPoolExecutor(max_workers=self.pushes.streams, thread_name_prefix="push")
 
     # ---- inputs ------------------------------------------------------------------------
 
@@ -411,11 +414,12 @@ class TaskRunner:
         }
 
     def push(self, spec: dict) -> dict[str, Any]:
-        """Send one map task's blocks to the hosts of their reducers (SCache's pre-fetch).
+        """Send one map task's blocks of the partitions ``destinations`` names to their
+        reducers' hosts (SCache's pre-fetch; the coordinator sends one call per host).
 
-        All blocks headed for one host travel in a single do_put stream, one record batch run
-        per partition tagged with its partition and source task; blocks for reducers on this
-        host stay put. Returns the bytes sent away, and where each partition went.
+        Blocks travel in pieces (``exchange.push_schedule``), each a do_put stream of record
+        batches tagged with their partition and source task attempt; blocks for reducers on
+        this host stay put. Returns the bytes sent away, and where each partition went.
         """
         key, task, attempt = spec["key"], int(spec["task"]), int(spec["attempt"])
         destinations = {int(p): a for p, a in spec["destinations"].items()}
@@ -427,28 +431,24 @@ class TaskRunner:
     def _send(
         self, key: str, task: int, attempt: int, blocks: dict[int, pa.Table], destinations: dict[int, str]
     ) -> tuple[int, list[int]]:
-        """Push blocks to their reducers' hosts, one do_put stream per host; returns the bytes,
-        and the partitions whose blocks are also kept here as backups (``BlockStore.put_backups``)."""
+        """Push blocks to their reducers' hosts as the push schedule orders them
+        (``exchange.push_schedule``); returns the bytes, and the partitions whose blocks are
+        also kept here as backups (``BlockStore.put_backups``)."""
         by_host: dict[str, list[tuple[int, pa.Table]]] = {}
         for p, table in blocks.items():
             by_host.setdefault(destinations[p], []).append((p, table))
 
-        def send(item: tuple[str, list[tuple[int, pa.Table]]]) -> int:
-            address, parts = item
-            size = sum(t.nbytes for _, t in parts)
+        def send(address: str, piece: Piece) -> None:
             try:
-                with self.limiter.slot(address, size):
-                    self.peers.call(key, address, lambda: self.pool.get(address).put_blocks(key, task, attempt, parts))
+                self.peers.call(key, address, lambda: self.pool.get(address).put_blocks(key, task, attempt, piece))
             except Error as e:  # the reducer's host is gone: the coordinator must know which
                 raise input_lost(address, key, None, str(e)) from e
-            return size
 
         if blocks:
             self._reached("push")
-
-        # Every destination at once: on a slow network each host's link is its own bottleneck.
-        sent = sum(self._fetches.map(send, by_host.items()))
-        return sent, self.store.put_backups(key, task, attempt, blocks)
+        order = destination_order(self.address, list(by_host))
+        push_all({h: pieces(parts) for h, parts in by_host.items()}, order, self.pushes, send, self._senders)
+        return sum(t.nbytes for t in blocks.values()), self.store.put_backups(key, task, attempt, blocks)
 
 
 def task_key(spec: dict) -> str:

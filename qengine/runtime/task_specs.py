@@ -58,7 +58,7 @@ def task_spec(
         elif read.kind == "whole":  # every partition of a shared output
             partitions = list(range(source.tasks))
         else:
-            partitions = run.groups[index] if run.groups is not None else [index]
+            partitions = run.partitions_of(index)
         blocks, sizes = pinned_blocks(state, source, partitions)
         inputs.append(
             {
@@ -116,16 +116,13 @@ def output_spec(state: QueryState, run: StageRun, index: int) -> dict:
     return spec
 
 
-def with_inline_finalize(run: StageRun, index: int, spec: dict) -> dict:
+def with_inline_finalize(run: StageRun, spec: dict) -> dict:
     """A range map task's spec as it starts: once the bounds are known it partitions its own
-    output, and pushes it to the reducers' hosts once those are placed (a recomputed task
-    keeps its blocks where it runs)."""
-    inline = run.inline
+    output, and keeps it. Its blocks are pushed by side work, as a hash task's are: a push
+    inside the task would hold its slot for as long as the network takes."""
     if run.bounds is None or run.stage.output is None or run.stage.output.kind != "range":
         return spec
-    if inline is None or index in run.local_only:
-        inline = dict(run.finalize_body, destinations=None)
-    return dict(spec, output=dict(spec["output"], finalize=inline))
+    return dict(spec, output=dict(spec["output"], finalize=run.finalize_body))
 
 
 def duckdb_builds(stage: Stage) -> bool:
