@@ -11,9 +11,15 @@ on exit, on Ctrl-C and on errors. It needs root and skips with a message otherwi
     python bench/netcluster.py --hosts 4 --job shuffle --rows 2000000
     python bench/netcluster.py --hosts 4 --job tpcds --data DIR --queries 4,11,14,23,64,74,78,95
 
-Jobs run in ``pull`` and ``prefetch`` mode alternately, ``--repeat`` times each; the table gives
-medians of map stage, reduce stage and job time, the reducers' shuffle-read wait and bytes
-moved between hosts, and the prefetch/pull ratios.
+Every job runs once untimed in each mode first (the workers warm), then ``--repeat`` times in
+each mode, the order of the modes alternating from one repeat to the next (pull first, then
+prefetch first). The table gives medians with their range of job time, map stage, reduce stage,
+the reducers' shuffle-read wait, the push tail and bytes moved between hosts, and the
+prefetch/pull ratios of the medians. While each timed run goes, every host's link is sampled
+(its bridge port's byte counters, every ``SAMPLE_SECONDS``): the table adds each mode's mean
+use of the links over the job, and ``<cache>/netcluster-<job>-links.png`` charts every host's
+downlink and uplink over time, for the last repeat of each job and mode, so the overlap of
+pushes with map work can be seen.
 """
 
 from __future__ import annotations
@@ -27,17 +33,20 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 
 from shuffle import JOBS as SHUFFLE_JOBS
 from shuffle import generate as generate_shuffle_data
-from shuffle import measure, median_of, ratio
+from shuffle import measure, median_of, mode_order, ratio, spread
 
 import qengine
 from qengine.cli.common import cache_dir, register_directory
 from sortbench.sortjob import copy_sql
 from tpcds.report import write_json
 
+SAMPLE_SECONDS = 0.05  # how often the link monitor reads the byte counters
 SUBNET = "10.213.{}"  # a /24 per run; .254 is the bridge (this process), .100 the coordinator
 COORDINATOR_PORT = 7777
 WORKER_PORT = 7000
@@ -62,6 +71,67 @@ def _run(*cmd: str) -> None:
     subprocess.run(cmd, check=True, capture_output=True, text=True)
 
 
+def rate_bytes(rate: str) -> float:
+    """Bytes per second of a tc rate such as ``300mbit`` or ``1gbit``."""
+    units = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "bit": 1.0}
+    for unit, scale in units.items():
+        if rate.endswith(unit):
+            return float(rate[: -len(unit)]) * scale / 8
+    raise qengine.ProgrammingError(f"--rate {rate!r}: give it as tc does, e.g. 300mbit")
+
+
+class LinkMonitor:
+    """Samples each host's link while a job runs: bytes into the host (its downlink, sent by
+    the bridge port) and out of it (its uplink), from the bridge-side veth's counters."""
+
+    def __init__(self, links: dict[str, str]) -> None:
+        self.links = links  # host name → its bridge-side interface
+        self.samples: list[tuple[float, dict[str, tuple[int, int]]]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _read(self) -> dict[str, tuple[int, int]]:
+        out = {}
+        for host, link in self.links.items():
+            base = f"/sys/class/net/{link}/statistics"
+            with open(f"{base}/tx_bytes") as down, open(f"{base}/rx_bytes") as up:
+                out[host] = (int(down.read()), int(up.read()))
+        return out
+
+    def __enter__(self) -> LinkMonitor:
+        self.samples = [(time.perf_counter(), self._read())]
+
+        def run() -> None:
+            while not self._stop.wait(SAMPLE_SECONDS):
+                self.samples.append((time.perf_counter(), self._read()))
+
+        self._thread = threading.Thread(target=run, name="link-monitor", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join()
+        self.samples.append((time.perf_counter(), self._read()))
+
+    def series(self) -> dict[str, list[tuple[float, float, float]]]:
+        """Per host: (seconds since start, downlink bytes/s, uplink bytes/s) per interval."""
+        t0 = self.samples[0][0]
+        out: dict[str, list[tuple[float, float, float]]] = {h: [] for h in self.links}
+        for (t1, a), (t2, b) in zip(self.samples, self.samples[1:], strict=False):
+            dt = max(t2 - t1, 1e-6)
+            for h in self.links:
+                out[h].append((t2 - t0, (b[h][0] - a[h][0]) / dt, (b[h][1] - a[h][1]) / dt))
+        return out
+
+    def mean_use(self, rate: float) -> float:
+        """The mean share of the links' capacity used over the run, both ways and all hosts."""
+        (t1, first), (t2, last) = self.samples[0], self.samples[-1]
+        moved = sum(last[h][0] - first[h][0] + last[h][1] - first[h][1] for h in self.links)
+        return moved / (2 * len(self.links) * rate * max(t2 - t1, 1e-6))
+
+
 class NetCluster:
     """H host namespaces + a coordinator namespace on a bridge, each link shaped to ``rate``."""
 
@@ -82,6 +152,7 @@ class NetCluster:
         self.bridge = f"{self.prefix}br"
         self.namespaces: list[str] = []
         self.links: list[str] = []
+        self.host_links: dict[str, str] = {}  # host name → its bridge-side interface
         self.procs: list[subprocess.Popen] = []
         self.token = secrets.token_hex(16)
         self.token_file = os.path.join(workdir, "token")
@@ -96,6 +167,8 @@ class NetCluster:
         self.namespaces.append(ns)
         _run("ip", "link", "add", outside, "type", "veth", "peer", "name", inside)
         self.links.append(outside)
+        if shaped:
+            self.host_links[name] = outside
         _run("ip", "link", "set", inside, "netns", ns)
         _run("ip", "link", "set", outside, "master", self.bridge, "up")
         _run("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
@@ -224,21 +297,31 @@ JOB_BUILDERS = {"terasort": _terasort, "shuffle": _shuffle, "tpcds": _tpcds}
 
 
 def run_jobs(cluster: NetCluster, args: argparse.Namespace, sqls: dict[str, str], root: str) -> list[dict]:
-    """Every job of ``args.job`` (``sqls`` over the tables under ``root``) in pull and prefetch
-    mode alternately, ``args.repeat`` times."""
+    """Every job of ``args.job`` (``sqls`` over the tables under ``root``): once untimed in each
+    mode, then ``args.repeat`` times in each, the mode that goes first alternating; each timed
+    run with its links sampled."""
     # TeraSort keeps one task per range partition (its layout); the others use the default coalescing.
     options = {"coalesce_size": 0} if args.job == "terasort" else {}
+    if args.split_size:
+        options["split_size"] = args.split_size
     connections = {}
     try:
         for mode in ("pull", "prefetch"):
             connections[mode] = cluster.connect(shuffle=mode, **options)
             register_directory(connections[mode], root)
+        for name, sql in sqls.items():
+            for mode in ("pull", "prefetch"):
+                seconds = measure(connections[mode], name, sql)["seconds"]
+                print(f"  {name:10s} {mode:8s} {seconds:7.2f}s (warm-up)", flush=True)
+        rate = rate_bytes(args.rate)
         results = []
-        for _ in range(args.repeat):
+        for round_ in range(args.repeat):
             for name, sql in sqls.items():
-                for mode in ("pull", "prefetch"):
-                    results.append({"mode": mode, **measure(connections[mode], name, sql)})
-                    print(f"  {name:10s} {mode:8s} {results[-1]['seconds']:7.2f}s", flush=True)
+                for mode in mode_order(round_):
+                    with LinkMonitor(cluster.host_links) as links:
+                        run = measure(connections[mode], name, sql)
+                    results.append({"mode": mode, **run, "link_use": links.mean_use(rate), "links": links.series()})
+                    print(f"  {name:10s} {mode:8s} {run['seconds']:7.2f}s  links {100 * results[-1]['link_use']:.0f}% used", flush=True)
         return results
     finally:
         for con in connections.values():
@@ -249,9 +332,9 @@ def report(results: list[dict], args: argparse.Namespace) -> dict:
     from rich.console import Console
     from rich.table import Table
 
-    keys = ("seconds", "map_seconds", "reduce_seconds", "read_wait", "remote_bytes")
-    heads = ("job s", "map stage s", "reduce stage s", "read wait s", "cross-host MB")
-    table = Table(title=f"{args.job} on {args.hosts} hosts at {args.rate} (median of {args.repeat})")
+    keys = ("seconds", "map_seconds", "reduce_seconds", "read_wait", "push_tail", "remote_bytes", "link_use")
+    heads = ("job s", "map stage s", "reduce stage s", "read wait s", "push tail s", "cross-host MB", "links used")
+    table = Table(title=f"{args.job} on {args.hosts} hosts at {args.rate}: median (range) of {args.repeat}, both modes warm, alternating")
     for h in ("job", "mode", *heads):
         table.add_column(h, justify="right")
     summary = {}
@@ -259,14 +342,48 @@ def report(results: list[dict], args: argparse.Namespace) -> dict:
         med = {}
         for mode in ("pull", "prefetch"):
             runs = [r for r in results if r["job"] == job and r["mode"] == mode]
-            med[mode] = {k: median_of(runs, k, missing=0) for k in keys}  # a missing stage counts as 0 s
-            cells = [f"{med[mode][k] / 1e6:.1f}" if k == "remote_bytes" else f"{med[mode][k]:.3f}" for k in keys]
+            for r in runs:  # a missing stage counts as 0 s
+                r.update({k: 0 for k in keys if r.get(k) is None})
+            med[mode] = {k: median_of(runs, k) for k in keys}
+            cells = [spread(runs, k, "MB") if k == "remote_bytes" else f"{100 * med[mode][k]:.0f}%" if k == "link_use" else spread(runs, k) for k in keys]
             table.add_row(job, mode, *cells)
         ratios = {k: ratio(med["prefetch"][k], med["pull"][k]) for k in keys}
         summary[job] = {"medians": med, "prefetch_over_pull": ratios}
-        table.add_row(job, "prefetch/pull", *[f"{ratios[k]:.3f}" if ratios[k] is not None else "-" for k in keys])
-    Console().print(table)
+        table.add_row(job, "prefetch/pull", *[f"{ratios[k]:.3f}" if ratios[k] is not None else "-" for k in keys], end_section=True)
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
     return summary
+
+
+def chart_links(results: list[dict], args: argparse.Namespace, path: str) -> None:
+    """Each host's downlink and uplink over the last timed run of every job and mode, as a
+    share of the link rate: a row per job, a column per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rate = rate_bytes(args.rate)
+    jobs = list(dict.fromkeys(r["job"] for r in results))
+    fig, axes = plt.subplots(len(jobs), 2, figsize=(12, 2.6 * len(jobs)), squeeze=False, sharey=True)
+    for row, job in enumerate(jobs):
+        for col, mode in enumerate(("pull", "prefetch")):
+            ax = axes[row][col]
+            last = [r for r in results if r["job"] == job and r["mode"] == mode][-1]
+            for host, points in sorted(last["links"].items()):
+                t = [p[0] for p in points]
+                ax.plot(t, [100 * p[1] / rate for p in points], label=f"{host} down", linewidth=1)
+                ax.plot(t, [100 * p[2] / rate for p in points], label=f"{host} up", linewidth=1, linestyle="--")
+            ax.set_title(f"{job}, {mode}: {last['seconds']:.2f} s", fontsize=9)
+            ax.set_ylim(0, 110)
+            ax.set_ylabel("% of link rate", fontsize=8)
+            ax.tick_params(labelsize=7)
+        axes[row][1].legend(fontsize=6, ncol=2, loc="upper right")
+    axes[-1][0].set_xlabel("seconds since the job started", fontsize=8)
+    axes[-1][1].set_xlabel("seconds since the job started", fontsize=8)
+    fig.suptitle(f"{args.job} on {args.hosts} hosts at {args.rate}: link use, last repeat", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -278,8 +395,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=2_000_000, help="rows per table of the shuffle jobs")
     parser.add_argument("--data", help="TPC-DS Parquet directory, for --job tpcds")
     parser.add_argument("--queries", default="4,11,14,23,64,74,78,95", help="TPC-DS queries, for --job tpcds")
-    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per job and mode (default 3)")
     parser.add_argument("--memory-budget", default=None, help="each worker's shuffle memory budget")
+    parser.add_argument("--split-size", default=None, help="bytes of input per map task in both modes, e.g. 32MB (default: the engine's)")
     parser.add_argument("--out", default=None, help="JSON report (default: the cache directory)")
     args = parser.parse_args(argv)
     reason = missing_requirement()
@@ -293,8 +411,10 @@ def main(argv: list[str] | None = None) -> int:
             results = run_jobs(cluster, args, sqls, root)
         summary = report(results, args)
         out = args.out or os.path.join(cache_dir(), f"netcluster-{args.job}.json")
+        chart = os.path.splitext(out)[0] + "-links.png"
+        chart_links(results, args, chart)
         write_json({"args": vars(args), "summary": summary, "runs": results}, out)
-        print(f"report: {out}")
+        print(f"report: {out}\nlinks chart: {chart}")
     except qengine.Error as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1

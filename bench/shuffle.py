@@ -7,11 +7,14 @@ Three jobs over generated Parquet data on a local cluster, each run in both mode
 - sort:     a range-partitioned sort of Zipf-skewed keys (s ≈ 1.1), kept distributed (CTAS);
 - join:     two hash shuffles feeding one join stage, then an aggregate.
 
-Per job and mode it prints map and reduce stage times, the reducers' shuffle-read wait, bytes
-moved between hosts, the size-prediction error, reducer load balance (MinHeap next to naive
-round-robin), bytes spilled, and the prefetch/pull ratios. Timings are from this run only.
+Every job runs once untimed in each mode first (both clusters warm), then ``--repeat`` times
+in each mode, the order of the modes alternating from one repeat to the next (pull first, then
+prefetch first). Per job and mode it prints medians with their range of job time, map and
+reduce stage times, the reducers' shuffle-read wait, the push tail, bytes moved between hosts,
+the size-prediction error, reducer load balance (MinHeap next to naive round-robin), bytes
+spilled, and the prefetch/pull ratios of the medians. Timings are from this run only.
 
-    python bench/shuffle.py [--rows 2000000] [--workers 2] [--partitions 16] [--repeat 2]
+    python bench/shuffle.py [--rows 2000000] [--workers 2] [--partitions 16] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -74,6 +77,22 @@ def median_of(runs: list[dict], key: str, missing: float | None = None) -> float
     return statistics.median(values) if values else None
 
 
+def spread(runs: list[dict], key: str, unit: str = "s") -> str:
+    """``median (min–max)`` of ``key`` over ``runs`` (None values left out), or "-"."""
+    values = [r[key] for r in runs if r[key] is not None]
+    if not values:
+        return "-"
+    if unit == "MB":
+        return f"{statistics.median(values) / 1e6:.1f} ({min(values) / 1e6:.1f}–{max(values) / 1e6:.1f})"
+    return f"{statistics.median(values):.3f} ({min(values):.3f}–{max(values):.3f})"
+
+
+def mode_order(round_: int) -> tuple[str, str]:
+    """The order the two modes run in, repeat by repeat: pull first, then prefetch first, so
+    neither always runs on the state the other leaves behind."""
+    return ("pull", "prefetch") if round_ % 2 == 0 else ("prefetch", "pull")
+
+
 def ratio(prefetch: float | None, pull: float | None) -> float | None:
     """prefetch/pull, or None when either is missing or pull is 0 (nothing to compare with)."""
     return prefetch / pull if pull and prefetch is not None else None
@@ -117,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, default=16, help="input files per table (map tasks)")
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
     parser.add_argument("--partitions", type=int, default=16, help="reducers per shuffle")
-    parser.add_argument("--repeat", type=int, default=2, help="runs per job and mode, alternating modes")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per job and mode, alternating which mode goes first")
     parser.add_argument("--shuffle-memory", default=None, help="per-worker budget, e.g. 64MB, to exercise spilling")
     parser.add_argument("--jobs", default=",".join(JOBS))
     parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES_PER_PARTITION, help="s: range samples per reducer per map task (s×p)")
@@ -145,8 +164,10 @@ def main(argv: list[str] | None = None) -> int:
             )
             register_directory(clusters[mode], root)
         for job in jobs:
-            for _ in range(args.repeat):
-                for mode in ("pull", "prefetch"):
+            for mode in ("pull", "prefetch"):
+                measure(clusters[mode], job, JOBS[job])  # warm-up, untimed
+            for round_ in range(args.repeat):
+                for mode in mode_order(round_):
                     results[job][mode].append(measure(clusters[mode], job, JOBS[job]))
     finally:
         for con in clusters.values():
@@ -155,11 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     def fmt(x: float | None, unit: str = "s") -> str:
         if x is None:
             return "-"
-        return f"{x:.3f}{unit}" if unit == "s" else f"{x:,.0f}" if unit == "B" else f"{x:.3f}"
+        return f"{x:,.0f}" if unit == "B" else f"{x:.3f}"
 
-    table = Table(title=f"prefetch vs pull: {args.rows:,} rows, {args.workers} workers, {args.partitions} reducers (median of {args.repeat})")
+    table = Table(title=f"prefetch vs pull: {args.rows:,} rows, {args.workers} workers, {args.partitions} reducers "
+                        f"(median (range) of {args.repeat}, seconds)")
     for col in ("job", "mode", "job time", "map stage", "reduce stage", "reducer read wait", "push tail",
-                "remote bytes", "pred. max err", "load max/mean", "round-robin load", "spilled", "hits"):
+                "remote MB", "pred. max err", "load max/mean", "round-robin load", "spilled", "hits"):
         table.add_column(col)
     summary = {}
     for job in jobs:
@@ -168,9 +190,8 @@ def main(argv: list[str] | None = None) -> int:
             last = runs[-1]
             err = last["prediction_max_error"]
             table.add_row(
-                job, mode, fmt(median_of(runs, "seconds")), fmt(median_of(runs, "map_seconds")),
-                fmt(median_of(runs, "reduce_seconds")), fmt(median_of(runs, "read_wait")),
-                fmt(median_of(runs, "push_tail")), fmt(median_of(runs, "remote_bytes"), "B"),
+                job, mode, spread(runs, "seconds"), spread(runs, "map_seconds"), spread(runs, "reduce_seconds"),
+                spread(runs, "read_wait"), spread(runs, "push_tail"), spread(runs, "remote_bytes", "MB"),
                 "-" if err is None else f"{100 * err:.1f}%", fmt(last["load"], ""), fmt(last["round_robin_load"], ""),
                 fmt(last["spilled"], "B"), last["hits"],
             )

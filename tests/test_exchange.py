@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 
 import pytest
 
@@ -109,6 +110,9 @@ def test_explain_analyze_shows_shuffle_metrics(clusters) -> None:
     shuffle_lines = [line for line in lines if "[shuffle]" in line]
     assert shuffle_lines and all("prediction error" in line and "prefetch hits" in line for line in shuffle_lines)
     assert any("bytes spilled" in line for line in lines)
+    # whether a placed shuffle pushed or let its reducers fetch, and why (exchange.push_decision)
+    placed = [line for line in shuffle_lines if "placement=minheap" in line]
+    assert placed and all(re.search(r"\((pushed|fetched): [0-9.]+s of map work left, ", line) for line in placed), placed
 
 
 def test_fetch_limiter_bounds_requests_and_bytes() -> None:

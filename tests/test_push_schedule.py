@@ -139,3 +139,15 @@ def test_a_piece_larger_than_the_bound_goes_alone() -> None:
     limiter.release(HOSTS[1], 500)
     t.join(5)
     assert taken == [HOSTS[2]]
+
+
+def test_the_limiter_measures_the_rate_its_pushes_reached() -> None:
+    """Two pieces of 1 MB in flight together for about 0.1 s: about 20 MB/s."""
+    limiter = PushLimiter(streams=2, max_bytes=4 << 20)
+    assert limiter.rate is None
+    a = limiter.acquire([HOSTS[1]], {HOSTS[1]: 1 << 20})
+    b = limiter.acquire([HOSTS[2]], {HOSTS[2]: 1 << 20})
+    time.sleep(0.1)
+    limiter.release(a, 1 << 20)
+    limiter.release(b, 1 << 20)
+    assert limiter.rate is not None and 5e6 < limiter.rate < 2.2e7

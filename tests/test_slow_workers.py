@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from qengine.exchange.push_decision import PushRates
 from qengine.runtime.query_state import QueryState, ReducerPlacement, StageRun
 from qengine.runtime.shuffle_driver import ShuffleDriver
 from qengine.runtime.slow_workers import (
@@ -17,6 +18,7 @@ from qengine.runtime.slow_workers import (
     PaceMemory,
     measured,
     paces,
+    settled_paces,
     slow,
 )
 
@@ -33,7 +35,7 @@ def state_with(runs: list[SimpleNamespace], lost: set[int] | None = None) -> Que
 def stage(durations: list[tuple[int, float]], running: dict[int, tuple[int, float]] | None = None) -> SimpleNamespace:
     """A stage with finished (worker, seconds) and running task → (worker, started)."""
     return SimpleNamespace(
-        durations=durations, outrun=[], done=False, completed=set(),
+        durations=[(w, s, 0) for w, s in durations], outrun=[], done=False, completed=set(),
         running={i: {0: (w, started, False)} for i, (w, started) in (running or {}).items()},
     )
 
@@ -130,12 +132,15 @@ def test_a_remembered_pace_fades_halfway_back_to_typical_every_half_life() -> No
     assert memory.recall(ADDRESSES[1], now=10.0) is None
 
 
-def test_slow_is_twice_typical_and_never_takes_every_worker() -> None:
+def test_slow_is_twice_the_median_worker_and_never_most_workers() -> None:
     live = [0, 1, 2]
     assert slow({0: 0.4, 1: 1.0, 2: SLOW_PACE}, live) == {2: pytest.approx(SLOW_PACE)}
-    assert slow({0: 0.3, 1: 1.2, 2: SLOW_PACE * 1.1}, live) == {2: pytest.approx(SLOW_PACE * 1.1)}  # typical is 1
+    assert slow({0: 0.3, 1: 1.2, 2: SLOW_PACE * 1.25}, live) == {2: pytest.approx(SLOW_PACE * 1.25 / 1.2)}
+    assert slow({0: 0.3, 1: 1.2, 2: SLOW_PACE * 1.1}, live) == {}  # 1.83 times the median worker
     assert slow({0: 0.3, 1: 1.0, 2: SLOW_PACE * 0.95}, live) == {}  # one fast outlier does not make the rest slow
-    assert slow({0: 8.0, 1: 8.0, 2: 1.0}, live) == {0: 8.0, 1: 8.0}
+    assert slow({0: 8.0, 1: 8.0, 2: 1.0}, live) == {}  # most workers behind: the cluster is slow, not they
+    assert slow({0: 6.4, 1: 5.2, 2: 5.3, 3: 4.3}, [0, 1, 2, 3]) == {}
+    assert slow({0: 1.0, 1: 1.0, 2: 4.0, 3: 4.0}, [0, 1, 2, 3]) == {2: 4.0, 3: 4.0}  # half of them may be
     assert slow({0: 8.0, 1: 8.0, 2: 8.0}, live) == {}  # all alike: nobody is kept off
     assert slow({0: 8.0}, [0]) == {}
     assert slow({0: 8.0, 1: 1.0}, [0, 1, 2]) == {0: 8.0}  # an unknown worker counts as typical
@@ -186,7 +191,7 @@ def test_blocks_pushed_after_their_reducer_moved_are_read_from_the_senders_copy(
     run = SimpleNamespace(stage=SimpleNamespace(id=0), blocks={0: {0: (2, 0, 100, 10)}, 1: {0: (2, 0, 50, 5)}}, backups={})
     run.read_backups = functools.partial(StageRun.read_backups, run)
     StageRun.record_backups(run, 0, 0, 0, [0, 1])
-    ShuffleDriver(state, aux=lambda *a: None).read_moved_from_backups(run, {0: 2, 1: 2})
+    ShuffleDriver(state, aux=lambda *a: None, rates=PushRates()).read_moved_from_backups(run, {0: 2, 1: 2})
     assert run.blocks == {0: {0: (0, 0, 100, 10)}, 1: {0: (2, 0, 50, 5)}}
     assert state.recovery.from_backups == 1
 
@@ -195,3 +200,35 @@ def test_of_two_finished_tasks_the_faster_is_typical() -> None:
     """A stage with two finished tasks, 0.1 s and 0.3 s: the slower one is three times typical,
     not 1.5 times their mean, and its worker (with one typical task added) has a pace of 2."""
     assert measured(state_with([stage([(0, 0.1), (2, 0.3)])]))[2] == pytest.approx(2.0)
+
+
+def test_while_most_of_a_stage_runs_its_running_tasks_count_in_what_is_typical() -> None:
+    """Two tasks finished in 0.1 s, but four have run 0.5 s: 0.5 s is typical, and the task
+    at 0.6 s is 1.2 times that, not slow. Once the others have finished in 0.1 s, the same task is."""
+    now = 100.0
+    crowd = {i: (i % 3, now - 0.5) for i in range(2, 6)} | {6: (2, now - 0.6)}
+    state = state_with([stage([(0, 0.1), (1, 0.1)], running=crowd)])
+    pace = paces(state, PaceMemory(), now)[0]
+    assert pace[2] == pytest.approx(1.2) and slow(pace, state.live_hosts()) == {}
+    alone = state_with([stage([(0, 0.1), (1, 0.1), (0, 0.1), (1, 0.1)], running={6: (2, now - 0.6)})])
+    assert paces(alone, PaceMemory(), now)[0][2] == pytest.approx(6.0)
+
+
+def test_a_task_that_read_more_is_allowed_longer() -> None:
+    """Worker 2's reducer read three times the median rows and took three times as long: its
+    work, not its worker, made it long. One that read a third as much is held to the median."""
+    run = SimpleNamespace(durations=[(0, 0.1, 100), (1, 0.1, 100), (2, 0.3, 300)], outrun=[], done=True, completed=set(), running={})
+    assert measured(state_with([run]))[2] == pytest.approx(1.0)
+    run.durations = [(0, 0.1, 100), (1, 0.1, 100), (2, 0.3, 30)]
+    assert measured(state_with([run]))[2] == pytest.approx(2.0)
+
+
+def test_running_tasks_alone_do_not_keep_a_worker_off_new_work() -> None:
+    """Worker 2's task has run ten times the median: it lags (LATE copies it sooner), but until
+    something has ended to say so, its settled pace is typical and new work may go to it."""
+    now = 100.0
+    state = state_with([stage([(0, 0.1), (1, 0.1)], running={2: (2, now - 1.0)})])
+    assert slow(paces(state, PaceMemory(), now)[0], state.live_hosts()) == {2: pytest.approx(10.0)}
+    settled, remembered = settled_paces(state, PaceMemory(), now)
+    assert settled == {0: 1.0, 1: 1.0} and not remembered
+    assert slow(settled, state.live_hosts()) == {}

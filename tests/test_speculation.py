@@ -16,11 +16,11 @@ def state_with(scores: dict[int, float | None], workers: dict[int, int], run_for
     with progress ``scores[i]`` reported just now (None: no report)."""
     now = time.monotonic()
     run = SimpleNamespace(
-        submitted=True, done=False, stats=SimpleNamespace(kind="hash"), durations=list(durations),
+        submitted=True, done=False, stats=SimpleNamespace(kind="hash"), durations=[(w, s, 0) for w, s in durations],
         running={i: {0: (workers[i], now - run_for, False)} for i in scores}, completed=set(), speculated=set(),
         stage=SimpleNamespace(id=3),
     )
-    state = SimpleNamespace(options=SimpleNamespace(speculation=True, slots=1), runs=[run], lost=set(), slow={}, query_id=QUERY)
+    state = SimpleNamespace(options=SimpleNamespace(speculation=True, slots=1), runs=[run], lost=set(), slow={}, lagging={}, query_id=QUERY)
     reports = {f"{QUERY}/3/{i}/0": (score, now - 0.01) for i, score in scores.items() if score is not None}
     return state, run, reports
 

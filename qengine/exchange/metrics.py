@@ -32,6 +32,7 @@ class ShuffleStats:
     # map tasks whose blocks were pushed to their reducers' hosts (prefetch); none when every
     # map task had finished before the reducers were placed
     pushed_tasks: int = 0
+    push_decision: str = ""  # pushed or fetched, and why (``exchange.push_decision``); prefetch only
 
     def prediction_errors(self) -> tuple[float | None, float | None]:
         """(max, mean) relative error of predicted vs actual reducer sizes, over non-empty reducers."""
@@ -67,6 +68,7 @@ class ShuffleStats:
             "blocks": self.blocks_total,
             "self_partitioned_map_tasks": self.self_partitioned_tasks,
             "pushed_map_tasks": self.pushed_tasks,
+            "push_decision": self.push_decision,
         }
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 
@@ -33,6 +34,9 @@ import pyarrow as pa
 PIECE_BYTES = 4 << 20  # at most this much of a stream per call; at 300 Mbit, about 0.1 s
 STREAMS = 2  # pieces a worker has in flight at once
 IN_FLIGHT_BYTES = 16 << 20  # bytes a worker has in flight at once (one larger piece may go alone)
+# A spell of pushing shorter than this, or moving less, says little about the links' rate.
+RATE_MIN_SECONDS = 0.05
+RATE_MIN_BYTES = 1 << 20
 
 Piece = list[tuple[int, pa.Table]]  # (partition, rows) of one call
 
@@ -77,13 +81,19 @@ def piece_bytes(piece: Piece) -> int:
 
 class PushLimiter:
     """A worker's pushes in flight: at most ``streams`` pieces, one per destination link, and
-    ``max_bytes`` (a larger piece may go alone). Shared by all the pushes a worker runs at once."""
+    ``max_bytes`` (a larger piece may go alone). Shared by all the pushes a worker runs at once.
+
+    It also measures the worker's push ``rate``: bytes per second over each spell in which it
+    had pieces in flight, averaged with the earlier spells (``exchange.push_decision`` uses it)."""
 
     def __init__(self, streams: int = STREAMS, max_bytes: int = IN_FLIGHT_BYTES) -> None:
         self.streams = streams
         self.max_bytes = max_bytes
+        self.rate: float | None = None
         self._busy: set[str] = set()
         self._bytes = 0
+        self._spell_start = 0.0
+        self._spell_bytes = 0
         self._cond = threading.Condition()
 
     def acquire(self, hosts: list[str], sizes: dict[str, int]) -> str:
@@ -92,6 +102,8 @@ class PushLimiter:
         with self._cond:
             while (host := self._free(hosts, sizes)) is None:
                 self._cond.wait()
+            if not self._busy:
+                self._spell_start, self._spell_bytes = time.monotonic(), 0
             self._busy.add(host)
             self._bytes += sizes[host]
             return host
@@ -108,6 +120,12 @@ class PushLimiter:
         with self._cond:
             self._busy.discard(host)
             self._bytes -= nbytes
+            self._spell_bytes += nbytes
+            if not self._busy:
+                spell = time.monotonic() - self._spell_start
+                if spell >= RATE_MIN_SECONDS and self._spell_bytes >= RATE_MIN_BYTES:
+                    rate = self._spell_bytes / spell
+                    self.rate = rate if self.rate is None else (self.rate + rate) / 2
             self._cond.notify_all()
 
 

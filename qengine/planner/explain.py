@@ -69,7 +69,7 @@ def shuffle_summary(s: dict) -> str:
         f"mean={pct(s['prediction_mean_error'])} remote={s['remote_bytes']} local={s['local_bytes']} "
         f"load max/mean={s['host_load_max_over_mean']} (round-robin {s['round_robin_load_max_over_mean']}) "
         f"reducer wait={s['reducer_read_wait_seconds']:.3f}s push tail={s['push_tail_seconds']:.3f}s "
-        f"prefetch hits={s['prefetch_hits']}/{s['blocks']}"
+        f"prefetch hits={s['prefetch_hits']}/{s['blocks']}" + (f" ({s['push_decision']})" if s.get("push_decision") else "")
     )
 
 

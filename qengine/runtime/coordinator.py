@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pyarrow as pa
 
 from qengine.errors import Error
+from qengine.exchange.push_decision import PushRates
 from qengine.exchange.store import concat
 from qengine.planner.frontend import with_user_columns
 from qengine.planner.stages import StagePlan
@@ -45,6 +46,7 @@ class Coordinator:
         self.aux = ThreadPoolExecutor(max_workers=self.AUX_THREADS, thread_name_prefix="qengine-shuffle")
         self.key_ranges = KeyRanges()
         self.paces = PaceMemory()
+        self.push_rates = PushRates()  # what the workers' pushes reached: whether a shuffle pushes
         self._running: set[QueryRun] = set()
         self._lock = threading.Lock()
 
@@ -67,7 +69,7 @@ class Coordinator:
         run = None
         try:
             with self.cluster.running_query():
-                run = QueryRun(self.cluster, self.options, (self.tasks, self.aux), self.key_ranges, self.paces, plan, output, progress)
+                run = QueryRun(self.cluster, self.options, (self.tasks, self.aux), self.key_ranges, (self.paces, self.push_rates), plan, output, progress)
                 with self._lock:
                     self._running.add(run)
                 return run.execute()

@@ -28,6 +28,7 @@ from typing import Any
 
 from qengine.errors import Error, InputLostError, InternalError, OperationalError, WorkerUnreachableError, lost_input
 from qengine.exchange.metrics import ShuffleStats
+from qengine.exchange.push_decision import PushRates
 from qengine.planner import direct, estimates
 from qengine.planner import logical as lp
 from qengine.planner.null_columns import null_columns
@@ -37,7 +38,7 @@ from qengine.runtime.key_ranges import KeyRanges, prune_scan
 from qengine.runtime.query_state import SHUFFLE_KINDS, Cluster, ExecutionOptions, QueryState, StageRun, release_blocks
 from qengine.runtime.shuffle_driver import ShuffleDriver
 from qengine.runtime.slots import Slots, WorkerGoneError
-from qengine.runtime.slow_workers import PaceMemory, measured, paces, slow
+from qengine.runtime.slow_workers import PaceMemory, measured, paces, settled_paces, slow
 from qengine.runtime.speculation import ProgressReports, straggler
 from qengine.runtime.stats import QueryStats, StageStats
 from qengine.runtime.task_specs import task_spec, with_inline_finalize
@@ -71,7 +72,7 @@ class QueryRun:
         options: ExecutionOptions,
         calls: tuple[ThreadPoolExecutor, ThreadPoolExecutor],
         key_ranges: KeyRanges,
-        memory: PaceMemory,
+        memory: tuple[PaceMemory, PushRates],
         plan: StagePlan,
         output: dict | None,
         progress: Callable[[int, int], None] | None,
@@ -79,7 +80,8 @@ class QueryRun:
         self.cluster = cluster
         self.tasks, self.aux_calls = calls
         self.key_ranges = key_ranges
-        self.memory = memory  # workers' paces, as earlier queries saw them
+        # what earlier queries saw: workers' paces, and the rates their pushes reached
+        self.memory, push_rates = memory
         self.progress = progress
         addresses = list(cluster.addresses)
         if not addresses:
@@ -92,7 +94,7 @@ class QueryRun:
         # Held while the scheduling loop changes the run's state and while a task's spec is
         # built from it (specs are built in the call threads, once a task has its slot).
         self.lock = threading.RLock()
-        self.shuffles = ShuffleDriver(state, self._aux)
+        self.shuffles = ShuffleDriver(state, self._aux, push_rates)
         self.reports = ProgressReports(state, self._call, self.aux_calls)  # LATE's progress scores
         self.moved_off: set[int] = set()  # slow workers whose waiting reducers were placed elsewhere since found slow
         for stage, (splits, tasks) in zip(plan.stages, plan.scan_tasks(state.workers, options.split_bytes), strict=True):
@@ -460,7 +462,7 @@ class QueryRun:
         run.wanted[index] = {attempt}
         if speculative:
             self.state.recovery.speculation_wins += 1
-        run.durations.append((worker, seconds))
+        run.durations.append((worker, seconds, result.get("rows_in") or 0))
         run.schema = run.schema or result["schema"]
         if "sample" not in result:  # staged range output has no blocks until it is partitioned
             hosts = {a: w for w, a in enumerate(self.state.addresses)}
@@ -751,13 +753,16 @@ class QueryRun:
     # ---- stragglers (LATE) -------------------------------------------------------------
 
     def _find_slow(self) -> dict[int, float]:
-        """Each worker's pace now; the slow ones are kept off new work (``runtime.slow_workers``)
-        while speculation is on."""
+        """Each worker's pace now; while speculation is on, the slow ones are kept off new work
+        and the lagging ones' tasks are copied sooner (``runtime.slow_workers``)."""
         if not self.state.options.speculation:
             return {}
         state = self.state
-        pace, remembered = paces(state, self.memory, time.monotonic())
-        state.slow = slow(pace, state.live_hosts(), state.slow)
+        now = time.monotonic()
+        settled, remembered = settled_paces(state, self.memory, now)
+        pace, _ = paces(state, self.memory, now)
+        state.slow = slow(settled, state.live_hosts(), state.slow)
+        state.lagging = slow(pace, state.live_hosts(), state.lagging)
         self.slots.set_slow(state.slow, remembered & state.slow.keys(), pace)
         # A worker's reducers placed ahead are placed again once each time it is found slow: a
         # worker that recovers may be given reducers again, and lose them if it slows down again.

@@ -107,7 +107,8 @@ class StageRun:
     waiting: set[int] = field(default_factory=set)  # tasks waiting for their inputs to be recomputed
     # task → attempt → (worker, start time, speculative) of attempts running now
     running: dict[int, dict[int, tuple[int, float, bool]]] = field(default_factory=dict)
-    durations: list[tuple[int, float]] = field(default_factory=list)  # (worker, seconds from slot to answer) of finished tasks
+    # (worker, seconds from slot to answer, rows read) of finished tasks
+    durations: list[tuple[int, float, int]] = field(default_factory=list)
     outrun: list[tuple[int, float]] = field(default_factory=list)  # (worker, seconds run) of attempts a copy beat
     speculated: set[int] = field(default_factory=set)  # tasks that have had their speculative copy
     # partition → side calls in flight moving its blocks (pushes, finalizations that push):
@@ -250,6 +251,9 @@ class QueryState:
     # live workers new work keeps away from (``runtime.slow_workers``), each with how many
     # times slower than typical it is; empty while speculation is off
     slow: dict[int, float] = field(default_factory=dict)
+    # live workers slow by their running tasks too: LATE copies their tasks sooner and sends
+    # them no copy (``runtime.speculation``); empty while speculation is off
+    lagging: dict[int, float] = field(default_factory=dict)
     recovery: RecoveryStats = field(default_factory=RecoveryStats)
 
     def live_hosts(self) -> list[int]:

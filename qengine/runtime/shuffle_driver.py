@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 from collections.abc import Callable
 
 import pyarrow as pa
 
 from qengine.exchange.placement import Reducer, accumulate, min_heap, round_robin
 from qengine.exchange.prediction import grouped, hash_prediction, range_prediction
+from qengine.exchange.push_decision import PushDecision, PushRates, decide
 from qengine.exchange.push_schedule import destination_order
 from qengine.exchange.sampling import weighted_bounds
 from qengine.planner import logical as lp
@@ -34,9 +36,10 @@ AuxCall = Callable[[StageRun, str, int, dict], None]
 class ShuffleDriver:
     """Drives every shuffle of one query from its map tasks' results."""
 
-    def __init__(self, state: QueryState, aux: AuxCall) -> None:
+    def __init__(self, state: QueryState, aux: AuxCall, rates: PushRates) -> None:
         self.state = state
         self.aux = aux
+        self.rates = rates  # each worker's push rate, as its pushes measured it
         self._seq = itertools.count()
 
     def map_finished(self, run: StageRun, index: int, result: dict, first: bool) -> None:
@@ -186,10 +189,12 @@ class ShuffleDriver:
                 for g in range(len(groups))
             }
         assert placed is not None
-        push = any(source.pending for source in inputs)
+        decision = self._decide(inputs, sizes, hosts)
+        push = decision.push
         state.placements[consumer_id] = ReducerPlacement(groups, [placed.hosts[g] for g in range(len(groups))], state.addresses, push)
         for source in inputs:
             source.shuffle.placement = "minheap"
+            source.shuffle.push_decision = decision.describe()
         if not push:
             return
         mine = {host: [p for g, members in enumerate(groups) if placed.hosts[g] == host for p in members] for host in hosts}
@@ -202,12 +207,29 @@ class ShuffleDriver:
         for source in inputs:  # tasks that finished (and, for range, were finalized) before placement
             self._push(source, source.finished)
 
+    def _decide(self, inputs: list[StageRun], sizes: list[float], hosts: list[int]) -> PushDecision:
+        """Push or fetch (``exchange.push_decision``): the map work the inputs have left against
+        moving the predicted bytes that change hosts at the workers' measured push rates."""
+        state = self.state
+        durations = [seconds for source in inputs for _, seconds, _ in source.durations]
+        remote = sum(sizes) * (1 - 1 / max(1, len(hosts)))
+        return decide(
+            pending=sum(source.pending for source in inputs),
+            slots=len(state.live_hosts()) * state.options.slots,
+            task_seconds=statistics.median(durations) if durations else 0.0,
+            remote_bytes=remote,
+            senders=len(hosts),
+            rate=self.rates.slowest([state.addresses[w] for w in state.live_hosts()]),
+        )
+
     def aux_done(self, run: StageRun, kind: str, worker: int, body: dict, result: dict) -> None:
         """Take the result of side work: a range finalize reports the bytes and rows it
         partitioned, a push where the blocks went."""
         hosts = {a: w for w, a in enumerate(self.state.addresses)}
+        address = self.state.addresses[worker]
         if kind == "finalize_range":
             for task, sizes in result["tasks"].items():
+                self.rates.learn(address, sizes.get("push_rate") or 0.0)
                 t = int(task)
                 if run.committed.get(t) != body["tasks"][task]:
                     continue  # recomputed meanwhile: that attempt's blocks count
@@ -220,6 +242,7 @@ class ShuffleDriver:
             # Finalized before the reducers were placed: push now that both are known.
             self._push(run, [int(t) for t in result["tasks"]])
         elif kind == "push" and run.committed.get(body["task"]) == body["attempt"]:
+            self.rates.learn(address, result.get("push_rate") or 0.0)
             t = body["task"]
             for p, address in result["sent"].items():
                 _, attempt, nbytes, rows = run.blocks[int(p)][t]

@@ -10,9 +10,18 @@ save them; keeping their tasks off the slow worker can.
 
 A worker's pace is the median, over its finished tasks and one typical task more, of each
 task's time over its stage's median time (1 is typical, 4 four times slower; times under
-``PACE_FLOOR`` count as it): one slow task does not make a worker slow unless it is far behind.
+``PACE_FLOOR`` count as it), less what the task read beyond the stage's median: one slow task
+does not make a worker slow unless it is far behind, and a reducer given a larger partition
+does not make its worker look slow.
 A task still running past that median (and past ``SLOW_EVIDENCE_AFTER``) tells too: its time
-so far over the median is a lower bound. Queries run one after another on the
+so far over the median is a lower bound. That median counts the stage's running tasks at their
+times so far: the first tasks to finish are the short ones, and against them alone every task
+of a stage still mostly running looked slow. What running tasks tell is quick but rough (on
+four workers sharing two cores, a tenth of a second's delay made a worker look twice as slow
+just as its shuffle's reducers were placed, and left it without any), so it only makes
+LATE copy the worker's tasks sooner and send it no copy (``QueryState.lagging``); keeping a
+worker off new work (``QueryState.slow``) takes what has ended: finished tasks, attempts
+a copy beat, and memory. Queries run one after another on the
 same workers, so what one query saw is remembered (:class:`PaceMemory`, per address) and fades
 with a half-life of ``PACE_HALF_LIFE`` seconds. The next query places its reducers and
 single-task stages by it before its own tasks tell, but still gives a worker only remembered
@@ -72,7 +81,7 @@ class PaceMemory:
 def _typical(run: StageRun) -> float:
     """A stage's median time of its finished tasks, at least ``PACE_FLOOR``: what 1 means in a
     pace. The lower median: of two tasks, one of which ran on a slow worker, the other is typical."""
-    return max(PACE_FLOOR, statistics.median_low(seconds for _, seconds in run.durations))
+    return max(PACE_FLOOR, statistics.median_low(seconds for _, seconds, _ in run.durations))
 
 
 def measured(state: QueryState) -> dict[int, float]:
@@ -84,20 +93,23 @@ def measured(state: QueryState) -> dict[int, float]:
         if len(run.durations) < 2:
             continue
         typical = _typical(run)
-        for worker, seconds in run.durations + run.outrun:
+        rows = max(1, statistics.median_low(r for *_, r in run.durations))
+        # A task that read more than the stage's median is allowed that much longer (its work,
+        # not its worker, made it long: range partitions differ by a fifth or more); one that
+        # read less is not held to less, since its fixed costs remain.
+        for worker, seconds, read in run.durations:
+            ratios.setdefault(worker, []).append(max(PACE_FLOOR, seconds) / typical / max(1.0, read / rows))
+        for worker, seconds in run.outrun:
             ratios.setdefault(worker, []).append(max(PACE_FLOOR, seconds) / typical)
     # One typical task counted for each worker: a single slow task is not enough to call it
     # slow unless it is far behind (3 times typical), two that are twice typical are.
     return {w: statistics.median([1.0, *r]) for w, r in ratios.items() if w not in state.lost}
 
 
-def paces(state: QueryState, memory: PaceMemory, now: float) -> tuple[dict[int, float], set[int]]:
-    """Each live worker's pace now, and the workers whose pace is only remembered.
-
-    A pace is measured in this query if the worker has finished tasks here, else as remembered;
-    it is raised by any of the worker's tasks running past its stage's median time (``now`` is
-    ``time.monotonic``).
-    """
+def settled_paces(state: QueryState, memory: PaceMemory, now: float) -> tuple[dict[int, float], set[int]]:
+    """Each live worker's pace from what has ended, and the workers whose pace is only
+    remembered: measured in this query if the worker has finished tasks here, else as
+    remembered (``now`` is ``time.monotonic``)."""
     found = measured(state)
     remembered = set()
     for worker in state.live_hosts():
@@ -106,30 +118,47 @@ def paces(state: QueryState, memory: PaceMemory, now: float) -> tuple[dict[int, 
             if pace is not None:
                 found[worker] = pace
                 remembered.add(worker)
+    return found, remembered
+
+
+def paces(state: QueryState, memory: PaceMemory, now: float) -> tuple[dict[int, float], set[int]]:
+    """Each live worker's pace now, and the workers whose pace is only remembered: the settled
+    pace, raised by any of the worker's tasks running past its stage's median time."""
+    found, remembered = settled_paces(state, memory, now)
+    found = dict(found)
     for run in state.runs:
         if len(run.durations) < 2 or run.done:
             continue
-        typical = _typical(run)
-        for index, attempts in run.running.items():
-            if index in run.completed:
-                continue
-            for worker, started, _ in attempts.values():
-                if worker not in state.lost and now - started > max(typical, SLOW_EVIDENCE_AFTER):
-                    found[worker] = max(found.get(worker, 1.0), (now - started) / typical)
-                    remembered.discard(worker)
+        running = [
+            (worker, now - started)
+            for index, attempts in run.running.items()
+            if index not in run.completed
+            for worker, started, _ in attempts.values()
+            if worker not in state.lost
+        ]
+        # The tasks that finish first are the short ones: while most of a stage still runs,
+        # its running tasks' times so far count in what is typical (each took at least that).
+        typical = max(PACE_FLOOR, statistics.median_low([s for _, s, _ in run.durations] + [s for _, s in running]))
+        for worker, elapsed in running:
+            if elapsed > max(typical, SLOW_EVIDENCE_AFTER):
+                found[worker] = max(found.get(worker, 1.0), elapsed / typical)
+                remembered.discard(worker)
     return found, remembered
 
 
 def slow(pace: dict[int, float], live: list[int], before: dict[int, float] | None = None) -> dict[int, float]:
-    """The slow live workers, each with how many times slower it is than typical: a pace of 1,
-    or the live workers' median pace if lower (the lower median: with two workers, the faster).
-    Slow is ``SLOW_PACE`` times typical, or ``STILL_SLOW_PACE`` for a worker slow ``before``.
-    Never all of them: the fastest is not slow. A worker with no pace known counts as typical."""
+    """The slow live workers, each with how many times slower it is than the median worker (the
+    lower median: with two workers, the faster), as LATE ranks nodes against each other.
+    Slow is ``SLOW_PACE`` times that, or ``STILL_SLOW_PACE`` for a worker slow ``before``. Never
+    most of them: when most workers are behind their stages' typical times (four workers sharing
+    two cores, whose tasks all run past the few that finished first), the cluster is slow, not
+    one worker, and keeping work off all but one made a job twice as slow. The fastest is never
+    slow. A worker with no pace known counts as typical (1)."""
     if len(live) < 2:
         return {}
     before = before or {}
     known = [pace.get(w, 1.0) for w in live]
-    middle = max(min(1.0, statistics.median_low(known)), 1e-3)
+    middle = max(statistics.median_low(known), 1e-3)
     fastest = min(known)
     return {
         w: p / middle

@@ -410,7 +410,7 @@ class TaskRunner:
         sent = {str(p): destinations[p] for p in remote}
         return {
             "partition_bytes": [t.nbytes for t in parts], "partition_rows": [t.num_rows for t in parts],
-            "sent": sent, "backups": backups,
+            "sent": sent, "backups": backups, "push_rate": self.pushes.rate,
         }
 
     def push(self, spec: dict) -> dict[str, Any]:
@@ -426,7 +426,10 @@ class TaskRunner:
         remote = [p for p, address in destinations.items() if address != self.address]
         blocks = self.store.take_blocks(key, task, attempt, remote)
         sent_bytes, backups = self._send(key, task, attempt, blocks, destinations)
-        return {"sent_bytes": sent_bytes, "sent": {str(p): destinations[p] for p in blocks}, "backups": backups}
+        return {
+            "sent_bytes": sent_bytes, "sent": {str(p): destinations[p] for p in blocks}, "backups": backups,
+            "push_rate": self.pushes.rate,
+        }
 
     def _send(
         self, key: str, task: int, attempt: int, blocks: dict[int, pa.Table], destinations: dict[int, str]
