@@ -310,23 +310,22 @@ class QueryRun:
         """
         run.aux_pending += 1
         run.done = False
-        run.carrying.update(self._carried(run, kind, body))
+        run.carrying.update(self._carried(kind, body))
         fut = self.aux_calls.submit(self._call, worker, kind, body)
         self.futures[fut] = (kind, run, (worker, body))
 
     @staticmethod
-    def _carried(run: StageRun, kind: str, body: dict) -> list[int]:
-        """The partitions whose blocks a side call moves to their reducers' hosts."""
-        if kind == "push":
-            return [int(p) for p in body["destinations"]]
-        if kind == "finalize_range" and body.get("destinations"):
-            return [int(p) for p in body["destinations"]]
-        return []
+    def _carried(kind: str, body: dict) -> list[int]:
+        """The partitions whose blocks a side call moves to their reducers' hosts: a push's, and
+        a range finalization's when it sends what it partitions."""
+        if kind not in ("push", "finalize_range"):
+            return []
+        return [int(p) for p in body.get("destinations") or {}]
 
     def _landed(self, run: StageRun, kind: str, body: dict) -> None:
         """A side call has ended (or was given up): its partitions are no longer on their way."""
         run.aux_pending -= 1
-        run.carrying.subtract(self._carried(run, kind, body))
+        run.carrying.subtract(self._carried(kind, body))
 
     def _submit(self, run: StageRun) -> None:
         state = self.state

@@ -244,9 +244,9 @@ class ShuffleDriver:
         elif kind == "push" and run.committed.get(body["task"]) == body["attempt"]:
             self.rates.learn(address, result.get("push_rate") or 0.0)
             t = body["task"]
-            for p, address in result["sent"].items():
+            for p, to in result["sent"].items():
                 _, attempt, nbytes, rows = run.blocks[int(p)][t]
-                run.blocks[int(p)][t] = (hosts[address], attempt, nbytes, rows)
+                run.blocks[int(p)][t] = (hosts[to], attempt, nbytes, rows)
             run.record_backups(t, worker, body["attempt"], result.get("backups") or [])
             self.read_moved_from_backups(run, {int(p): hosts[a] for p, a in result["sent"].items()})
 
