@@ -23,7 +23,7 @@ import pyarrow as pa
 from qengine.exchange.placement import Reducer, accumulate, min_heap, round_robin
 from qengine.exchange.prediction import grouped, hash_prediction, range_prediction
 from qengine.exchange.push_decision import PushDecision, PushRates, decide
-from qengine.exchange.push_schedule import destination_order
+from qengine.exchange.push_schedule import PIECE_BYTES, destination_order
 from qengine.exchange.sampling import weighted_bounds
 from qengine.planner import logical as lp
 from qengine.runtime.query_state import QueryState, ReducerPlacement, StageRun
@@ -147,7 +147,9 @@ class ShuffleDriver:
         """Push these map tasks' blocks to their reducers' hosts, each once, when both the
         placement and the task's block sizes are known: one call per destination host, so that
         each host's reducers may start as soon as their own blocks have landed, issued around
-        the ring from the sender (``exchange.push_schedule``)."""
+        the ring from the sender (``exchange.push_schedule``). A task whose blocks fit in one
+        piece sends them all in one call: a call's round trip would cost more than its blocks
+        take to land, and TPC-DS shuffles are mostly that small."""
         destinations = self._destinations(run)
         if destinations is None:
             return
@@ -161,8 +163,12 @@ class ShuffleDriver:
                 address = destinations.get(str(p), sender)
                 if nbytes and address != sender:
                     by_host.setdefault(address, {})[str(p)] = address
-            for address in destination_order(sender, list(by_host)):
-                body = {"key": self.state.key(run.stage.id), "task": t, "attempt": run.committed[t], "destinations": by_host[address]}
+            calls = [by_host[address] for address in destination_order(sender, list(by_host))]
+            remote = sum(run.task_bytes[t][int(p)] for call in calls for p in call)
+            if len(calls) > 1 and remote <= PIECE_BYTES:
+                calls = [{p: a for call in calls for p, a in call.items()}]
+            for call in calls:
+                body = {"key": self.state.key(run.stage.id), "task": t, "attempt": run.committed[t], "destinations": call}
                 self.aux(run, "push", run.placement[t], body)
 
     def _try_place(self, consumer_id: int | None) -> None:
