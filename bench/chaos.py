@@ -736,7 +736,7 @@ def summarize(bench: Bench, fault_names: list[str]) -> tuple[list[dict], dict]:
                 "fired": sum(r["fired"] for r in runs),
             })
     wrong = [r for r in bench.runs if not r["correct"]]
-    kills = [{k: row[k] for k in ("cluster", "job", "mode", "fault", "ratio_median")} for row in rows if row["fault"].startswith("kill")]
+    kills = [{k: row[k] for k in ("cluster", "job", "mode", "fault", "ratio_median", "fired")} for row in rows if row["fault"].startswith("kill")]
     for k in kills:
         k["ok"] = k["ratio_median"] is not None and k["ratio_median"] <= KILL_TARGET
     speculation = []
@@ -794,12 +794,19 @@ def report(rows: list[dict], targets: dict, title: str) -> None:
                   f"({answers['runs'] - len(answers['wrong'])}/{answers['runs']} runs, warm-ups included)", highlight=False)
     for line in answers["wrong"][:10]:
         console.print(f"    {line}", highlight=False)
-    kills = targets["kills"]
+    # A kill due after the query had ended in every run measured nothing: it is neither met nor missed.
+    unhit = [k for k in targets["kills"] if not k["fired"]]
+    kills = [k for k in targets["kills"] if k["fired"]]
     if kills:
         worst = max(kills, key=lambda k: math.inf if k["ratio_median"] is None else k["ratio_median"])
         worst_text = "no run finished" if worst["ratio_median"] is None else f"{worst['ratio_median']:.2f}"
         console.print(f"  kills, median time ÷ clean ≤ {KILL_TARGET}: {verdict(all(k['ok'] for k in kills))} "
                       f"(worst {worst_text}: {worst['cluster']} {worst['job']} {worst['mode']} {worst['fault']})", highlight=False)
+        for k in unhit:
+            console.print(f"    not measured: {k['cluster']} {k['job']} {k['mode']} {k['fault']} "
+                          "(the query had ended before the kill in every run)", highlight=False)
+    elif unhit:
+        console.print("  kills: not measured (every query had ended before its kill)", highlight=False)
     else:
         console.print("  kills: not run", highlight=False)
     spec = targets["speculation"]
