@@ -464,10 +464,7 @@ class QueryRun:
         run.durations.append((worker, seconds, result.get("rows_in") or 0))
         run.schema = run.schema or result["schema"]
         if "sample" not in result:  # staged range output has no blocks until it is partitioned
-            hosts = {a: w for w, a in enumerate(self.state.addresses)}
-            sent = {int(p): hosts[a] for p, a in result.get("sent", {}).items()}
-            run.record_blocks(index, worker, attempt, result, sent)
-            self.shuffles.read_moved_from_backups(run, sent)
+            run.record_blocks(index, worker, attempt, result)  # a task keeps its blocks: side work pushes them
         run.keep.pop(index, None)
         if not first:
             if run.shuffle is not None:
@@ -759,7 +756,7 @@ class QueryRun:
         state = self.state
         now = time.monotonic()
         settled, remembered = settled_paces(state, self.memory, now)
-        pace, _ = paces(state, self.memory, now)
+        pace, _ = paces(state, self.memory, now, (settled, remembered))
         state.slow = slow(settled, state.live_hosts(), state.slow)
         state.lagging = slow(pace, state.live_hosts(), state.lagging)
         self.slots.set_slow(state.slow, remembered & state.slow.keys(), pace)

@@ -145,7 +145,7 @@ class StageRun:
 
     def record_blocks(self, index: int, worker: int, attempt: int, result: dict, host_of: dict[int, int] | None = None) -> None:
         """Where a committed attempt's non-empty blocks are: on ``worker``, or for partitions in
-        ``host_of`` (pushed by the task itself) on their reducer's host."""
+        ``host_of`` (sent by the finalization that partitioned them) on their reducer's host."""
         keep = self.keep.get(index)
         rows = result.get("partition_rows") or []
         sizes = result.get("partition_bytes") or []

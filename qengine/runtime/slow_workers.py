@@ -121,11 +121,14 @@ def settled_paces(state: QueryState, memory: PaceMemory, now: float) -> tuple[di
     return found, remembered
 
 
-def paces(state: QueryState, memory: PaceMemory, now: float) -> tuple[dict[int, float], set[int]]:
+def paces(
+    state: QueryState, memory: PaceMemory, now: float, settled: tuple[dict[int, float], set[int]] | None = None
+) -> tuple[dict[int, float], set[int]]:
     """Each live worker's pace now, and the workers whose pace is only remembered: the settled
-    pace, raised by any of the worker's tasks running past its stage's median time."""
-    found, remembered = settled_paces(state, memory, now)
-    found = dict(found)
+    pace (``settled_paces``, or as given), raised by any of the worker's tasks running past its
+    stage's median time."""
+    found, remembered = settled if settled is not None else settled_paces(state, memory, now)
+    found, remembered = dict(found), set(remembered)
     for run in state.runs:
         if len(run.durations) < 2 or run.done:
             continue
