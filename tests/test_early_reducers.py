@@ -1,5 +1,6 @@
 """Reducers start as their own blocks land (prefetch), not after the stage's last push, and
-still answer as DuckDB does.
+still answer as DuckDB does; and a shuffle whose links are too slow for the map work left is
+fetched instead of pushed (``exchange.push_decision``).
 
 One worker's pushes are slowed by the fault hook (``QENGINE_FAULT``, ``runtime.faults``): each
 waits a second before it sends. The reducers placed on that worker receive nothing from it
@@ -80,3 +81,27 @@ def test_a_reducer_whose_blocks_have_landed_runs_before_the_last_push(table_dir:
     readers = [t for t, what, stage in events if what == "task" and stage > source]
     assert pushes and readers
     assert min(readers) < max(pushes), "every reducer waited for the stage's last push"
+
+
+def test_a_shuffle_whose_links_are_too_slow_for_the_map_work_left_is_fetched(table_dir: str) -> None:
+    """Once every worker's pushes are known to crawl (1 KB/s), no map work left can hide a
+    transfer: the shuffle is placed but fetched, nothing is pushed, EXPLAIN ANALYZE says why,
+    and the answer is still DuckDB's. With the rates unknown, the same query pushes."""
+    con = qengine.connect(workers=3, shuffle="prefetch", slots=1, prefetch_fraction=0.1, split_size="64KB")
+    try:
+        con.register_parquet("t", os.path.join(table_dir, "*.parquet"))
+        cur = con.cursor()
+        cur.execute(QUERY).fetch_arrow_table()
+        assert max(s.pushed_tasks for s in cur.stats.shuffles) > 0  # unknown rates: it pushes to learn them
+        rates = con.session.coordinator.push_rates
+        for address in con._cluster.addresses:
+            rates.learn(address, 1000.0)
+        got = cur.execute(QUERY).fetch_arrow_table()
+        placed = [s for s in cur.stats.shuffles if s.placement == "minheap"]
+        assert placed and all(s.pushed_tasks == 0 and s.push_decision.startswith("fetched: ") for s in placed)
+        lines = [r[0] for r in con.execute("EXPLAIN ANALYZE " + QUERY).fetchall()]
+        assert any("(fetched: " in line and "s of map work left, transfer ≈ " in line for line in lines), lines
+    finally:
+        con.close()
+    expected = duckdb.connect().execute(QUERY.replace("FROM t", f"FROM read_parquet('{table_dir}/*.parquet')")).to_arrow_table()
+    assert compare(got, expected, QUERY).ok
