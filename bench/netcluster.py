@@ -342,10 +342,13 @@ def report(results: list[dict], args: argparse.Namespace) -> dict:
         med = {}
         for mode in ("pull", "prefetch"):
             runs = [r for r in results if r["job"] == job and r["mode"] == mode]
-            for r in runs:  # a missing stage counts as 0 s
-                r.update({k: 0 for k in keys if r.get(k) is None})
-            med[mode] = {k: median_of(runs, k) for k in keys}
-            cells = [spread(runs, k, "MB") if k == "remote_bytes" else f"{100 * med[mode][k]:.0f}%" if k == "link_use" else spread(runs, k) for k in keys]
+            # a missing stage counts as 0 s
+            med[mode] = {k: median_of(runs, k, missing=0) for k in keys}
+            cells = [
+                spread(runs, k, "MB", missing=0) if k == "remote_bytes"
+                else f"{100 * med[mode][k]:.0f}%" if k == "link_use" else spread(runs, k, missing=0)
+                for k in keys
+            ]
             table.add_row(job, mode, *cells)
         ratios = {k: ratio(med["prefetch"][k], med["pull"][k]) for k in keys}
         summary[job] = {"medians": med, "prefetch_over_pull": ratios}

@@ -69,17 +69,21 @@ def generate(root: str, rows: int, files: int, seed: int = 7) -> dict[str, str]:
     return paths
 
 
+def _values(runs: list[dict], key: str, missing: float | None) -> list[float]:
+    """``key`` over ``runs``: None values count as ``missing``, or are dropped when that is None too."""
+    return [v for v in (r[key] if r[key] is not None else missing for r in runs) if v is not None]
+
+
 def median_of(runs: list[dict], key: str, missing: float | None = None) -> float | None:
-    """Median of ``key`` over ``runs``: None values count as ``missing``, or are dropped when that
-    is None too (None when nothing is left). Shared with bench/netcluster.py so both summarize alike."""
-    values = [r[key] if r[key] is not None else missing for r in runs]
-    values = [v for v in values if v is not None]
+    """Median of ``key`` over ``runs`` (None values as ``missing``; None when nothing is left).
+    Shared with bench/netcluster.py so both summarize alike."""
+    values = _values(runs, key, missing)
     return statistics.median(values) if values else None
 
 
-def spread(runs: list[dict], key: str, unit: str = "s") -> str:
-    """``median (min–max)`` of ``key`` over ``runs`` (None values left out), or "-"."""
-    values = [r[key] for r in runs if r[key] is not None]
+def spread(runs: list[dict], key: str, unit: str = "s", missing: float | None = None) -> str:
+    """``median (min–max)`` of ``key`` over ``runs`` (None values as ``missing``), or "-"."""
+    values = _values(runs, key, missing)
     if not values:
         return "-"
     if unit == "MB":

@@ -3,9 +3,11 @@ query state: which task gets a copy, and when none does."""
 
 from __future__ import annotations
 
+import functools
 import time
 from types import SimpleNamespace
 
+from qengine.runtime.query_state import QueryState
 from qengine.runtime.speculation import straggler
 
 QUERY = "q1-0"
@@ -21,6 +23,7 @@ def state_with(scores: dict[int, float | None], workers: dict[int, int], run_for
         stage=SimpleNamespace(id=3),
     )
     state = SimpleNamespace(options=SimpleNamespace(speculation=True, slots=1), runs=[run], lost=set(), slow={}, lagging={}, query_id=QUERY)
+    state.behind = functools.partial(QueryState.behind, state)
     reports = {f"{QUERY}/3/{i}/0": (score, now - 0.01) for i, score in scores.items() if score is not None}
     return state, run, reports
 

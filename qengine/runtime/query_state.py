@@ -259,6 +259,10 @@ class QueryState:
     def live_hosts(self) -> list[int]:
         return [w for w in range(len(self.addresses)) if w not in self.lost]
 
+    def behind(self, worker: int) -> bool:
+        """Slow, or lagging by its running tasks: LATE copies its tasks sooner and sends it none."""
+        return worker in self.slow or worker in self.lagging
+
     def placeable_hosts(self) -> list[int]:
         """The live workers reducers and single tasks are placed on: the slow ones are left
         out, unless every live worker is slow."""

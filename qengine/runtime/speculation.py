@@ -57,7 +57,7 @@ def straggler(
     copies = sum(1 for r in state.runs for attempts in r.running.values() for a in attempts.values() if a[2])
     if copies >= max(state.options.slots, int(SPECULATIVE_CAP * total_slots)):
         return None
-    targets = sorted((w for w in idle if w not in state.lagging and w not in state.slow), key=lambda w: pace.get(w, 1.0))
+    targets = sorted((w for w in idle if not state.behind(w)), key=lambda w: pace.get(w, 1.0))
     if not targets:
         return None
     now = time.monotonic()
@@ -115,7 +115,7 @@ def _estimates(
     slow_rate = statistics.quantiles(rates, n=4)[0] if len(rates) >= MIN_RATES else None
     out = []
     for index, (worker, elapsed, rate, total) in seen.items():
-        on_slow = worker in state.lagging or worker in state.slow  # stragglers as soon as they may be
+        on_slow = state.behind(worker)  # its tasks are stragglers as soon as they may be
         if elapsed < (SLOW_WORKER_SPECULATE_AFTER if on_slow else SPECULATE_AFTER):
             continue
         if rate is not None and total is not None and slow_rate is not None:
@@ -161,7 +161,7 @@ class ProgressReports:
             for run in self.state.runs
             for attempts in run.running.values()
             for worker, started, _ in attempts.values()
-            if now - started >= (SLOW_WORKER_SPECULATE_AFTER if worker in self.state.lagging or worker in self.state.slow else SPECULATE_AFTER) / 2
+            if now - started >= (SLOW_WORKER_SPECULATE_AFTER if self.state.behind(worker) else SPECULATE_AFTER) / 2
             and worker not in self.state.lost
         }
         with self._lock:
