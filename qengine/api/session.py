@@ -34,7 +34,7 @@ from qengine.planner.frontend import (
     user_terms,
     written_aliases,
 )
-from qengine.planner.stages import StagePlan
+from qengine.planner.stages import StagePlan, reads_no_data
 from qengine.runtime.coordinator import Coordinator
 from qengine.runtime.query_state import ExecutionOptions
 from qengine.runtime.stats import QueryStats
@@ -89,7 +89,8 @@ class Session:
         """Before a statement: bring every session-table partition back to two holders, after a
         worker holding one has left the cluster (``qengine.api.replicas``)."""
         tables = [s for s in list(self.catalog.tables.values()) if isinstance(s, MemorySource)]
-        self.replicas.heal(p for s in tables for p in s.partitions)
+        if tables:  # without any, nothing needs the workers, which may still be starting
+            self.replicas.heal(p for s in tables for p in s.partitions)
 
     def cancel(self) -> None:
         """Cancel this session's running query (a remote client's Ctrl-C)."""
@@ -120,6 +121,9 @@ class Session:
 
     def query(self, query: exp.Expression, progress: Callable[[int, int], None] | None = None) -> Result:
         plan = self.plan(query)
+        if reads_no_data(plan):
+            table, stats = self.coordinator.run_here(plan)
+            return Result(table.rename_columns(plan.names), table.num_rows, stats, plan)
         for tries_left in reversed(range(RESULT_TRIES)):
             placement, stats, query_id = self.coordinator.run(plan, progress=progress)
             try:

@@ -239,3 +239,16 @@ def _filtered_whole(node: lp.Node) -> bool:
     """Whether ``node`` filters (and projects) a table every task of the stage reads whole."""
     scan = lp.table_read(node)
     return scan is not None and scan.replicated and any(isinstance(n, lp.Filter) for n in lp.walk(node))
+
+
+def reads_no_data(plan: StagePlan) -> bool:
+    """Whether a plan is one fragment over constants alone (``SELECT 1``, VALUES): it reads no
+    table, file or exchange, so the coordinator may run it itself, with no worker (and without
+    waiting for a local cluster's workers to start)."""
+    if len(plan.stages) != 1:
+        return False
+    stage = plan.stages[0]
+    if stage.reads or stage.scans or stage.replicated:
+        return False
+    return not any(isinstance(n, lp.Scan | lp.SharedScan | lp.ExchangeRead) for n in lp.walk_query(stage.root))
+

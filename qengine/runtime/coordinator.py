@@ -8,21 +8,27 @@ evaluation of key ranges that prunes scans. Everything about one query's run liv
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+import duckdb
 import pyarrow as pa
 
-from qengine.errors import Error
+from qengine.errors import Error, error_class
 from qengine.exchange.push_decision import PushRates
 from qengine.exchange.store import concat
 from qengine.planner.frontend import with_user_columns
+from qengine.planner.null_columns import null_columns
+from qengine.planner.render import render
 from qengine.planner.stages import StagePlan
 from qengine.runtime.key_ranges import KeyRanges
 from qengine.runtime.query_run import QueryRun
 from qengine.runtime.query_state import Cluster, ExecutionOptions, release_blocks
 from qengine.runtime.slow_workers import PaceMemory
-from qengine.runtime.stats import QueryStats
+from qengine.runtime.stats import QueryStats, StageStats
+from qengine.sandbox.carried_types import tag_types
+from qengine.sandbox.connection import scratch_connection
 from qengine.transport.wire import schema_from_hex
 
 
@@ -79,6 +85,30 @@ class Coordinator:
         finally:
             with self._lock:
                 self._running.discard(run)
+
+    def run_here(self, plan: StagePlan) -> tuple[pa.Table, QueryStats]:
+        """Run a plan that reads no data (``stages.reads_no_data``) in this process, in the
+        same sandbox a worker's fragment runs in: a round trip to a worker would cost more
+        than the query, and a local cluster's workers may not have started yet.
+
+        The result is what a worker's task would have returned (types Arrow does not carry
+        tagged, ``sandbox.carried_types``), and errors are raised as a worker's would be.
+        """
+        stage = plan.result
+        started = time.perf_counter()
+        con = scratch_connection()
+        try:
+            relation = con.sql(render(stage.root))
+            table = tag_types(relation.to_arrow_table(), [str(t) for t in relation.types], null_columns(stage.root, {}))
+        except (duckdb.Error, pa.ArrowException) as e:
+            # DuckDB appends an excerpt of the fragment SQL; the user needs only the first line.
+            message = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
+            raise error_class(type(e).__name__)(with_user_columns(message, plan)) from e
+        finally:
+            con.close()
+        seconds = time.perf_counter() - started
+        stage_stats = StageStats(stage.id, "result", 1, table.num_rows, table.nbytes, seconds=seconds, task_seconds=seconds)
+        return table, QueryStats([stage_stats], seconds)
 
     def cancel(self) -> None:
         """Cancel the queries running here: each fails with "query cancelled" within a liveness

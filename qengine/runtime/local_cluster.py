@@ -91,7 +91,7 @@ class LocalCluster:
         # Each worker's spill directory is made here and removed on close as well as by the
         # worker itself: a worker that was killed cannot remove its own.
         self.spill_dirs: list[str] = []
-        self.workers: list[WorkerHandle] = []
+        self._handles: list[WorkerHandle] = []
         self._procs: list[subprocess.Popen] = []
         # address → why it was lost; addresses are never reused (a replacement that happened
         # to get a lost one's port is started again)
@@ -104,18 +104,47 @@ class LocalCluster:
         self._queries = 0  # queries running on the cluster
         self._stop = threading.Event()
         self._starting: list[threading.Thread] = []  # replacements being started
+        self._up = threading.Event()  # the first workers have started, or failed to
+        self._startup_error: OperationalError | None = None
         _live_clusters.add(self)
         try:
             procs = [self._spawn(i, host) for i in range(workers)]
-            load_converters()  # this process coordinates; do it while the workers start
-            for i, (proc, spill_dir) in enumerate(procs):
-                port = self._await_port(proc, i)
-                self.workers.append(WorkerHandle(i, f"{host}:{port}", proc, spill_dir))
         except BaseException:
             self.close()
             raise
         self._watchdog = threading.Thread(target=self._watch, name="worker-watchdog", daemon=True)
-        self._watchdog.start()
+        threading.Thread(target=self._start, args=(procs,), name="worker-startup", daemon=True).start()
+
+    def _start(self, procs: list[tuple[subprocess.Popen, str]]) -> None:
+        """Wait for the first workers to report their ports, in the background: the
+        connection is usable at once, and a statement that needs no worker (``SELECT 1``)
+        does not wait the half second they take to start (``wait_started``)."""
+        try:
+            for i, (proc, spill_dir) in enumerate(procs):
+                port = self._await_port(proc, i)
+                with self._lock:
+                    self._handles.append(WorkerHandle(i, f"{self.host}:{port}", proc, spill_dir))
+            # This process coordinates. Done once the workers are up, so that it does not slow
+            # a statement run while they start, and before any query can need them.
+            load_converters()
+        except OperationalError as e:
+            self._startup_error = e
+        finally:
+            with self._changed:
+                if self._startup_error is None and not self._closed:
+                    self._watchdog.start()
+                self._up.set()
+                self._changed.notify_all()
+
+    def wait_started(self) -> None:
+        """Wait for the first workers to be up; raise if they failed to start. A closed
+        cluster has nothing to wait for (the workers still starting were stopped)."""
+        if self._closed:
+            return
+        if not self._up.wait(STARTUP_TIMEOUT + PING_EVERY):
+            raise OperationalError(f"the local workers did not start within {STARTUP_TIMEOUT:.0f}s (see {self.log_dir})")
+        if self._startup_error is not None:
+            raise OperationalError(str(self._startup_error)) from self._startup_error
 
     def _spawn(self, worker_id: int, host: str) -> tuple[subprocess.Popen, str]:
         env = {**ALLOCATOR_ENV, **os.environ, "QENGINE_TOKEN": self.token}
@@ -147,6 +176,8 @@ class LocalCluster:
         reader.join(STARTUP_TIMEOUT)
         line = result[0] if result else ""
         if not line.startswith("READY "):
+            if self._closed:  # killed by close() while it started
+                raise OperationalError("the cluster was closed while its workers started")
             self.failed = True
             log = os.path.join(self.log_dir, f"worker-{worker_id}.log")
             raise OperationalError(f"worker {worker_id} did not start (see {log})")
@@ -154,17 +185,25 @@ class LocalCluster:
         return int(line.split()[1])
 
     @property
+    def workers(self) -> list[WorkerHandle]:
+        """The live workers, once the first workers are up (it waits for them)."""
+        self.wait_started()
+        return self._handles
+
+    @property
     def addresses(self) -> list[str]:
+        """The live workers' addresses, once the first workers are up (it waits for them)."""
+        self.wait_started()
         with self._lock:
-            return [w.address for w in self.workers]
+            return [w.address for w in self._handles]
 
     @contextlib.contextmanager
     def running_query(self) -> Iterator[None]:
         """Held while a query runs: replacements wait for the cluster to be idle. A query that
         would start with no live worker waits (up to ``STARTUP_TIMEOUT``) for a replacement."""
         with self._changed:
-            if not self.workers and self._starting:
-                self._changed.wait_for(lambda: self.workers or not self._starting or self._closed, STARTUP_TIMEOUT)
+            if not self._handles and self._starting:
+                self._changed.wait_for(lambda: self._handles or not self._starting or self._closed, STARTUP_TIMEOUT)
             self._queries += 1
         try:
             yield
@@ -182,7 +221,7 @@ class LocalCluster:
         """A call to ``address`` failed: if its process has exited, handle the loss now rather
         than at the watchdog's next round."""
         with self._lock:
-            handle = next((w for w in self.workers if w.address == address), None)
+            handle = next((w for w in self._handles if w.address == address), None)
         if handle is None or handle.process is None:
             return
         with contextlib.suppress(subprocess.TimeoutExpired):  # a killed process takes a moment to go
@@ -198,7 +237,7 @@ class LocalCluster:
         pinging: dict[str, threading.Thread] = {}
         while not self._stop.wait(PING_EVERY / 4):
             with self._lock:
-                handles = list(self.workers)
+                handles = list(self._handles)
             now = time.monotonic()
             for handle in handles:
                 if not handle.alive():
@@ -219,12 +258,12 @@ class LocalCluster:
         """Kill a lost worker (SIGKILL also ends a stopped one), free its spill files, and
         start a replacement in its place."""
         with self._lock:
-            if self._closed or handle not in self.workers:
+            if self._closed or handle not in self._handles:
                 return
             self._lost[handle.address] = f"worker {handle.id} at {handle.address} {why}"
             self.failed = True  # its log says why: the logs are kept when the cluster closes
-            place = self.workers.index(handle)
-            self.workers.pop(place)
+            place = self._handles.index(handle)
+            self._handles.pop(place)
         log.warning("worker %d at %s %s: replacing it", handle.id, handle.address, why)
         if handle.process is not None:
             with contextlib.suppress(OSError):
@@ -249,7 +288,7 @@ class LocalCluster:
         try:
             with self._changed:
                 # With no worker left, no query can run until a replacement does: start it at once.
-                self._changed.wait_for(lambda: not self._queries or not self.workers or self._closed, REPLACE_WITHIN)
+                self._changed.wait_for(lambda: not self._queries or not self._handles or self._closed, REPLACE_WITHIN)
                 if self._closed:
                     return
             log.info("starting a worker in place of worker %d", handle.id)
@@ -262,7 +301,7 @@ class LocalCluster:
                     self._stop_process(proc)
                     shutil.rmtree(spill_dir, ignore_errors=True)
                     return
-                self.workers.insert(min(place, len(self.workers)), WorkerHandle(worker_id, address, proc, spill_dir))
+                self._handles.insert(min(place, len(self._handles)), WorkerHandle(worker_id, address, proc, spill_dir))
             log.info("worker %d serving on %s in place of worker %d", worker_id, address, handle.id)
         finally:
             with self._changed:
@@ -300,11 +339,16 @@ class LocalCluster:
                 return
             self._closed = True
             starting = list(self._starting)
+            ready = {w.process for w in self._handles}
             self._changed.notify_all()
         self._stop.set()
+        for proc in self._procs:  # still starting: it holds nothing yet, and need not finish
+            if proc not in ready:
+                with contextlib.suppress(OSError):
+                    proc.kill()
         for starter in starting:  # a replacement that was starting stops itself once it is up
             starter.join(STARTUP_TIMEOUT)
-        for w in self.workers:
+        for w in self._handles:
             if w.alive():
                 with contextlib.suppress(Exception):  # best effort; terminate follows
                     self.pool.get(w.address).action("shutdown", timeout=2)
