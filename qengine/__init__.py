@@ -71,6 +71,7 @@ def connect(
     output_roots: list[str] | None = None,
     token: str | None = None,
     tls_root_certs: bytes | None = None,
+    lazy_start: bool = False,
 ) -> Any:
     """Open a connection. With no ``target`` it starts a local cluster of ``workers`` processes.
 
@@ -97,6 +98,11 @@ def connect(
     ``target`` "qengine://HOST:PORT" connects to a standalone coordinator instead (``qengine
     coordinator``) with its cluster ``token``; ``tls_root_certs`` (PEM bytes) switches the
     connection to TLS and verifies the coordinator's certificate with them.
+
+    A local cluster's workers start in the background as the connection opens, and statements
+    that read no data (``SELECT 1``) run without them. ``lazy_start`` starts them only when a
+    statement first needs them: for a client that runs one statement and goes (the CLI's
+    ``-c``), where starting them alongside would only compete with it for the cores.
     """
     from qengine.api.dbapi import Connection
     from qengine.api.session import Session
@@ -119,6 +125,8 @@ def connect(
     if target is not None and target.startswith("qengine://"):
         from qengine.api.remote import RemoteSession
 
+        if lazy_start:
+            raise ProgrammingError("lazy_start applies to a local cluster: a standalone cluster's workers are already running")
         if allowed_roots is not None or output_roots is not None or shuffle_memory is not None or hang_timeout is not None:
             raise ProgrammingError(
                 "allowed_roots, output_roots, shuffle_memory and hang_timeout are set on the cluster (qengine coordinator "
@@ -134,7 +142,9 @@ def connect(
     catalog = local_catalog(allowed_roots, output_roots)
     if hang_timeout is not None and (isinstance(hang_timeout, bool) or not isinstance(hang_timeout, int | float) or hang_timeout <= 0):
         raise ProgrammingError(f"hang_timeout must be a positive number of seconds, not {hang_timeout!r}")
-    cluster = LocalCluster(workers, shuffle_memory=memory, **({"hang_timeout": hang_timeout} if hang_timeout else {}))
+    if not isinstance(lazy_start, bool):
+        raise ProgrammingError(f"lazy_start must be True or False, not {lazy_start!r}")
+    cluster = LocalCluster(workers, shuffle_memory=memory, lazy=lazy_start, **({"hang_timeout": hang_timeout} if hang_timeout else {}))
     session = Session(cluster, settings.plan_options(workers), settings.execution_options(), catalog)
     return Connection(session, cluster)
 

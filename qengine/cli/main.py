@@ -19,11 +19,12 @@ from qengine.errors import Error
 COMMANDS_GROUP = "qengine.commands"
 
 
-def _connect(args: argparse.Namespace) -> Any:
-    """A local cluster, or with --cluster the standalone coordinator at HOST:PORT."""
+def _connect(args: argparse.Namespace, one_statement: bool) -> Any:
+    """A local cluster, or with --cluster the standalone coordinator at HOST:PORT. A local
+    cluster that serves one statement starts its workers only if the statement needs them."""
     options = connection_options(args)
     if not args.cluster:
-        return qengine.connect(**options, output_roots=args.output_root)
+        return qengine.connect(**options, output_roots=args.output_root, lazy_start=one_statement)
     if args.output_root:
         raise qengine.ProgrammingError("--output-root is set on the coordinator (qengine coordinator --output-root DIR), not with --cluster")
     del options["workers"], options["shuffle_memory"]
@@ -33,7 +34,7 @@ def _connect(args: argparse.Namespace) -> Any:
 
 def cmd_sql(args: argparse.Namespace) -> int:
     sql = args.command or args.sql
-    with _connect(args) as con:
+    with _connect(args, one_statement=sql is not None or not sys.stdin.isatty()) as con:
         for directory in args.data or []:
             register_directory(con, directory)
         if sql is None:

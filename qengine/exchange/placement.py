@@ -67,13 +67,16 @@ def min_heap(
         raise ValueError("no hosts to place reducers on")
     sizes = {r.rid: r.size for r in reducers}
     order = sorted(reducers, key=lambda r: (r.size, -r.rid))  # ascending; taken from the end
-    heap = [((initial or {}).get(h, 0.0), i, h) for i, h in enumerate(hosts)]  # (load, tie-break, host)
+    # (load, reducers, tie-break, host): among equally loaded hosts the one with the fewest
+    # reducers, so that empty or tiny reducers, which add no load, still spread over the hosts
+    # (each one is a task that costs its host a slot for a while).
+    heap = [((initial or {}).get(h, 0.0), 0, i, h) for i, h in enumerate(hosts)]
     heapq.heapify(heap)
     assignment: dict[int, int] = {}
     for r in reversed(order):
-        load, tie, host = heapq.heappop(heap)
+        load, count, tie, host = heapq.heappop(heap)
         assignment[r.rid] = host
-        heapq.heappush(heap, (load + r.size, tie, host))
+        heapq.heappush(heap, (load + r.size, count + 1, tie, host))
     loads = _loads(assignment, sizes, hosts)
     if not swap:
         return Placement(assignment, loads)

@@ -76,7 +76,11 @@ class LocalCluster:
         log_dir: str | None = None,
         shuffle_memory: int | None = None,
         hang_timeout: float = DEFAULT_HANG_TIMEOUT,
+        lazy: bool = False,
     ) -> None:
+        """``lazy`` starts the workers only when something first needs them (``wait_started``):
+        a one-statement client whose statement needs no worker never starts any, and one whose
+        statement does gives the whole machine to its own start-up meanwhile."""
         if workers < 1:
             raise OperationalError("a cluster needs at least one worker")
         if hang_timeout <= 0:
@@ -106,14 +110,26 @@ class LocalCluster:
         self._starting: list[threading.Thread] = []  # replacements being started
         self._up = threading.Event()  # the first workers have started, or failed to
         self._startup_error: OperationalError | None = None
-        _live_clusters.add(self)
-        try:
-            procs = [self._spawn(i, host) for i in range(workers)]
-        except BaseException:
-            self.close()
-            raise
+        self._size = workers
+        self._launched = False
+        self._launching = threading.Lock()
         self._watchdog = threading.Thread(target=self._watch, name="worker-watchdog", daemon=True)
-        threading.Thread(target=self._start, args=(procs,), name="worker-startup", daemon=True).start()
+        _live_clusters.add(self)
+        if not lazy:
+            self._launch()
+
+    def _launch(self) -> None:
+        """Spawn the first workers (once), and wait for their ports in the background."""
+        with self._launching:
+            if self._launched or self._closed:
+                return
+            self._launched = True
+            try:
+                procs = [self._spawn(i, self.host) for i in range(self._size)]
+            except BaseException:
+                self.close()
+                raise
+            threading.Thread(target=self._start, args=(procs,), name="worker-startup", daemon=True).start()
 
     def _start(self, procs: list[tuple[subprocess.Popen, str]]) -> None:
         """Wait for the first workers to report their ports, in the background: the
@@ -141,6 +157,7 @@ class LocalCluster:
         cluster has nothing to wait for (the workers still starting were stopped)."""
         if self._closed:
             return
+        self._launch()
         if not self._up.wait(STARTUP_TIMEOUT + PING_EVERY):
             raise OperationalError(f"the local workers did not start within {STARTUP_TIMEOUT:.0f}s (see {self.log_dir})")
         if self._startup_error is not None:

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from qengine.errors import Error, InputLostError, InternalError, OperationalError, WorkerUnreachableError, lost_input
@@ -44,6 +45,7 @@ from qengine.runtime.stats import QueryStats, StageStats
 from qengine.runtime.task_specs import task_spec, with_inline_finalize
 
 LIVENESS_POLL_SECONDS = 0.05  # how often lost workers and stragglers are looked for
+STRAGGLER_EVERY = 0.01  # seconds between two looks for slow workers and stragglers while calls end
 CANCEL_TIMEOUT = 10.0  # seconds a worker has to take a failed query's cancel
 MAX_TASK_FAILURES = 4  # attempts of one task lost with their worker (Spark's spark.task.maxFailures)
 MAX_INPUT_LOSSES = 16  # attempts of one task whose inputs were lost, before the query gives up
@@ -110,6 +112,11 @@ class QueryRun:
         state.total_tasks = sum(r.tasks for r in state.runs)
         self.done_tasks = 0
         self.futures: dict[Future, tuple[str, StageRun, Any]] = {}
+        # Calls put themselves here as they end: the loop takes them in O(1) each, where
+        # waiting on every outstanding future cost O(futures) a pass, and a stage of thousands
+        # of tasks O(tasks²).
+        self.ended: queue.SimpleQueue[Future] = queue.SimpleQueue()
+        self.looked_at = 0.0  # when slow workers and stragglers were last looked for
 
     def cancel(self) -> None:
         """Ask the run to stop: it fails at its next look at its calls, as a failing task would."""
@@ -242,7 +249,9 @@ class QueryRun:
                             self._aux_done(run, kind, *extra, fut)
                     for run in runs:  # side work given up with a lost worker finishes stages too
                         self._maybe_finish(run)
-                    self._speculate(self._find_slow())
+                    if time.monotonic() - self.looked_at >= STRAGGLER_EVERY or not finished:
+                        self.looked_at = time.monotonic()
+                        self._speculate(self._find_slow())
         except _CancelledError:
             raise OperationalError("query cancelled") from None
         except BaseException:
@@ -284,13 +293,22 @@ class QueryRun:
         if the actual input sizes swap no join's sides.
         """
         while True:
-            finished, _ = wait(list(self.futures), timeout=0, return_when=FIRST_COMPLETED)
+            finished = self._ended()
             waiting = next((r for r in self.state.runs if not r.submitted and r.rendered is None), None)
             if finished or waiting is None:
                 break
             waiting.rendered = (join_sides(waiting.stage.root), render(waiting.stage.root))
         if not finished:
-            finished, _ = wait(list(self.futures), timeout=LIVENESS_POLL_SECONDS, return_when=FIRST_COMPLETED)
+            with contextlib.suppress(queue.Empty):
+                finished = {self.ended.get(timeout=LIVENESS_POLL_SECONDS)} | self._ended()
+        return finished
+
+    def _ended(self) -> set[Future]:
+        """The calls that have ended since the last look, without waiting."""
+        finished = set()
+        with contextlib.suppress(queue.Empty):
+            while True:
+                finished.add(self.ended.get_nowait())
         return finished
 
     def _release_after(self, futures: list[Future]) -> None:
@@ -313,6 +331,7 @@ class QueryRun:
         run.carrying.update(self._carried(kind, body))
         fut = self.aux_calls.submit(self._call, worker, kind, body)
         self.futures[fut] = (kind, run, (worker, body))
+        fut.add_done_callback(self.ended.put)
 
     @staticmethod
     def _carried(kind: str, body: dict) -> list[int]:
@@ -373,6 +392,7 @@ class QueryRun:
                 where = others[index % len(others)]
         fut = self.tasks.submit(self._run_task, run, index, attempt, where, speculative)
         self.futures[fut] = ("task", run, (index, attempt, speculative))
+        fut.add_done_callback(self.ended.put)
 
     def _size_inputs(self, run: StageRun) -> None:
         """Give the fragment's inputs their actual rows per task, and re-estimate the operators
