@@ -412,6 +412,8 @@ class QueryRun:
         """Take a finished task attempt: commit it, run it again, or fail the query."""
         running = run.running.get(index, {})
         worker = running.pop(attempt, (None,))[0]
+        if not running:  # looked at on every pass (LATE): only tasks with attempts running stay
+            run.running.pop(index, None)
         try:
             worker, result, seconds = fut.result()
         except (_StaleError, _CancelledError):

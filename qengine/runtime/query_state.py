@@ -24,6 +24,8 @@ from qengine.planner.stages import Stage, StagePlan
 from qengine.runtime.stats import RecoveryStats, StageStats
 from qengine.transport.rpc import ClientPool
 
+RECENT_DURATIONS = 256  # finished tasks per stage that paces and LATE's estimates look at
+
 SHUFFLE_KINDS = ("hash", "range", "roundrobin", "single")
 
 
@@ -107,8 +109,10 @@ class StageRun:
     waiting: set[int] = field(default_factory=set)  # tasks waiting for their inputs to be recomputed
     # task → attempt → (worker, start time, speculative) of attempts running now
     running: dict[int, dict[int, tuple[int, float, bool]]] = field(default_factory=dict)
-    # (worker, seconds from slot to answer, rows read) of finished tasks
-    durations: list[tuple[int, float, int]] = field(default_factory=list)
+    # (worker, seconds from slot to answer, rows read) of the latest ``RECENT_DURATIONS``
+    # finished tasks: paces and LATE's estimates take medians of them on every look, which
+    # over every task of a stage of thousands cost O(tasks) a look
+    durations: collections.deque[tuple[int, float, int]] = field(default_factory=lambda: collections.deque(maxlen=RECENT_DURATIONS))
     outrun: list[tuple[int, float]] = field(default_factory=list)  # (worker, seconds run) of attempts a copy beat
     speculated: set[int] = field(default_factory=set)  # tasks that have had their speculative copy
     # partition → side calls in flight moving its blocks (pushes, finalizations that push):
