@@ -12,6 +12,7 @@ import duckdb
 import pytest
 
 import qengine
+from qengine.planner.frontend import parse
 from qengine.planner.stages import reads_no_data
 
 CONSTANT_QUERIES = [
@@ -97,6 +98,4 @@ def test_closing_while_the_workers_start_stops_them() -> None:
 
 
 def qengine_parse(sql: str):
-    from qengine.planner.frontend import parse
-
     return parse(sql, "duckdb")[0]

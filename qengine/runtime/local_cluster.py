@@ -11,6 +11,11 @@ process), removes its spill directory and starts a replacement at a new address,
 connection keeps its size. Queries learn of the loss through :meth:`LocalCluster.lost` and
 recover from it (``runtime.query_run``).
 
+The first workers start in the background: the connection opens at once, statements that read
+no data run without them (``Coordinator.run_here``), and anything that needs them waits for
+them (``wait_started``), or raises why they did not start. A ``lazy`` cluster spawns them only
+then.
+
 The replacement is started once no query is running (or ``REPLACE_WITHIN`` seconds after the
 loss, whichever comes first). Every worker of a local cluster shares this host's cores, so a
 replacement adds slots to a running query but no CPU, while starting it takes half a second
@@ -143,8 +148,10 @@ class LocalCluster:
             # This process coordinates. Done once the workers are up, so that it does not slow
             # a statement run while they start, and before any query can need them.
             load_converters()
-        except OperationalError as e:
+        except OperationalError as e:  # kept for the statements that need the workers: they raise it
             self._startup_error = e
+        except (OSError, ValueError) as e:  # a pipe that broke, a port line that was not one
+            self._startup_error = OperationalError(f"the local workers did not start: {e}")
         finally:
             with self._changed:
                 if self._startup_error is None and not self._closed:
@@ -358,6 +365,8 @@ class LocalCluster:
             starting = list(self._starting)
             ready = {w.process for w in self._handles}
             self._changed.notify_all()
+        with self._launching:  # a launch under way has spawned its workers: they are stopped below
+            pass
         self._stop.set()
         for proc in self._procs:  # still starting: it holds nothing yet, and need not finish
             if proc not in ready:
