@@ -1,54 +1,49 @@
-"""Task slots: a task free to run anywhere takes the first free slot; a pinned one waits for its
-worker's; and, end to end, scan tasks spread over both workers by where slots free up."""
+"""Task slots: a task free to run anywhere takes the first free slot; a pinned one queues on its
+worker; and, end to end, scan tasks spread over both workers by where slots free up."""
 
 from __future__ import annotations
 
 import os
-import threading
+
+import pytest
 
 from qengine.exchange.store import BlockStore
 from qengine.runtime.query_run import QueryRun
-from qengine.runtime.slots import Slots
+from qengine.runtime.slots import Slots, WorkerGoneError
 from qengine.runtime.task import TaskRunner
 from qengine.transport.rpc import ClientPool
-from tests.conftest import assert_same, wait_until
+from tests.conftest import assert_same
 
 
 def test_a_free_task_takes_the_worker_with_a_free_slot() -> None:
     slots = Slots(workers=2, per_worker=1)
-    with slots.hold(0) as pinned:
-        assert pinned == 0
-        with slots.hold(None) as free:
-            assert free == 1  # worker 0's only slot is taken
-        assert slots.least_busy() == 1
+    assert slots.take(0) == 0
+    assert slots.take(None) == 1  # worker 0's only slot is taken
+    slots.release(1)
+    assert slots.least_busy() == 1
 
 
-def test_a_pinned_task_waits_for_its_own_worker_while_free_tasks_go_elsewhere() -> None:
+def test_a_pinned_task_queues_on_its_own_worker_while_free_tasks_go_elsewhere() -> None:
     slots = Slots(workers=2, per_worker=1)
-    release = threading.Event()
-    got: list[int] = []
+    assert slots.take(0) == 0
+    assert slots.take(0) == 0  # pinned: it waits in worker 0's own queue
+    assert slots.take(None) == 1
+    assert slots.take(None) is None  # no free slot anywhere: a free task waits
+    assert slots.idle() == []
+    slots.release(1)
+    assert slots.idle() == [1]
+    slots.release(0)
+    assert slots.idle() == [1]  # worker 0 still runs the queued one
+    slots.release(0)
+    assert slots.idle() == [0, 1]
 
-    def hold_worker_0() -> None:
-        with slots.hold(0):
-            release.wait(10)
 
-    def pinned_to_0() -> None:
-        with slots.hold(0) as worker:
-            got.append(worker)
-
-    holder = threading.Thread(target=hold_worker_0)
-    holder.start()
-    wait_until(lambda: slots.least_busy() == 1, 5, "worker 0's slot to be taken")
-    waiter = threading.Thread(target=pinned_to_0)
-    waiter.start()
-    with slots.hold(None) as free:
-        assert free == 1
-    waiter.join(0.2)
-    assert waiter.is_alive() and not got, "a task pinned to worker 0 ran while its slot was held"
-    release.set()
-    holder.join(5)
-    waiter.join(5)
-    assert got == [0]
+def test_a_pinned_task_for_a_lost_worker_is_refused() -> None:
+    slots = Slots(workers=2, per_worker=1)
+    slots.remove(0)
+    with pytest.raises(WorkerGoneError):
+        slots.take(0)
+    assert slots.take(None) == 1
 
 
 def test_scan_tasks_run_on_whichever_worker_frees_a_slot(default_engine) -> None:
@@ -84,29 +79,13 @@ def test_a_slow_worker_takes_a_free_task_only_behind_a_long_backlog() -> None:
     slots = Slots(workers=3, per_worker=1)
     slots.set_slow({0: 4.0}, set())
     assert slots.least_busy() == 1
-    release = threading.Event()
-    got: list[int] = []
-
-    def take() -> None:
-        with slots.hold(None) as worker:
-            got.append(worker)
-            release.wait(10)
-
-    threads = [threading.Thread(target=take) for _ in range(3)]
-    for t in threads:
-        t.start()
-    wait_until(lambda: len(got) == 2, 5, "the fast workers to take two tasks")
-    threads[2].join(0.2)
-    assert sorted(got) == [1, 2], got  # the third waits: one task behind two fast slots
-    more = [threading.Thread(target=take) for _ in range(6)]
-    for t in more:
-        t.start()
+    slots.waiting(3)
+    assert sorted([slots.take(None), slots.take(None)]) == [1, 2]
+    slots.waiting(1)
+    assert slots.take(None) is None  # one task behind two fast slots: it waits for them
     # Seven wait for two fast slots: the last would end after 4.5 task times, the slow worker's after 4.
-    wait_until(lambda: 0 in got, 5, "the slow worker to take a task behind a long backlog")
-    release.set()
-    for t in threads + more:
-        t.join(5)
-    assert len(got) == 9, got
+    slots.waiting(7)
+    assert slots.take(None) == 0
 
 
 def test_a_worker_only_remembered_as_slow_runs_one_free_task_at_a_time() -> None:
@@ -115,17 +94,20 @@ def test_a_worker_only_remembered_as_slow_runs_one_free_task_at_a_time() -> None
     slots = Slots(workers=2, per_worker=2)
     slots.set_slow({0: 4.0}, probing={0})
     assert slots.least_busy() == 1
-    with slots.hold(None) as first, slots.hold(None) as second, slots.hold(None) as third:
-        assert (first, second, third) == (0, 1, 1)
+    assert [slots.take(None), slots.take(None), slots.take(None)] == [0, 1, 1]
 
 
-def test_running_counts_the_slots_held_on_every_worker() -> None:
+def test_running_counts_the_tasks_sent_on_every_worker_up_to_its_slots() -> None:
     slots = Slots(workers=2, per_worker=2)
     assert slots.running() == 0
-    with slots.hold(0), slots.hold(1):
-        assert slots.running() == 2
-        with slots.hold(None):
-            assert slots.running() == 3
+    slots.take(0), slots.take(1)
+    assert slots.running() == 2
+    assert slots.take(None) == 0  # of equally free workers, the lowest id
+    assert slots.running() == 3
+    slots.take(1), slots.take(1)  # one runs, one waits in worker 1's queue
+    assert slots.running() == 4
+    for worker in (0, 0, 1, 1, 1):
+        slots.release(worker)
     assert slots.running() == 0
 
 
@@ -149,19 +131,18 @@ def test_a_task_alone_in_its_query_runs_on_every_core(tmp_path) -> None:
 
 def test_only_one_task_stages_with_nothing_else_running_are_alone(default_engine, oracle) -> None:
     bodies: list[tuple[int, dict]] = []
-    original = QueryRun._call
+    original = QueryRun._stream
 
-    def call(self, worker, name, body):
-        if name == "run_task":
-            bodies.append((self.state.runs[body["stage"]].tasks, body))
-        return original(self, worker, name, body)
+    def stream(self, worker, batch):
+        bodies.extend((self.state.runs[spec["stage"]].tasks, spec) for _, spec in batch)
+        return original(self, worker, batch)
 
     sql = "SELECT store_id, sum(amount) AS total FROM sales GROUP BY store_id ORDER BY total DESC LIMIT 5"
-    QueryRun._call = call
+    QueryRun._stream = stream
     try:
         assert_same(default_engine, oracle, sql)
     finally:
-        QueryRun._call = original
+        QueryRun._stream = original
     alone = [tasks for tasks, body in bodies if body.get("alone")]
     assert alone, "the final one-task stage should run alone"
     assert all(tasks == 1 for tasks in alone)
@@ -174,7 +155,8 @@ def test_of_workers_as_free_the_fastest_takes_a_single_task() -> None:
     slots = Slots(workers=3, per_worker=1)
     slots.set_slow({}, set(), pace={0: 1.8, 1: 0.9, 2: 1.0})
     assert slots.least_busy() == 1
-    with slots.hold(1):
-        assert slots.least_busy() == 2
+    slots.take(1)
+    assert slots.least_busy() == 2
+    slots.release(1)
     slots.set_slow({}, set())
     assert slots.least_busy() == 0  # no paces known: the lowest id of equals

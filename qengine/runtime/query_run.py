@@ -1,9 +1,11 @@
 """One query's run: stages start as soon as every stage they read from has finished, so
 independent stages (the two sides of a join) run at the same time.
 
-Each task is one ``run_task`` call to the worker it is placed on, or, if its inputs are as near
-to every worker (a scan split), to the first worker with a free slot; at most ``slots`` tasks run
-on a worker at once.
+Tasks go to their workers' own queues (Canary, ``runtime.task_queue``): each pass of the loop
+sends every task it launched to its worker, a worker's in one call whose messages report each
+task's start and end. A task pinned to a worker (its input lives there) is sent at once to wait
+in that worker's queue; a task whose inputs are as near to every worker (a scan split) is sent
+to the first worker with a free slot. At most ``slots`` tasks of a query run on a worker at once.
 
 Workers may be lost while a query runs (they die, hang or become unreachable), as in Spark and
 the RDD paper: every task has numbered attempts, and every block names its map task and
@@ -24,7 +26,8 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import Any
 
 from qengine.errors import Error, InputLostError, InternalError, OperationalError, WorkerUnreachableError, lost_input
@@ -43,6 +46,7 @@ from qengine.runtime.slow_workers import PaceMemory, measured, paces, settled_pa
 from qengine.runtime.speculation import ProgressReports, straggler
 from qengine.runtime.stats import QueryStats, StageStats
 from qengine.runtime.task_specs import task_spec, with_inline_finalize
+from qengine.transport.rpc import remote_error
 
 LIVENESS_POLL_SECONDS = 0.05  # how often lost workers and stragglers are looked for
 STRAGGLER_EVERY = 0.01  # seconds between two looks for slow workers and stragglers while calls end
@@ -63,6 +67,30 @@ class _StaleError(Exception):
 
 class _DeferredError(Exception):
     """A task whose inputs are being recomputed: it waits until they are back."""
+
+
+@dataclass
+class _Queued:
+    """A task attempt launched and not yet sent to a worker."""
+
+    run: StageRun
+    index: int
+    attempt: int
+    where: int | None  # the worker it is pinned to; None: any worker's free slot
+    speculative: bool
+    fut: Future
+
+
+def _resolve(fut: Future, result: Any) -> None:
+    """End a task's future with its result, unless it has ended already (given up with a lost worker)."""
+    with contextlib.suppress(InvalidStateError):
+        fut.set_result(result)
+
+
+def _fail(fut: Future, error: BaseException) -> None:
+    """End a task's future with an error, unless it has ended already."""
+    with contextlib.suppress(InvalidStateError):
+        fut.set_exception(error)
 
 
 class QueryRun:
@@ -116,6 +144,8 @@ class QueryRun:
         # waiting on every outstanding future cost O(futures) a pass, and a stage of thousands
         # of tasks O(tasks²).
         self.ended: queue.SimpleQueue[Future] = queue.SimpleQueue()
+        self.queued: list[_Queued] = []  # launched, not yet sent to a worker (``_dispatch``)
+        self.assigned: dict[Future, int] = {}  # the worker each task sent was sent to
         self.looked_at = 0.0  # when slow workers and stragglers were last looked for
 
     def cancel(self) -> None:
@@ -167,33 +197,91 @@ class QueryRun:
             self.cluster.suspect(address)
             raise
 
-    def _run_task(
-        self, run: StageRun, index: int, attempt: int, where: int | None, speculative: bool
-    ) -> tuple[int, dict, float]:
-        """Run one attempt of a task in a slot of its worker, or of whichever worker frees one
-        first; its spec is built once it has the slot, from where its input blocks are then."""
-        if self.failed.is_set():
-            raise _CancelledError()
-        with self.slots.hold(where) as worker:
-            with self.lock:
-                if attempt not in run.wanted[index]:
-                    raise _StaleError()
-                if not self._inputs_ready(run, index):
-                    raise _DeferredError()
-                started = time.monotonic()
-                run.running.setdefault(index, {})[attempt] = (worker, started, speculative)
-                spec = with_inline_finalize(run, task_spec(self.state, run, index, attempt, run.sql, run.form, speculative))
-                # The only task of its stage, with no other task of the query running: it may use
-                # every core of its host (a final aggregate or sort would otherwise leave all but one
-                # idle; TPC-DS SF 1 spends about a tenth of its time in such stages). Tasks of stages
-                # that start later share those cores for a while. A range map task is left on one
-                # thread: it numbers its rows in scan order to partition them.
-                if run.tasks == 1 and self.slots.running() == 1 and spec["output"]["kind"] != "range":
-                    spec["alone"] = True
-            result = self._call(worker, "run_task", spec)
-            # The time the scheduler waited for it, as paces are measured (``runtime.slow_workers``):
-            # a worker's own clock misses the time a call waited for it to answer.
-            return worker, result, time.monotonic() - started
+    def _dispatch(self) -> None:
+        """Send the tasks launched since the last pass to their workers' queues (Canary): every
+        task pinned to a worker at once, a free task to the worker that has a free slot, each
+        worker's in one call. A task's spec is built now, from where its input blocks are now;
+        one whose attempt is no longer wanted, or whose inputs are on their way, ends here."""
+        if not self.queued:
+            return
+        batches: dict[int, list[tuple[_Queued, dict]]] = {}
+        left: list[_Queued] = []
+        self.slots.waiting(sum(1 for q in self.queued if q.where is None))
+        for item in self.queued:
+            run, index, attempt = item.run, item.index, item.attempt
+            if item.fut.done():  # cancelled with its failed query
+                continue
+            if attempt not in run.wanted[index]:
+                _fail(item.fut, _StaleError())
+                continue
+            if not self._inputs_ready(run, index):
+                _fail(item.fut, _DeferredError())
+                continue
+            try:
+                worker = self.slots.take(item.where)
+            except WorkerGoneError as e:  # its pinned worker was lost: placed again by the loop
+                _fail(item.fut, e)
+                continue
+            if worker is None:
+                left.append(item)  # a free task: it waits for a slot to free
+                continue
+            self.assigned[item.fut] = worker
+            item.fut.set_running_or_notify_cancel()  # sent: a failed query waits for it to end
+            spec = with_inline_finalize(run, task_spec(self.state, run, index, attempt, run.sql, run.form, item.speculative))
+            # The only task of its stage, with no other task of the query running: it may use
+            # every core of its host (a final aggregate or sort would otherwise leave all but one
+            # idle; TPC-DS SF 1 spends about a tenth of its time in such stages). Tasks of stages
+            # that start later share those cores for a while. A range map task is left on one
+            # thread: it numbers its rows in scan order to partition them.
+            if run.tasks == 1 and self.slots.running() == 1 and spec["output"]["kind"] != "range":
+                spec["alone"] = True
+            batches.setdefault(worker, []).append((item, spec))
+        self.queued = left
+        self.slots.waiting(len(left))
+        for worker, batch in batches.items():
+            self.tasks.submit(self._stream, worker, batch)
+
+    def _stream(self, worker: int, batch: list[tuple[_Queued, dict]]) -> None:
+        """Send one worker a batch of tasks and follow them: a task's start is when its
+        attempt counts as running (LATE and paces measure from there), its end resolves its
+        future. A call that breaks fails the tasks it has not reported ended."""
+        address = self.state.addresses[worker]
+        open_items = {(spec["stage"], spec["task"], spec["attempt"]): item for item, spec in batch}
+        started: dict[tuple[int, int, int], float] = {}
+        body = {"query": self.state.query_id, "slots": self.state.options.slots, "tasks": [spec for _, spec in batch]}
+        try:
+            if self.failed.is_set():
+                raise _CancelledError()
+            for events in self.cluster.pool.get(address).stream("run_tasks", body):
+                for event in events:
+                    key = (event["stage"], event["task"], event["attempt"])
+                    item = open_items.get(key)
+                    if item is None:
+                        continue
+                    now = time.monotonic()
+                    if event["event"] == "started":
+                        started[key] = now
+                        with self.lock:
+                            item.run.running.setdefault(item.index, {})[item.attempt] = (worker, now, item.speculative)
+                        continue
+                    del open_items[key]
+                    self.slots.release(worker)
+                    if event["event"] == "done":
+                        # The time the scheduler saw it run, as paces are measured (``runtime.slow_workers``):
+                        # a worker's own clock misses the time a call waited for it to answer.
+                        _resolve(item.fut, (worker, event["result"], now - started.get(key, now)))
+                    else:
+                        _fail(item.fut, remote_error(event["error"]))
+        except (Error, _CancelledError) as e:
+            if isinstance(e, WorkerUnreachableError):
+                self.cluster.suspect(address)
+            for item in open_items.values():
+                self.slots.release(worker)
+                _fail(item.fut, e)
+        else:
+            for item in open_items.values():  # a stream that ended early: the worker went away
+                self.slots.release(worker)
+                _fail(item.fut, WorkerUnreachableError(f"worker {address} stopped reporting its tasks"))
 
     def _inputs_ready(self, run: StageRun, index: int | None = None) -> bool:
         """Whether a stage may start (``index`` None) or its task ``index`` may run: every stage
@@ -232,6 +320,7 @@ class QueryRun:
                             for index in sorted(i for i in run.waiting if self._inputs_ready(run, i)):
                                 run.waiting.discard(index)
                                 self._launch(run, index)
+                    self._dispatch()
                 if not self.futures:
                     raise InternalError(f"query stalled, nothing runs (a qengine bug): {self._describe()}")
                 finished = self._wait()
@@ -390,9 +479,10 @@ class QueryRun:
             others = [w for w in self.state.live_hosts() if w != avoid]
             if avoid is not None and where in (None, avoid) and others:
                 where = others[index % len(others)]
-        fut = self.tasks.submit(self._run_task, run, index, attempt, where, speculative)
+        fut: Future = Future()
         self.futures[fut] = ("task", run, (index, attempt, speculative))
         fut.add_done_callback(self.ended.put)
+        self.queued.append(_Queued(run, index, attempt, where, speculative, fut))
 
     def _size_inputs(self, run: StageRun) -> None:
         """Give the fragment's inputs their actual rows per task, and re-estimate the operators
@@ -414,6 +504,8 @@ class QueryRun:
         worker = running.pop(attempt, (None,))[0]
         if not running:  # looked at on every pass (LATE): only tasks with attempts running stay
             run.running.pop(index, None)
+        sent_to = self.assigned.pop(fut, None)
+        worker = sent_to if worker is None else worker  # one still queued on its worker has not started
         try:
             worker, result, seconds = fut.result()
         except (_StaleError, _CancelledError):
@@ -613,6 +705,11 @@ class QueryRun:
         for live in state.live_hosts():
             self.aux_calls.submit(self._quietly, live, "forget", {"address": state.addresses[worker], "query": state.query_id})
         self.shuffles.replace_reducers(worker)
+        # Tasks sent to it may never be reported (a hung worker): they are given up now, as
+        # lost with it; those it had started are run again below, the others when they fail.
+        for fut, sent_to in list(self.assigned.items()):
+            if sent_to == worker:
+                _fail(fut, WorkerUnreachableError(why))
         # Side work sent to it may never answer (a hung worker): it is given up now, as failed.
         for fut, (kind, run, extra) in list(self.futures.items()):
             if kind != "task" and extra[0] == worker:

@@ -1,10 +1,8 @@
-"""Task slots: at most ``per_worker`` tasks of a query run on a worker at once."""
+"""Task slots: at most ``per_worker`` tasks of a query run on a worker at once; where each task is sent."""
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Iterator
 
 
 class WorkerGoneError(Exception):
@@ -14,58 +12,60 @@ class WorkerGoneError(Exception):
 class Slots:
     """Per-worker task slots, for tasks pinned to a worker and for tasks free to run anywhere.
 
-    A pinned task (its input lives on one worker, or its reducer was placed ahead) waits for a
-    slot of its worker. A free task (a scan split, which every worker reads equally well) takes
-    the first slot that frees on any worker. Fixed round-robin placement gave worker 0 the odd
-    task of every odd-sized stage and left the faster worker idle while the other worked
-    through its half; taking free slots balances both.
+    The coordinator sends tasks to a worker's own queue (``runtime.task_queue``), which runs
+    ``per_worker`` of them at once; a worker's load here is the tasks sent to it that have not
+    ended. A pinned task (its input lives on one worker, or its reducer was placed ahead) is
+    sent to its worker at once, to wait in that worker's queue. A free task (a scan split,
+    which every worker reads equally well) is sent only to a worker with a free slot, the
+    first that frees one: fixed round-robin placement gave worker 0 the odd task of every
+    odd-sized stage and left the faster worker idle while the other worked through its half;
+    taking free slots balances both, and leaves no queued free task to steal back later.
 
-    Workers come and go while a query runs: a lost one is removed (the tasks waiting for its
-    slots are woken and placed again), a replacement is added. A slow worker
-    (``runtime.slow_workers``) takes a free task only when the fast workers' backlog is long
-    enough for it to finish the task sooner than they could; one only remembered as slow takes
-    one at a time.
+    Workers come and go while a query runs: a lost one is removed (tasks pinned to it are
+    placed again), a replacement is added. A slow worker (``runtime.slow_workers``) takes a
+    free task only when the fast workers' backlog is long enough for it to finish the task
+    sooner than they could; one only remembered as slow takes one at a time.
     """
 
     def __init__(self, workers: int, per_worker: int) -> None:
         self._per_worker = per_worker
-        self._free = [per_worker] * workers
+        self._free = [per_worker] * workers  # below 0: tasks queued on the worker
         self._gone: set[int] = set()
         self._slow: dict[int, float] = {}  # worker → how many times slower than typical
         self._probing: set[int] = set()  # slow workers only remembered as slow
         self._pace: dict[int, float] = {}  # worker → its pace (1 is typical), where known
         self._waiting = 0
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
 
-    @contextlib.contextmanager
-    def hold(self, worker: int | None) -> Iterator[int]:
-        """Wait for a slot of ``worker`` (any worker's if None); yields the worker it is on."""
-        with self._cond:
-            self._waiting += 1
-            try:
-                while (chosen := self._pick(worker)) is None:
-                    self._cond.wait()
-            finally:
-                self._waiting -= 1
-            self._free[chosen] -= 1
-        try:
-            yield chosen
-        finally:
-            with self._cond:
-                self._free[chosen] += 1
-                self._cond.notify_all()
+    def take(self, worker: int | None) -> int | None:
+        """A place for a task pinned to ``worker`` (always), or for a free task (None) on a
+        worker with a free slot, if one has (None otherwise): the task counts on it until
+        :meth:`release`. Raises :class:`WorkerGoneError` for a pinned task whose worker is lost."""
+        with self._lock:
+            chosen = self._pick(worker)
+            if chosen is not None:
+                self._free[chosen] -= 1
+            return chosen
+
+    def release(self, worker: int) -> None:
+        """A task sent to ``worker`` has ended."""
+        with self._lock:
+            self._free[worker] += 1
+
+    def waiting(self, count: int) -> None:
+        """How many free tasks wait for a slot now (a slow worker's share depends on it)."""
+        with self._lock:
+            self._waiting = count
 
     def remove(self, worker: int) -> None:
         """Take a lost worker out: nothing is placed on it any more."""
-        with self._cond:
+        with self._lock:
             self._gone.add(worker)
-            self._cond.notify_all()
 
     def add(self) -> int:
         """A new worker (a lost one's replacement); returns its number."""
-        with self._cond:
+        with self._lock:
             self._free.append(self._per_worker)
-            self._cond.notify_all()
             return len(self._free) - 1
 
     def set_slow(self, slow: dict[int, float], probing: set[int], pace: dict[int, float] | None = None) -> None:
@@ -73,35 +73,33 @@ class Slots:
         those of them only remembered as slow from earlier queries: each of these runs one free
         task at a time, so that a worker that has become fast again shows it. ``pace`` is every
         worker's pace where known: of workers with as many free slots, the fastest is chosen."""
-        with self._cond:
+        with self._lock:
             self._pace = dict(pace or {})
-            if slow != self._slow or probing != self._probing:
-                self._slow, self._probing = dict(slow), set(probing)
-                self._cond.notify_all()
+            self._slow, self._probing = dict(slow), set(probing)
 
     def running(self) -> int:
-        """Tasks holding a slot now, on the live workers together."""
-        with self._cond:
-            return sum(self._per_worker - free for w, free in enumerate(self._free) if w not in self._gone)
+        """Tasks sent to the live workers and not ended, up to their slots."""
+        with self._lock:
+            return sum(self._per_worker - max(0, free) for w, free in enumerate(self._free) if w not in self._gone)
 
     def idle(self) -> list[int]:
         """Live workers with a free slot, when no task is waiting for one (LATE launches
         speculative copies only into slots nothing else wants)."""
-        with self._cond:
+        with self._lock:
             if self._waiting:
                 return []
             return [w for w, free in enumerate(self._free) if free > 0 and w not in self._gone]
 
     def total(self) -> int:
         """Slots on the live workers."""
-        with self._cond:
+        with self._lock:
             return self._per_worker * (len(self._free) - len(self._gone))
 
     def least_busy(self) -> int:
         """The live worker that is not slow with the most free slots now (of equals, the one
         with the lowest pace, then the lowest id): a single task on a worker just under the
         slow line would be the whole query's critical path."""
-        with self._cond:
+        with self._lock:
             return self._most_free(self._fast())
 
     def _fast(self) -> list[int]:
@@ -115,7 +113,7 @@ class Slots:
         if worker is not None:
             if worker in self._gone:
                 raise WorkerGoneError(worker)
-            return worker if self._free[worker] > 0 else None
+            return worker
         for w in sorted(self._probing):
             if w not in self._gone and self._free[w] == self._per_worker:
                 return w

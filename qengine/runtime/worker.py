@@ -28,7 +28,8 @@ from qengine.errors import Error, input_lost
 from qengine.exchange.store import BlockStore, MissingBlocksError
 from qengine.runtime.faults import FaultPlan
 from qengine.runtime.task import TaskRunner
-from qengine.transport.rpc import ActionServer, Client, ClientPool, server_error
+from qengine.runtime.task_queue import TaskQueue
+from qengine.transport.rpc import ActionServer, Client, ClientPool, Streamed, server_error
 from qengine.transport.wire import load_converters
 
 log = logging.getLogger("qengine.runtime.worker")
@@ -55,11 +56,15 @@ class WorkerServer(ActionServer):
         self.runner = TaskRunner(self.store, self.address, self.pool, ceiling=ceiling, faults=FaultPlan.from_env())
         self.runner.worker_id = worker_id
         self.tasks_run = 0
+        self.queue = TaskQueue(self._run_task)  # the tasks the coordinator sent ahead (Canary)
+
+    def _run_task(self, spec: dict) -> dict[str, Any]:
+        self.tasks_run += 1
+        return self.runner.run(spec)
 
     def _handle(self, name: str, body: dict) -> Any:
-        if name == "run_task":
-            self.tasks_run += 1
-            return self.runner.run(body)
+        if name == "run_tasks":
+            return Streamed(self.queue.run(body["query"], int(body["slots"]), body["tasks"]))
         if name == "finalize_range":
             return self.runner.finalize_range(body)
         if name == "push":

@@ -11,6 +11,8 @@ import hmac
 import json
 import logging
 import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -58,7 +60,7 @@ class ActionServer(flight.FlightServerBase):
     def _handle(self, name: str, body: dict) -> Any:
         raise NotImplementedError
 
-    def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> list[flight.Result]:
+    def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterable[flight.Result]:
         try:
             body = json.loads(action.body.to_pybytes() or b"{}")
             result = self._handle(action.type, body)
@@ -66,13 +68,41 @@ class ActionServer(flight.FlightServerBase):
             if not isinstance(e, self.quiet_errors):
                 logging.getLogger(type(self).__module__).exception("action %s failed", action.type)
             raise server_error(e) from e
+        if isinstance(result, Streamed):  # each message goes as soon as it is made
+            return (flight.Result(json.dumps(item).encode()) for item in result.items)
         return [flight.Result(json.dumps(result).encode())]
+
+
+@dataclass
+class Streamed:
+    """An action's answer sent in messages as they are made (``Client.stream`` reads them)."""
+
+    items: Iterator[Any]
+
+
+def error_payload(exc: BaseException) -> dict[str, str]:
+    """An exception as it travels: its class name (qengine's or DuckDB's) and message."""
+    return {"type": type(exc).__name__, "message": str(exc)}
+
+
+class RemoteTaskError(Exception):
+    """A failure as another process raised it (its class name and whole message): the cause
+    attached to the qengine exception raised for it here."""
+
+
+def remote_error(info: dict[str, str]) -> Error:
+    """The qengine exception for an :func:`error_payload` from another process, with the
+    whole original attached as its cause."""
+    # DuckDB appends an excerpt of the fragment SQL; the user needs only the first line.
+    message = next((line for line in info["message"].splitlines() if line.strip()), info["message"])
+    error = error_class(info["type"])(message)
+    error.__cause__ = RemoteTaskError(f"{info['type']}: {info['message']}")
+    return error
 
 
 def server_error(exc: BaseException) -> flight.FlightServerError:
     """Wrap an exception raised while serving, keeping its class name and message."""
-    payload = json.dumps({"type": type(exc).__name__, "message": str(exc)})
-    return flight.FlightServerError(_MARKER + payload)
+    return flight.FlightServerError(_MARKER + json.dumps(error_payload(exc)))
 
 
 def client_error(exc: flight.FlightError, where: str) -> Error:
@@ -82,9 +112,7 @@ def client_error(exc: flight.FlightError, where: str) -> Error:
         payload = text[text.index(_MARKER) + len(_MARKER):]
         try:
             info, _ = json.JSONDecoder().raw_decode(payload)
-            # DuckDB appends an excerpt of the fragment SQL; the user needs only the first line.
-            message = next((line for line in info["message"].splitlines() if line.strip()), info["message"])
-            return error_class(info["type"])(message)
+            return remote_error(info)
         except (ValueError, KeyError):
             pass
     if isinstance(exc, flight.FlightUnauthenticatedError):
@@ -119,6 +147,18 @@ class Client:
         except pa.ArrowInvalid as e:  # the client was closed (its connection closed meanwhile)
             raise WorkerUnreachableError(f"{self.where}: {e}") from e
         return json.loads(results[0].body.to_pybytes()) if results else None
+
+    def stream(self, name: str, body: dict) -> Iterator[Any]:
+        """Run an action whose answer comes in messages (``Streamed``), yielding each decoded
+        as it arrives."""
+        payload = json.dumps(body).encode()
+        try:
+            for result in self._client.do_action(flight.Action(name, payload), self.options()):
+                yield json.loads(result.body.to_pybytes())
+        except flight.FlightError as e:
+            raise client_error(e, self.where) from e
+        except pa.ArrowInvalid as e:  # the client was closed (its worker was declared lost)
+            raise WorkerUnreachableError(f"{self.where}: {e}") from e
 
     def get(self, ticket: dict, timeout: float | None = None) -> pa.Table:
         try:
