@@ -160,3 +160,13 @@ def test_of_workers_as_free_the_fastest_takes_a_single_task() -> None:
     slots.release(1)
     slots.set_slow({}, set())
     assert slots.least_busy() == 0  # no paces known: the lowest id of equals
+
+
+def test_a_pinned_task_waits_on_the_coordinator_once_its_worker_s_queue_is_full() -> None:
+    slots = Slots(workers=2, per_worker=1)
+    depth = Slots.QUEUE_DEPTH
+    assert [slots.take(0) for _ in range(depth)] == [0] * depth
+    assert slots.take(0) is None  # the rest wait here until one ends
+    assert slots.take(1) == 1
+    slots.release(0)
+    assert slots.take(0) == 0

@@ -20,6 +20,7 @@ released.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import queue
@@ -45,7 +46,7 @@ from qengine.runtime.slots import Slots, WorkerGoneError
 from qengine.runtime.slow_workers import PaceMemory, measured, paces, settled_paces, slow
 from qengine.runtime.speculation import ProgressReports, straggler
 from qengine.runtime.stats import QueryStats, StageStats
-from qengine.runtime.task_specs import task_spec, with_inline_finalize
+from qengine.runtime.task_specs import split_template, task_spec, with_inline_finalize
 from qengine.transport.rpc import remote_error
 
 LIVENESS_POLL_SECONDS = 0.05  # how often lost workers and stragglers are looked for
@@ -144,7 +145,9 @@ class QueryRun:
         # waiting on every outstanding future cost O(futures) a pass, and a stage of thousands
         # of tasks O(tasks²).
         self.ended: queue.SimpleQueue[Future] = queue.SimpleQueue()
-        self.queued: list[_Queued] = []  # launched, not yet sent to a worker (``_dispatch``)
+        # launched, not yet sent to a worker (``_dispatch``): by the worker they are pinned to, and free ones
+        self.pinned: dict[int, collections.deque[_Queued]] = collections.defaultdict(collections.deque)
+        self.free: collections.deque[_Queued] = collections.deque()
         self.assigned: dict[Future, int] = {}  # the worker each task sent was sent to
         self.looked_at = 0.0  # when slow workers and stragglers were last looked for
 
@@ -198,48 +201,52 @@ class QueryRun:
             raise
 
     def _dispatch(self) -> None:
-        """Send the tasks launched since the last pass to their workers' queues (Canary): every
-        task pinned to a worker at once, a free task to the worker that has a free slot, each
-        worker's in one call. A task's spec is built now, from where its input blocks are now;
-        one whose attempt is no longer wanted, or whose inputs are on their way, ends here."""
-        if not self.queued:
-            return
+        """Send the tasks launched since the last pass to their workers' queues (Canary): a
+        task pinned to a worker while that worker's queue has room (``Slots.take``), a free
+        task to the worker that has a free slot, each worker's in one call. A task's spec is
+        built now, from where its input blocks are now; one whose attempt is no longer wanted,
+        or whose inputs are on their way, ends here."""
         batches: dict[int, list[tuple[_Queued, dict]]] = {}
-        left: list[_Queued] = []
-        self.slots.waiting(sum(1 for q in self.queued if q.where is None))
-        for item in self.queued:
-            run, index, attempt = item.run, item.index, item.attempt
-            if item.fut.done():  # cancelled with its failed query
-                continue
-            if attempt not in run.wanted[index]:
-                _fail(item.fut, _StaleError())
-                continue
-            if not self._inputs_ready(run, index):
-                _fail(item.fut, _DeferredError())
-                continue
-            try:
-                worker = self.slots.take(item.where)
-            except WorkerGoneError as e:  # its pinned worker was lost: placed again by the loop
-                _fail(item.fut, e)
-                continue
+        for where, waiting in self.pinned.items():
+            while waiting:
+                try:
+                    worker = self.slots.take(where)
+                except WorkerGoneError as e:  # its pinned worker was lost: placed again by the loop
+                    while waiting:
+                        _fail(waiting.popleft().fut, e)
+                    break
+                if worker is None:
+                    break  # its queue is full: the rest wait here for room
+                self._prepare(waiting.popleft(), worker, batches)
+        self.slots.waiting(len(self.free))
+        while self.free:
+            worker = self.slots.take(None)
             if worker is None:
-                left.append(item)  # a free task: it waits for a slot to free
-                continue
-            self.assigned[item.fut] = worker
-            item.fut.set_running_or_notify_cancel()  # sent: a failed query waits for it to end
-            spec = with_inline_finalize(run, task_spec(self.state, run, index, attempt, run.sql, run.form, item.speculative))
-            # The only task of its stage, with no other task of the query running: it may use
-            # every core of its host (a final aggregate or sort would otherwise leave all but one
-            # idle; TPC-DS SF 1 spends about a tenth of its time in such stages). Tasks of stages
-            # that start later share those cores for a while. A range map task is left on one
-            # thread: it numbers its rows in scan order to partition them.
-            if run.tasks == 1 and self.slots.running() == 1 and spec["output"]["kind"] != "range":
-                spec["alone"] = True
-            batches.setdefault(worker, []).append((item, spec))
-        self.queued = left
-        self.slots.waiting(len(left))
+                break  # every slot is taken: free tasks wait for one to free
+            self._prepare(self.free.popleft(), worker, batches)
+            self.slots.waiting(len(self.free))
         for worker, batch in batches.items():
             self.tasks.submit(self._stream, worker, batch)
+
+    def _prepare(self, item: _Queued, worker: int, batches: dict[int, list[tuple[_Queued, dict]]]) -> None:
+        """Build a task's spec for the worker it was given a place on, or end it here."""
+        run, index, attempt = item.run, item.index, item.attempt
+        if item.fut.done() or attempt not in run.wanted[index] or not self._inputs_ready(run, index):
+            self.slots.release(worker)
+            if not item.fut.done():  # not cancelled with its failed query
+                _fail(item.fut, _StaleError() if attempt not in run.wanted[index] else _DeferredError())
+            return
+        self.assigned[item.fut] = worker
+        item.fut.set_running_or_notify_cancel()  # sent: a failed query waits for it to end
+        spec = with_inline_finalize(run, task_spec(self.state, run, index, attempt, run.sql, run.form, item.speculative))
+        # The only task of its stage, with no other task of the query running: it may use
+        # every core of its host (a final aggregate or sort would otherwise leave all but one
+        # idle; TPC-DS SF 1 spends about a tenth of its time in such stages). Tasks of stages
+        # that start later share those cores for a while. A range map task is left on one
+        # thread: it numbers its rows in scan order to partition them.
+        if run.tasks == 1 and self.slots.running() == 1 and spec["output"]["kind"] != "range":
+            spec["alone"] = True
+        batches.setdefault(worker, []).append((item, spec))
 
     def _stream(self, worker: int, batch: list[tuple[_Queued, dict]]) -> None:
         """Send one worker a batch of tasks and follow them: a task's start is when its
@@ -248,7 +255,8 @@ class QueryRun:
         address = self.state.addresses[worker]
         open_items = {(spec["stage"], spec["task"], spec["attempt"]): item for item, spec in batch}
         started: dict[tuple[int, int, int], float] = {}
-        body = {"query": self.state.query_id, "slots": self.state.options.slots, "tasks": [spec for _, spec in batch]}
+        template, tasks = split_template([spec for _, spec in batch])
+        body = {"query": self.state.query_id, "slots": self.state.options.slots, "template": template, "tasks": tasks}
         try:
             if self.failed.is_set():
                 raise _CancelledError()
@@ -482,7 +490,11 @@ class QueryRun:
         fut: Future = Future()
         self.futures[fut] = ("task", run, (index, attempt, speculative))
         fut.add_done_callback(self.ended.put)
-        self.queued.append(_Queued(run, index, attempt, where, speculative, fut))
+        item = _Queued(run, index, attempt, where, speculative, fut)
+        if where is None:
+            self.free.append(item)
+        else:
+            self.pinned[where].append(item)
 
     def _size_inputs(self, run: StageRun) -> None:
         """Give the fragment's inputs their actual rows per task, and re-estimate the operators

@@ -15,7 +15,7 @@ class Slots:
     The coordinator sends tasks to a worker's own queue (``runtime.task_queue``), which runs
     ``per_worker`` of them at once; a worker's load here is the tasks sent to it that have not
     ended. A pinned task (its input lives on one worker, or its reducer was placed ahead) is
-    sent to its worker at once, to wait in that worker's queue. A free task (a scan split,
+    sent to its worker as soon as its queue has room, to wait there. A free task (a scan split,
     which every worker reads equally well) is sent only to a worker with a free slot, the
     first that frees one: fixed round-robin placement gave worker 0 the odd task of every
     odd-sized stage and left the faster worker idle while the other worked through its half;
@@ -26,6 +26,8 @@ class Slots:
     free task only when the fast workers' backlog is long enough for it to finish the task
     sooner than they could; one only remembered as slow takes one at a time.
     """
+
+    QUEUE_DEPTH = 256  # tasks sent to a worker and not ended, at most, in slots' worth (512 with 2 slots)
 
     def __init__(self, workers: int, per_worker: int) -> None:
         self._per_worker = per_worker
@@ -38,9 +40,11 @@ class Slots:
         self._lock = threading.Lock()
 
     def take(self, worker: int | None) -> int | None:
-        """A place for a task pinned to ``worker`` (always), or for a free task (None) on a
-        worker with a free slot, if one has (None otherwise): the task counts on it until
-        :meth:`release`. Raises :class:`WorkerGoneError` for a pinned task whose worker is lost."""
+        """A place for a task pinned to ``worker`` while its queue has room (``QUEUE_DEPTH``
+        slots' worth of tasks: a worker holding tens of thousands of queued specs spent its
+        time collecting garbage and ran a third slower), or for a free task (None) on a worker with a free slot; None
+        if there is none. The task counts on the worker until :meth:`release`. Raises
+        :class:`WorkerGoneError` for a pinned task whose worker is lost."""
         with self._lock:
             chosen = self._pick(worker)
             if chosen is not None:
@@ -113,7 +117,7 @@ class Slots:
         if worker is not None:
             if worker in self._gone:
                 raise WorkerGoneError(worker)
-            return worker
+            return worker if self._free[worker] > -self._per_worker * (self.QUEUE_DEPTH - 1) else None
         for w in sorted(self._probing):
             if w not in self._gone and self._free[w] == self._per_worker:
                 return w

@@ -142,3 +142,13 @@ def duckdb_builds(stage: Stage) -> bool:
 def scan_input(scan: lp.Scan, split: dict | None) -> dict:
     """A task's input that reads ``split`` of a scanned table."""
     return {"name": scan.table, "kind": "scan", "split": split, "columns": list(scan.column_map.items())}
+
+
+def split_template(specs: list[dict]) -> tuple[dict, list[dict]]:
+    """The fields every spec of a batch shares, sent once (its stage's template: the fragment,
+    the output, the roots), and what each task adds (its inputs, its number and attempt);
+    ``dict(template, **task)`` is the task's spec again."""
+    first, rest = specs[0], specs[1:]
+    template = {key: value for key, value in first.items() if all(key in spec and spec[key] == value for spec in rest)}
+    return template, [{key: value for key, value in spec.items() if key not in template} for spec in specs]
+

@@ -64,7 +64,8 @@ class WorkerServer(ActionServer):
 
     def _handle(self, name: str, body: dict) -> Any:
         if name == "run_tasks":
-            return Streamed(self.queue.run(body["query"], int(body["slots"]), body["tasks"]))
+            template = body.get("template") or {}  # what the batch's tasks share, sent once
+            return Streamed(self.queue.run(body["query"], int(body["slots"]), [dict(template, **task) for task in body["tasks"]]))
         if name == "finalize_range":
             return self.runner.finalize_range(body)
         if name == "push":

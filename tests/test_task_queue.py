@@ -1,0 +1,86 @@
+"""A worker's own task queue (Canary): the tasks of one call run from the worker's queue, at
+most ``slots`` of a query at once, each reporting its start and its end on that call; a batch
+of tasks travels as one template and what each task adds."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from qengine.errors import DataError
+from qengine.runtime.task_queue import TaskQueue
+from qengine.runtime.task_specs import split_template
+from qengine.transport.rpc import RemoteTaskError, remote_error
+
+
+def events_of(stream) -> list[dict]:
+    return [event for message in stream for event in message]
+
+
+def test_tasks_run_at_most_slots_at_once_and_report_start_and_end() -> None:
+    running, peak, lock = 0, 0, threading.Lock()
+
+    def run(spec: dict) -> dict:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(0.02)
+        with lock:
+            running -= 1
+        return {"rows": spec["task"]}
+
+    queue = TaskQueue(run)
+    specs = [{"stage": 0, "task": i, "attempt": 0} for i in range(8)]
+    events = events_of(queue.run("q", 2, specs))
+    assert peak == 2
+    for i in range(8):
+        mine = [e for e in events if e["task"] == i]
+        assert [e["event"] for e in mine] == ["started", "done"]
+        assert mine[1]["result"] == {"rows": i}
+
+
+def test_a_failing_task_reports_its_error_and_the_others_run_on() -> None:
+    def run(spec: dict) -> dict:
+        if spec["task"] == 1:
+            raise DataError("Conversion Error: could not convert\nLINE 1: SELECT ...")
+        return {}
+
+    events = events_of(TaskQueue(run).run("q", 1, [{"stage": 3, "task": i, "attempt": 2} for i in range(3)]))
+    ends = {e["task"]: e for e in events if e["event"] != "started"}
+    assert [ends[i]["event"] for i in range(3)] == ["done", "failed", "done"]
+    error = remote_error(ends[1]["error"])
+    assert isinstance(error, DataError) and str(error) == "Conversion Error: could not convert"
+    assert isinstance(error.__cause__, RemoteTaskError) and "LINE 1" in str(error.__cause__)
+
+
+def test_queries_do_not_wait_for_each_other() -> None:
+    release = threading.Event()
+
+    def run(spec: dict) -> dict:
+        if spec["query"] == "slow":
+            release.wait(10)
+        return {}
+
+    queue = TaskQueue(run)
+    slow = queue.run("slow", 1, [{"query": "slow", "stage": 0, "task": 0, "attempt": 0}])
+    fast = events_of(queue.run("fast", 1, [{"query": "fast", "stage": 0, "task": 0, "attempt": 0}]))
+    assert [e["event"] for e in fast] == ["started", "done"]
+    release.set()
+    assert [e["event"] for e in events_of(slow)] == ["started", "done"]
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_a_batch_travels_as_a_template_and_what_each_task_adds(count: int) -> None:
+    specs = [
+        {"query": "q", "stage": 2, "sql": "SELECT 1", "output": {"kind": "hash", "partitions": 4}, "task": i,
+         "inputs": [{"name": "x0", "partitions": [i]}], **({"alone": True} if i == 0 else {})}
+        for i in range(count)
+    ]
+    template, tasks = split_template(specs)
+    assert [dict(template, **task) for task in tasks] == specs
+    if count > 1:
+        assert template == {"query": "q", "stage": 2, "sql": "SELECT 1", "output": {"kind": "hash", "partitions": 4}}
+        assert tasks[0] == {"task": 0, "inputs": [{"name": "x0", "partitions": [0]}], "alone": True}
