@@ -145,6 +145,9 @@ class QueryRun:
         # waiting on every outstanding future cost O(futures) a pass, and a stage of thousands
         # of tasks O(tasks²).
         self.ended: queue.SimpleQueue[Future] = queue.SimpleQueue()
+        # (task, worker, when) of tasks their workers reported started: the loop takes them in,
+        # so that the threads following the workers never wait for the loop's lock
+        self.started: queue.SimpleQueue[tuple[_Queued, int, float]] = queue.SimpleQueue()
         # launched, not yet sent to a worker (``_dispatch``): by the worker they are pinned to, and free ones
         self.pinned: dict[int, collections.deque[_Queued]] = collections.defaultdict(collections.deque)
         self.free: collections.deque[_Queued] = collections.deque()
@@ -269,8 +272,7 @@ class QueryRun:
                     now = time.monotonic()
                     if event["event"] == "started":
                         started[key] = now
-                        with self.lock:
-                            item.run.running.setdefault(item.index, {})[item.attempt] = (worker, now, item.speculative)
+                        self.started.put((item, worker, now))
                         continue
                     del open_items[key]
                     self.slots.release(worker)
@@ -335,6 +337,7 @@ class QueryRun:
                 if self.cancelled.is_set():
                     raise OperationalError("query cancelled")
                 with self.lock:
+                    self._note_started()  # before the ends: an attempt's start comes first
                     for fut in finished:
                         entry = self.futures.pop(fut, None)
                         if entry is None:  # side work given up with its lost worker
@@ -344,6 +347,7 @@ class QueryRun:
                             self._task_done(run, *extra, fut)
                         else:
                             self._aux_done(run, kind, *extra, fut)
+                    self._dispatch()  # the slots these ends freed take their next tasks at once
                     for run in runs:  # side work given up with a lost worker finishes stages too
                         self._maybe_finish(run)
                     if time.monotonic() - self.looked_at >= STRAGGLER_EVERY or not finished:
@@ -399,6 +403,15 @@ class QueryRun:
             with contextlib.suppress(queue.Empty):
                 finished = {self.ended.get(timeout=LIVENESS_POLL_SECONDS)} | self._ended()
         return finished
+
+    def _note_started(self) -> None:
+        """Count the tasks reported started as running, from when they started (LATE's
+        progress rates and the paces measure from there). Under the lock."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                item, worker, when = self.started.get_nowait()
+                if not item.fut.done() or item.fut in self.futures:  # not ended and taken in already
+                    item.run.running.setdefault(item.index, {})[item.attempt] = (worker, when, item.speculative)
 
     def _ended(self) -> set[Future]:
         """The calls that have ended since the last look, without waiting."""
