@@ -8,6 +8,7 @@ import os
 import pytest
 
 from qengine.exchange.store import BlockStore
+from qengine.runtime.dispatch import Dispatcher
 from qengine.runtime.query_run import QueryRun
 from qengine.runtime.slots import Slots, WorkerGoneError
 from qengine.runtime.task import TaskRunner
@@ -131,18 +132,18 @@ def test_a_task_alone_in_its_query_runs_on_every_core(tmp_path) -> None:
 
 def test_only_one_task_stages_with_nothing_else_running_are_alone(default_engine, oracle) -> None:
     bodies: list[tuple[int, dict]] = []
-    original = QueryRun._stream
+    original = Dispatcher._stream
 
     def stream(self, worker, batch):
         bodies.extend((self.state.runs[spec["stage"]].tasks, spec) for _, spec in batch)
         return original(self, worker, batch)
 
     sql = "SELECT store_id, sum(amount) AS total FROM sales GROUP BY store_id ORDER BY total DESC LIMIT 5"
-    QueryRun._stream = stream
+    Dispatcher._stream = stream
     try:
         assert_same(default_engine, oracle, sql)
     finally:
-        QueryRun._stream = original
+        Dispatcher._stream = original
     alone = [tasks for tasks, body in bodies if body.get("alone")]
     assert alone, "the final one-task stage should run alone"
     assert all(tasks == 1 for tasks in alone)

@@ -20,15 +20,13 @@ released.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import itertools
 import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from qengine.errors import Error, InputLostError, InternalError, OperationalError, WorkerUnreachableError, lost_input
@@ -39,6 +37,7 @@ from qengine.planner import logical as lp
 from qengine.planner.null_columns import null_columns
 from qengine.planner.render import join_sides, render
 from qengine.planner.stages import StagePlan
+from qengine.runtime.dispatch import CancelledTaskError, DeferredTaskError, Dispatcher, Queued, StaleAttemptError
 from qengine.runtime.key_ranges import KeyRanges, prune_scan
 from qengine.runtime.query_state import SHUFFLE_KINDS, Cluster, ExecutionOptions, QueryState, StageRun, release_blocks
 from qengine.runtime.shuffle_driver import ShuffleDriver
@@ -46,8 +45,6 @@ from qengine.runtime.slots import Slots, WorkerGoneError
 from qengine.runtime.slow_workers import PaceMemory, measured, paces, settled_paces, slow
 from qengine.runtime.speculation import ProgressReports, straggler
 from qengine.runtime.stats import QueryStats, StageStats
-from qengine.runtime.task_specs import split_template, task_spec, with_inline_finalize
-from qengine.transport.rpc import remote_error
 
 LIVENESS_POLL_SECONDS = 0.05  # how often lost workers and stragglers are looked for
 STRAGGLER_EVERY = 0.01  # seconds between two looks for slow workers and stragglers while calls end
@@ -56,42 +53,6 @@ MAX_TASK_FAILURES = 4  # attempts of one task lost with their worker (Spark's sp
 MAX_INPUT_LOSSES = 16  # attempts of one task whose inputs were lost, before the query gives up
 
 _query_ids = itertools.count(1)
-
-
-class _CancelledError(Exception):
-    """A task skipped because its query already failed."""
-
-
-class _StaleError(Exception):
-    """A task attempt no longer wanted (another attempt committed, or it was abandoned)."""
-
-
-class _DeferredError(Exception):
-    """A task whose inputs are being recomputed: it waits until they are back."""
-
-
-@dataclass
-class _Queued:
-    """A task attempt launched and not yet sent to a worker."""
-
-    run: StageRun
-    index: int
-    attempt: int
-    where: int | None  # the worker it is pinned to; None: any worker's free slot
-    speculative: bool
-    fut: Future
-
-
-def _resolve(fut: Future, result: Any) -> None:
-    """End a task's future with its result, unless it has ended already (given up with a lost worker)."""
-    with contextlib.suppress(InvalidStateError):
-        fut.set_result(result)
-
-
-def _fail(fut: Future, error: BaseException) -> None:
-    """End a task's future with an error, unless it has ended already."""
-    with contextlib.suppress(InvalidStateError):
-        fut.set_exception(error)
 
 
 class QueryRun:
@@ -126,6 +87,7 @@ class QueryRun:
         # built from it (specs are built in the call threads, once a task has its slot).
         self.lock = threading.RLock()
         self.shuffles = ShuffleDriver(state, self._aux, push_rates)
+        self.dispatcher = Dispatcher(state, self.slots, cluster, self.tasks, self.failed, self._inputs_ready)
         self.reports = ProgressReports(state, self._call, self.aux_calls)  # LATE's progress scores
         self.moved_off: set[int] = set()  # slow workers whose waiting reducers were placed elsewhere since found slow
         for stage, (splits, tasks) in zip(plan.stages, plan.scan_tasks(state.workers, options.split_bytes), strict=True):
@@ -145,13 +107,6 @@ class QueryRun:
         # waiting on every outstanding future cost O(futures) a pass, and a stage of thousands
         # of tasks O(tasks²).
         self.ended: queue.SimpleQueue[Future] = queue.SimpleQueue()
-        # (task, worker, when) of tasks their workers reported started: the loop takes them in,
-        # so that the threads following the workers never wait for the loop's lock
-        self.started: queue.SimpleQueue[tuple[_Queued, int, float]] = queue.SimpleQueue()
-        # launched, not yet sent to a worker (``_dispatch``): by the worker they are pinned to, and free ones
-        self.pinned: dict[int, collections.deque[_Queued]] = collections.defaultdict(collections.deque)
-        self.free: collections.deque[_Queued] = collections.deque()
-        self.assigned: dict[Future, int] = {}  # the worker each task sent was sent to
         self.looked_at = 0.0  # when slow workers and stragglers were last looked for
 
     def cancel(self) -> None:
@@ -195,103 +150,13 @@ class QueryRun:
     def _call(self, worker: int, name: str, body: dict) -> Any:
         """One call to a worker; one that gets no answer has the cluster look at the worker."""
         if self.failed.is_set():
-            raise _CancelledError()
+            raise CancelledTaskError()
         address = self.state.addresses[worker]
         try:
             return self.cluster.pool.get(address).action(name, body)
         except WorkerUnreachableError:
             self.cluster.suspect(address)
             raise
-
-    def _dispatch(self) -> None:
-        """Send the tasks launched since the last pass to their workers' queues (Canary): a
-        task pinned to a worker while that worker's queue has room (``Slots.take``), a free
-        task to the worker that has a free slot, each worker's in one call. A task's spec is
-        built now, from where its input blocks are now; one whose attempt is no longer wanted,
-        or whose inputs are on their way, ends here."""
-        batches: dict[int, list[tuple[_Queued, dict]]] = {}
-        for where, waiting in self.pinned.items():
-            while waiting:
-                try:
-                    worker = self.slots.take(where)
-                except WorkerGoneError as e:  # its pinned worker was lost: placed again by the loop
-                    while waiting:
-                        _fail(waiting.popleft().fut, e)
-                    break
-                if worker is None:
-                    break  # its queue is full: the rest wait here for room
-                self._prepare(waiting.popleft(), worker, batches)
-        self.slots.waiting(len(self.free))
-        while self.free:
-            worker = self.slots.take(None)
-            if worker is None:
-                break  # every slot is taken: free tasks wait for one to free
-            self._prepare(self.free.popleft(), worker, batches)
-            self.slots.waiting(len(self.free))
-        for worker, batch in batches.items():
-            self.tasks.submit(self._stream, worker, batch)
-
-    def _prepare(self, item: _Queued, worker: int, batches: dict[int, list[tuple[_Queued, dict]]]) -> None:
-        """Build a task's spec for the worker it was given a place on, or end it here."""
-        run, index, attempt = item.run, item.index, item.attempt
-        if item.fut.done() or attempt not in run.wanted[index] or not self._inputs_ready(run, index):
-            self.slots.release(worker)
-            if not item.fut.done():  # not cancelled with its failed query
-                _fail(item.fut, _StaleError() if attempt not in run.wanted[index] else _DeferredError())
-            return
-        self.assigned[item.fut] = worker
-        item.fut.set_running_or_notify_cancel()  # sent: a failed query waits for it to end
-        spec = with_inline_finalize(run, task_spec(self.state, run, index, attempt, run.sql, run.form, item.speculative))
-        # The only task of its stage, with no other task of the query running: it may use
-        # every core of its host (a final aggregate or sort would otherwise leave all but one
-        # idle; TPC-DS SF 1 spends about a tenth of its time in such stages). Tasks of stages
-        # that start later share those cores for a while. A range map task is left on one
-        # thread: it numbers its rows in scan order to partition them.
-        if run.tasks == 1 and self.slots.running() == 1 and spec["output"]["kind"] != "range":
-            spec["alone"] = True
-        batches.setdefault(worker, []).append((item, spec))
-
-    def _stream(self, worker: int, batch: list[tuple[_Queued, dict]]) -> None:
-        """Send one worker a batch of tasks and follow them: a task's start is when its
-        attempt counts as running (LATE and paces measure from there), its end resolves its
-        future. A call that breaks fails the tasks it has not reported ended."""
-        address = self.state.addresses[worker]
-        open_items = {(spec["stage"], spec["task"], spec["attempt"]): item for item, spec in batch}
-        started: dict[tuple[int, int, int], float] = {}
-        template, tasks = split_template([spec for _, spec in batch])
-        body = {"query": self.state.query_id, "slots": self.state.options.slots, "template": template, "tasks": tasks}
-        try:
-            if self.failed.is_set():
-                raise _CancelledError()
-            for events in self.cluster.pool.get(address).stream("run_tasks", body):
-                for event in events:
-                    key = (event["stage"], event["task"], event["attempt"])
-                    item = open_items.get(key)
-                    if item is None:
-                        continue
-                    now = time.monotonic()
-                    if event["event"] == "started":
-                        started[key] = now
-                        self.started.put((item, worker, now))
-                        continue
-                    del open_items[key]
-                    self.slots.release(worker)
-                    if event["event"] == "done":
-                        # The time the scheduler saw it run, as paces are measured (``runtime.slow_workers``):
-                        # a worker's own clock misses the time a call waited for it to answer.
-                        _resolve(item.fut, (worker, event["result"], now - started.get(key, now)))
-                    else:
-                        _fail(item.fut, remote_error(event["error"]))
-        except (Error, _CancelledError) as e:
-            if isinstance(e, WorkerUnreachableError):
-                self.cluster.suspect(address)
-            for item in open_items.values():
-                self.slots.release(worker)
-                _fail(item.fut, e)
-        else:
-            for item in open_items.values():  # a stream that ended early: the worker went away
-                self.slots.release(worker)
-                _fail(item.fut, WorkerUnreachableError(f"worker {address} stopped reporting its tasks"))
 
     def _inputs_ready(self, run: StageRun, index: int | None = None) -> bool:
         """Whether a stage may start (``index`` None) or its task ``index`` may run: every stage
@@ -330,7 +195,7 @@ class QueryRun:
                             for index in sorted(i for i in run.waiting if self._inputs_ready(run, i)):
                                 run.waiting.discard(index)
                                 self._launch(run, index)
-                    self._dispatch()
+                    self.dispatcher.dispatch()
                 if not self.futures:
                     raise InternalError(f"query stalled, nothing runs (a qengine bug): {self._describe()}")
                 finished = self._wait()
@@ -347,13 +212,13 @@ class QueryRun:
                             self._task_done(run, *extra, fut)
                         else:
                             self._aux_done(run, kind, *extra, fut)
-                    self._dispatch()  # the slots these ends freed take their next tasks at once
+                    self.dispatcher.dispatch()  # the slots these ends freed take their next tasks at once
                     for run in runs:  # side work given up with a lost worker finishes stages too
                         self._maybe_finish(run)
                     if time.monotonic() - self.looked_at >= STRAGGLER_EVERY or not finished:
                         self.looked_at = time.monotonic()
                         self._speculate(self._find_slow())
-        except _CancelledError:
+        except CancelledTaskError:
             raise OperationalError("query cancelled") from None
         except BaseException:
             self.failed.set()
@@ -407,11 +272,9 @@ class QueryRun:
     def _note_started(self) -> None:
         """Count the tasks reported started as running, from when they started (LATE's
         progress rates and the paces measure from there). Under the lock."""
-        with contextlib.suppress(queue.Empty):
-            while True:
-                item, worker, when = self.started.get_nowait()
-                if not item.fut.done() or item.fut in self.futures:  # not ended and taken in already
-                    item.run.running.setdefault(item.index, {})[item.attempt] = (worker, when, item.speculative)
+        for item, worker, when in self.dispatcher.started_tasks():
+            if not item.fut.done() or item.fut in self.futures:  # not ended and taken in already
+                item.run.running.setdefault(item.index, {})[item.attempt] = (worker, when, item.speculative)
 
     def _ended(self) -> set[Future]:
         """The calls that have ended since the last look, without waiting."""
@@ -503,11 +366,7 @@ class QueryRun:
         fut: Future = Future()
         self.futures[fut] = ("task", run, (index, attempt, speculative))
         fut.add_done_callback(self.ended.put)
-        item = _Queued(run, index, attempt, where, speculative, fut)
-        if where is None:
-            self.free.append(item)
-        else:
-            self.pinned[where].append(item)
+        self.dispatcher.add(Queued(run, index, attempt, where, speculative, fut))
 
     def _size_inputs(self, run: StageRun) -> None:
         """Give the fragment's inputs their actual rows per task, and re-estimate the operators
@@ -529,11 +388,11 @@ class QueryRun:
         worker = running.pop(attempt, (None,))[0]
         if not running:  # looked at on every pass (LATE): only tasks with attempts running stay
             run.running.pop(index, None)
-        sent_to = self.assigned.pop(fut, None)
+        sent_to = self.dispatcher.sent_to(fut)
         worker = sent_to if worker is None else worker  # one still queued on its worker has not started
         try:
             worker, result, seconds = fut.result()
-        except (_StaleError, _CancelledError):
+        except (StaleAttemptError, CancelledTaskError):
             return
         except WorkerGoneError:  # its pinned worker was lost while it waited for a slot
             if attempt in run.wanted[index] and index not in run.completed:
@@ -541,7 +400,7 @@ class QueryRun:
                 if not run.wanted[index]:
                     run.waiting.add(index)  # placed again by the loop, once its inputs are there
             return
-        except _DeferredError:
+        except DeferredTaskError:
             run.wanted[index].discard(attempt)
             if not run.wanted[index] and index not in run.completed:
                 run.waiting.add(index)
@@ -644,7 +503,7 @@ class QueryRun:
         self.aux_calls.submit(self._quietly, worker, "cancel", {"query": key})
 
     def _quietly(self, worker: int, name: str, body: dict) -> None:
-        with contextlib.suppress(Error, _CancelledError):
+        with contextlib.suppress(Error, CancelledTaskError):
             self._call(worker, name, body)
 
     def _aux_done(self, run: StageRun, kind: str, worker: int, body: dict, fut: Future) -> None:
@@ -653,7 +512,7 @@ class QueryRun:
         self._landed(run, kind, body)
         try:
             result = fut.result()
-        except _CancelledError:
+        except CancelledTaskError:
             return
         except Error as e:
             if kind == "expect":  # only eviction priorities ride on it
@@ -732,9 +591,7 @@ class QueryRun:
         self.shuffles.replace_reducers(worker)
         # Tasks sent to it may never be reported (a hung worker): they are given up now, as
         # lost with it; those it had started are run again below, the others when they fail.
-        for fut, sent_to in list(self.assigned.items()):
-            if sent_to == worker:
-                _fail(fut, WorkerUnreachableError(why))
+        self.dispatcher.give_up(worker, why)
         # Side work sent to it may never answer (a hung worker): it is given up now, as failed.
         for fut, (kind, run, extra) in list(self.futures.items()):
             if kind != "task" and extra[0] == worker:
