@@ -181,8 +181,8 @@ def test_cli_select_1(request, tmp_path) -> None:
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # as a user's machine runs it: from compiled modules
 
     def ours() -> None:
-        out = subprocess.run([qengine_cli, "sql", "-c", "select 1", "--format", "csv"], capture_output=True, text=True, env=env, cwd=tmp_path)
-        assert out.returncode == 0 and out.stdout.split()[-1] == "1", out.stderr
+        out = subprocess.run([qengine_cli, "sql", "-c", "select 1"], capture_output=True, text=True, env=env, cwd=tmp_path)
+        assert out.returncode == 0 and "│       1 │" in out.stdout and "1 row(s)" in out.stdout, out.stdout + out.stderr
 
     def theirs() -> None:
         out = subprocess.run([sys.executable, "-c", "import duckdb; print(duckdb.sql('select 1').fetchall())"],
