@@ -5,7 +5,9 @@ costs end to end. A pytest-benchmark suite, not part of the default test run:
 
 - ``test_noop_tasks[N]``: a stage of N reduce tasks whose input is empty (a two-row table
   shuffled into N partitions), from one coordinator to 2 local workers; N is 1,000, 10,000 and
-  100,000 (``QENGINE_BENCH_TASKS=1000,10000`` for fewer). Tasks per second = N ÷ the stage's time.
+  100,000 (``QENGINE_BENCH_TASKS=1000,10000`` for fewer). Tasks per second = N ÷ the stage's time;
+  it also prints the CPU the coordinator (this process) and the workers used over each query,
+  divided by N.
 - ``test_row_group_scan``: a Parquet file of 2,000 row groups of 10 rows, one row group per scan
   task, ``SELECT count(*), sum(a)``; against Spark ``local[2]`` making one task per row group too
   (``spark.sql.files.maxPartitionBytes``), when pyspark is installed.
@@ -22,6 +24,7 @@ answer.
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -30,6 +33,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -91,11 +95,15 @@ def test_noop_tasks(benchmark, request, data, tasks: int) -> None:
         con.register_parquet("t", data["tiny"])
         cur = con.cursor()
         sql = "SELECT k, count(*) AS n FROM t GROUP BY k"
+        workers = [psutil.Process(w.process.pid) for w in con._cluster.workers]
         stage_seconds: list[float] = []
+        cpu: list[tuple[float, float]] = []  # (coordinator, workers) CPU seconds a task, per round
 
         def run() -> list[tuple]:
+            before = (_own_cpu(), sum(_cpu(w) for w in workers))
             cur.execute(sql)
             rows = sorted(cur.fetchall())
+            cpu.append(((_own_cpu() - before[0]) / tasks, (sum(_cpu(w) for w in workers) - before[1]) / tasks))
             stats = cur._result.stats
             reducers = next(s for s in stats.stages if s.tasks == tasks)
             stage_seconds.append(reducers.seconds)
@@ -105,10 +113,24 @@ def test_noop_tasks(benchmark, request, data, tasks: int) -> None:
         assert benchmark.pedantic(run, rounds=rounds, warmup_rounds=0 if tasks >= 100_000 else 1) == [(k, 1) for k in range(4)]
         timed = stage_seconds[-rounds:]
         rate = tasks / statistics.median(timed)
+        coordinator = statistics.median(c for c, _ in cpu[-rounds:]) * 1000
+        per_worker = statistics.median(w for _, w in cpu[-rounds:]) * 1000
         benchmark.extra_info["tasks_per_second"] = round(rate)
         request.config.pluginmanager.get_plugin("terminalreporter").write_line(
-            f"no-op tasks, N={tasks}: stage {spread(timed)}, {rate:.0f} tasks/s (median)"
+            f"no-op tasks, N={tasks}: stage {spread(timed)}, {rate:.0f} tasks/s (median); CPU a task, whole query: "
+            f"coordinator {coordinator:.2f} ms, workers {per_worker:.2f} ms"
         )
+
+
+def _own_cpu() -> float:
+    """CPU seconds this process (the coordinator of a local cluster) has used."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _cpu(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return times.user + times.system
 
 
 def test_row_group_scan(benchmark, request, data) -> None:

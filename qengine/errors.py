@@ -134,3 +134,10 @@ _DUCKDB_TO_DBAPI: dict[str, type[Error]] = {
 def error_class(name: str) -> type[Error]:
     """Map an exception class name (qengine's own or DuckDB's) to the DB-API class to raise."""
     return _BY_NAME.get(name) or _DUCKDB_TO_DBAPI.get(name) or OperationalError
+
+
+def first_line(message: str) -> str:
+    """The first non-blank line of an engine's error message: DuckDB appends an excerpt of the
+    fragment SQL qengine wrote, which the user never saw."""
+    return next((line for line in message.splitlines() if line.strip()), message)
+

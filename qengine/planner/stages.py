@@ -247,8 +247,4 @@ def reads_no_data(plan: StagePlan) -> bool:
     waiting for a local cluster's workers to start)."""
     if len(plan.stages) != 1:
         return False
-    stage = plan.stages[0]
-    if stage.reads or stage.scans or stage.replicated:
-        return False
-    return not any(isinstance(n, lp.Scan | lp.SharedScan | lp.ExchangeRead) for n in lp.walk_query(stage.root))
-
+    return not any(isinstance(n, lp.Scan | lp.SharedScan | lp.ExchangeRead) for n in lp.walk_query(plan.stages[0].root))

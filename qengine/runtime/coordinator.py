@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import duckdb
 import pyarrow as pa
 
-from qengine.errors import Error, error_class
+from qengine.errors import Error, error_class, first_line
 from qengine.exchange.push_decision import PushRates
 from qengine.exchange.store import concat
 from qengine.planner.frontend import with_user_columns
@@ -101,9 +101,7 @@ class Coordinator:
             relation = con.sql(render(stage.root))
             table = tag_types(relation.to_arrow_table(), [str(t) for t in relation.types], null_columns(stage.root, {}))
         except (duckdb.Error, pa.ArrowException) as e:
-            # DuckDB appends an excerpt of the fragment SQL; the user needs only the first line.
-            message = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
-            raise error_class(type(e).__name__)(with_user_columns(message, plan)) from e
+            raise error_class(type(e).__name__)(with_user_columns(first_line(str(e)), plan)) from e
         finally:
             con.close()
         seconds = time.perf_counter() - started

@@ -66,7 +66,8 @@ def fail(fut: Future, error: BaseException) -> None:
 
 class Dispatcher:
     """One query's tasks on their way to its workers; see the module docstring. Everything but
-    the following threads runs in the scheduling loop, under its lock."""
+    the following threads runs in the scheduling loop's own thread, the only one that changes
+    the query's state."""
 
     def __init__(
         self,
@@ -88,7 +89,7 @@ class Dispatcher:
         self.free: collections.deque[Queued] = collections.deque()
         self.assigned: dict[Future, int] = {}  # the worker each task sent was sent to
         # (task, worker, when) of tasks their workers reported started, for the loop to take in:
-        # the following threads never wait for the loop's lock
+        # the following threads never touch the query's state
         self.started: queue.SimpleQueue[tuple[Queued, int, float]] = queue.SimpleQueue()
 
     def add(self, item: Queued) -> None:
@@ -158,7 +159,7 @@ class Dispatcher:
         # idle; TPC-DS SF 1 spends about a tenth of its time in such stages). Tasks of stages
         # that start later share those cores for a while. A range map task is left on one
         # thread: it numbers its rows in scan order to partition them.
-        if run.tasks == 1 and self.slots.running() == 1 and spec["output"]["kind"] != "range":
+        if run.tasks == 1 and spec["output"]["kind"] != "range" and self.slots.running() == 1:
             spec["alone"] = True
         batches.setdefault(worker, []).append((item, spec))
 

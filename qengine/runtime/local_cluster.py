@@ -164,7 +164,8 @@ class LocalCluster:
         cluster has nothing to wait for (the workers still starting were stopped)."""
         if self._closed:
             return
-        self._launch()
+        if not self._up.is_set():
+            self._launch()
         if not self._up.wait(STARTUP_TIMEOUT + PING_EVERY):
             raise OperationalError(f"the local workers did not start within {STARTUP_TIMEOUT:.0f}s (see {self.log_dir})")
         if self._startup_error is not None:

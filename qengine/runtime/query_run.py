@@ -83,9 +83,6 @@ class QueryRun:
         self.slots = Slots(state.workers, options.slots)
         self.failed = threading.Event()
         self.cancelled = threading.Event()
-        # Held while the scheduling loop changes the run's state and while a task's spec is
-        # built from it (specs are built in the call threads, once a task has its slot).
-        self.lock = threading.RLock()
         self.shuffles = ShuffleDriver(state, self._aux, push_rates)
         self.dispatcher = Dispatcher(state, self.slots, cluster, self.tasks, self.failed, self._inputs_ready)
         self.reports = ProgressReports(state, self._call, self.aux_calls)  # LATE's progress scores
@@ -183,41 +180,38 @@ class QueryRun:
         runs = state.runs
         started = time.perf_counter()
         try:
-            with self.lock:
-                self._find_slow()  # the first stages are placed by what earlier queries saw
+            self._find_slow()  # the first stages are placed by what earlier queries saw
             while not runs[-1].done:
-                with self.lock:
-                    self._look_at_workers()
-                    for run in runs:
-                        if not run.submitted and self._inputs_ready(run):
-                            self._submit(run)
-                        elif run.waiting and self._inputs_ready(run):
-                            for index in sorted(i for i in run.waiting if self._inputs_ready(run, i)):
-                                run.waiting.discard(index)
-                                self._launch(run, index)
-                    self.dispatcher.dispatch()
+                self._look_at_workers()
+                for run in runs:
+                    if not run.submitted and self._inputs_ready(run):
+                        self._submit(run)
+                    elif run.waiting and self._inputs_ready(run):
+                        for index in sorted(i for i in run.waiting if self._inputs_ready(run, i)):
+                            run.waiting.discard(index)
+                            self._launch(run, index)
+                self.dispatcher.dispatch()
                 if not self.futures:
                     raise InternalError(f"query stalled, nothing runs (a qengine bug): {self._describe()}")
                 finished = self._wait()
                 if self.cancelled.is_set():
                     raise OperationalError("query cancelled")
-                with self.lock:
-                    self._note_started()  # before the ends: an attempt's start comes first
-                    for fut in finished:
-                        entry = self.futures.pop(fut, None)
-                        if entry is None:  # side work given up with its lost worker
-                            continue
-                        kind, run, extra = entry
-                        if kind == "task":
-                            self._task_done(run, *extra, fut)
-                        else:
-                            self._aux_done(run, kind, *extra, fut)
-                    self.dispatcher.dispatch()  # the slots these ends freed take their next tasks at once
-                    for run in runs:  # side work given up with a lost worker finishes stages too
-                        self._maybe_finish(run)
-                    if time.monotonic() - self.looked_at >= STRAGGLER_EVERY or not finished:
-                        self.looked_at = time.monotonic()
-                        self._speculate(self._find_slow())
+                self._note_started()  # before the ends: an attempt's start comes first
+                for fut in finished:
+                    entry = self.futures.pop(fut, None)
+                    if entry is None:  # side work given up with its lost worker
+                        continue
+                    kind, run, extra = entry
+                    if kind == "task":
+                        self._task_done(run, *extra, fut)
+                    else:
+                        self._aux_done(run, kind, *extra, fut)
+                self.dispatcher.dispatch()  # the slots these ends freed take their next tasks at once
+                for run in runs:  # side work given up with a lost worker finishes stages too
+                    self._maybe_finish(run)
+                if time.monotonic() - self.looked_at >= STRAGGLER_EVERY or not finished:
+                    self.looked_at = time.monotonic()
+                    self._speculate(self._find_slow())
         except CancelledTaskError:
             raise OperationalError("query cancelled") from None
         except BaseException:
@@ -271,7 +265,7 @@ class QueryRun:
 
     def _note_started(self) -> None:
         """Count the tasks reported started as running, from when they started (LATE's
-        progress rates and the paces measure from there). Under the lock."""
+        progress rates and the paces measure from there)."""
         for item, worker, when in self.dispatcher.started_tasks():
             if not item.fut.done() or item.fut in self.futures:  # not ended and taken in already
                 item.run.running.setdefault(item.index, {})[item.attempt] = (worker, when, item.speculative)

@@ -109,7 +109,7 @@ class StageRun:
     waiting: set[int] = field(default_factory=set)  # tasks waiting for their inputs to be recomputed
     # task → attempt → (worker, start time, speculative) of attempts running now
     running: dict[int, dict[int, tuple[int, float, bool]]] = field(default_factory=dict)
-    # (worker, seconds from slot to answer, rows read) of the latest ``RECENT_DURATIONS``
+    # (worker, seconds from its reported start to its end, rows read) of the latest ``RECENT_DURATIONS``
     # finished tasks: paces and LATE's estimates take medians of them on every look, which
     # over every task of a stage of thousands cost O(tasks) a look
     durations: collections.deque[tuple[int, float, int]] = field(default_factory=lambda: collections.deque(maxlen=RECENT_DURATIONS))

@@ -151,4 +151,3 @@ def split_template(specs: list[dict]) -> tuple[dict, list[dict]]:
     first, rest = specs[0], specs[1:]
     template = {key: value for key, value in first.items() if all(key in spec and spec[key] == value for spec in rest)}
     return template, [{key: value for key, value in spec.items() if key not in template} for spec in specs]
-

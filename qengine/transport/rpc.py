@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from qengine.errors import Error, OperationalError, WorkerUnreachableError, error_class
+from qengine.errors import Error, OperationalError, WorkerUnreachableError, error_class, first_line
 
 log = logging.getLogger("qengine.transport.rpc")
 
@@ -93,9 +93,7 @@ class RemoteTaskError(Exception):
 def remote_error(info: dict[str, str]) -> Error:
     """The qengine exception for an :func:`error_payload` from another process, with the
     whole original attached as its cause."""
-    # DuckDB appends an excerpt of the fragment SQL; the user needs only the first line.
-    message = next((line for line in info["message"].splitlines() if line.strip()), info["message"])
-    error = error_class(info["type"])(message)
+    error = error_class(info["type"])(first_line(info["message"]))
     error.__cause__ = RemoteTaskError(f"{info['type']}: {info['message']}")
     return error
 
