@@ -13,6 +13,11 @@ costs end to end. A pytest-benchmark suite, not part of the default test run:
   (``spark.sql.files.maxPartitionBytes``), when pyspark is installed.
 - ``test_one_row_query``: a query answering one row from a small table, end to end, against
   DuckDB reading the same file in this process.
+- ``test_repeated_query``: TPC-DS q3 at SF 0.1 (generated into the cache directory when it is
+  not there) with another manufacturer and month each run. A first run of its shape (each
+  with another LIMIT, which is part of the shape) against a repeat of one shape, which fills in
+  the plan an earlier run left (``planner.templates``). It prints both the whole statement and
+  its part outside the cluster's run (parsing, planning, the result's fetch).
 - ``test_cli_select_1``: ``qengine sql -c 'select 1'`` against
   ``python -c "import duckdb; duckdb.sql('select 1')"``, wall time of the whole process.
 
@@ -23,6 +28,7 @@ answer.
 
 from __future__ import annotations
 
+import itertools
 import os
 import resource
 import shutil
@@ -39,6 +45,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import qengine
+from qengine.cli.common import cache_dir
 
 REPEATS = 5
 ROW_GROUPS = 2000
@@ -194,6 +201,64 @@ def test_one_row_query(request, data) -> None:
             assert oracle.execute(sql).fetchall() == [(417, "n417")]
 
         report(request, "a one-row query, end to end", ("qengine", "DuckDB"), alternate(ours, theirs, repeats=21))
+
+
+Q3 = """SELECT dt.d_year, item.i_brand_id brand_id, item.i_brand brand, sum(ss_ext_sales_price) sum_agg
+FROM date_dim dt, store_sales, item
+WHERE dt.d_date_sk = store_sales.ss_sold_date_sk AND store_sales.ss_item_sk = item.i_item_sk
+  AND item.i_manufact_id = ? AND dt.d_moy = ?
+GROUP BY dt.d_year, item.i_brand, item.i_brand_id
+ORDER BY dt.d_year, sum_agg DESC, brand_id
+LIMIT {limit}"""
+Q3_TABLES = ("date_dim", "store_sales", "item")
+
+
+def _tpcds_sf01() -> str:
+    from tpcds.gen import generate
+
+    path = os.path.join(cache_dir(), "tpcds-sf0.1")
+    if not os.path.isdir(os.path.join(path, "store_sales")):
+        generate(0.1, path, force=True)
+    return path
+
+
+def test_repeated_query(request) -> None:
+    import duckdb
+
+    data = _tpcds_sf01()
+    oracle = duckdb.connect()
+    for table in Q3_TABLES:
+        oracle.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{data}/{table}/*.parquet')")
+    values = itertools.cycle([(m, moy) for m in (128, 436, 129, 77, 310, 14) for moy in (11, 12, 1)])
+    limits = itertools.count(101)
+    times: dict[str, list[tuple[float, float]]] = {"first": [], "repeated": []}  # (whole, outside the run)
+    with qengine.connect(workers=2, allowed_roots=[data]) as con:
+        for table in Q3_TABLES:
+            con.register_parquet(table, f"{data}/{table}")
+        cur = con.cursor()
+        checks = []
+
+        def run(mode: str) -> None:
+            sql = Q3.format(limit=next(limits) if mode == "first" else 100)
+            params = next(values)
+            started = time.perf_counter()
+            rows = cur.execute(sql, params).fetchall()
+            whole = time.perf_counter() - started
+            times[mode].append((whole, whole - cur._result.stats.seconds))
+            checks.append((sql, params, rows))
+
+        run("first"), run("repeated")  # warm-up of both
+        for r in range(2 * REPEATS + 1):
+            for mode in ("first", "repeated") if r % 2 == 0 else ("repeated", "first"):
+                run(mode)
+        for sql, params, rows in checks:
+            assert rows == oracle.execute(sql, params).fetchall(), (sql, params)
+    writer = request.config.pluginmanager.get_plugin("terminalreporter")
+    writer.write_line(f"TPC-DS q3 at SF 0.1, another manufacturer and month each run ({len(times['first']) - 1} runs of each after a warm-up):")
+    for part, name in ((0, "whole statement"), (1, "outside the cluster's run")):
+        first, repeated = ([t[part] for t in times[m][1:]] for m in ("first", "repeated"))
+        writer.write_line(f"  {name}: first run of its shape {spread(first)}, repeated {spread(repeated)}, "
+                          f"first ÷ repeated {statistics.median(first) / statistics.median(repeated):.2f}")
 
 
 def test_cli_select_1(request, tmp_path) -> None:

@@ -519,3 +519,17 @@ ANSWERED_AS_DUCKDB = {
 )
 def test_answer_matches_duckdb(con, duck, sql: str) -> None:
     assert_same(con, duck, sql)
+
+
+@pytest.mark.parametrize(
+    ("sql", "params"),
+    [
+        ("SELECT k FROM big WHERE k > ? ORDER BY k LIMIT ?", [390, 2]),
+        ("SELECT k, ? AS tag FROM big WHERE d > ? ORDER BY k, d LIMIT ? OFFSET ?", ["t", 1.5, 3, 2]),
+        ("SELECT k, count(*) FROM big GROUP BY k HAVING count(*) > ? ORDER BY k LIMIT ?", [12, 4]),
+    ],
+)
+def test_question_mark_parameters_bind_in_the_order_written(con, duck, sql: str, params: list) -> None:
+    """The parser's tree holds a LIMIT ahead of the WHERE: binding ``?`` in tree order put the
+    LIMIT's value in the WHERE and the other way round."""
+    assert_same(con, duck, sql, params)

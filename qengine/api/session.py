@@ -17,6 +17,7 @@ import duckdb
 import pyarrow as pa
 import sqlglot.expressions as exp
 
+from qengine.api.prepared import Prepared
 from qengine.api.replicas import Replicas
 from qengine.catalog.access import claim_output, record_output
 from qengine.catalog.catalog import Catalog, View
@@ -34,7 +35,9 @@ from qengine.planner.frontend import (
     user_terms,
     written_aliases,
 )
+from qengine.planner.render import render
 from qengine.planner.stages import StagePlan, reads_no_data
+from qengine.planner.templates import Shape, Templates, instantiate, parameterize, planning, unfilled
 from qengine.runtime.coordinator import Coordinator
 from qengine.runtime.query_state import ExecutionOptions
 from qengine.runtime.stats import QueryStats
@@ -63,6 +66,8 @@ class Session:
         self.catalog = catalog
         self.coordinator = Coordinator(cluster, exec_options)
         self.replicas = Replicas(cluster)
+        self.templates = Templates()
+        self.prepared = Prepared()
         self._lock = threading.Lock()
 
     # ---- statements --------------------------------------------------------------------
@@ -76,13 +81,24 @@ class Session:
                 query = re.sub(r"[^\n]", " ", sql[: match.start(2)]) + match.group(2)
                 self._heal()
                 return self._explain(query, params, analyze=bool(match.group(1)))
+            params = list(params or [])
+            plan = self.prepared.plan(sql, params, self.catalog.version, self.templates, self.plan_options.dialect)
+            if plan is not None:
+                self._heal()
+                return self._run(plan, progress)
             statements = parse(sql, self.plan_options.dialect)
             if params and len(statements) > 1:
                 raise ProgrammingError("parameters can only be bound to a single statement")
             result = Result(None, -1)
             for statement in statements:
                 self._heal()
-                result = self._execute_one(bind(statement, params), progress)
+                bound = bind(statement, params)
+                if len(statements) == 1 and isinstance(bound, exp.Query | exp.Values):
+                    version = self.catalog.version
+                    shape, plan = self._shaped_plan(bound)
+                    self.prepared.learn(sql, params, version, shape)
+                    return self._run(plan, progress)
+                result = self._execute_one(bound, progress)
             return result
 
     def _heal(self) -> None:
@@ -111,6 +127,34 @@ class Session:
         raise NotSupportedError(f"{what} statements are not supported")
 
     def plan(self, query: exp.Expression) -> StagePlan:
+        """The plan of ``query``: filled in from the template of an earlier query of the same
+        shape over the same catalog (``planner.templates``), or planned and kept as one."""
+        return self._shaped_plan(query)[1]
+
+    def _shaped_plan(self, query: exp.Expression) -> tuple[Shape, StagePlan]:
+        dialect = self.plan_options.dialect
+        shape = parameterize(query, dialect)
+        key = (shape.key, self.catalog.version)
+        plan = self.templates.fill(key, shape.values, dialect)
+        if plan is not None:
+            return shape, plan
+        try:
+            with planning(shape.values) as pinned:
+                template = self._plan(shape.statement)
+        except Exception:
+            if not shape.values:
+                raise
+            # Planned with its constants as written, the query either fails in the user's
+            # terms, naming no slot, or plans after all (and is not kept).
+            return shape, self._plan(query)
+        plan = instantiate(template, shape.values, dialect)
+        if not shape.values or not unfilled(plan, _fragments(plan)):
+            self.templates.put(key, template, pinned)
+        else:  # a slot the filling cannot reach: not kept, and this run plans as written
+            plan = self._plan(query)
+        return shape, plan
+
+    def _plan(self, query: exp.Expression) -> StagePlan:
         query = expand_sources(query, self.catalog, self.plan_options.dialect)
         normalize_null_ordering(query, self.plan_options.dialect)
         name_outputs(query, self.plan_options.dialect)
@@ -120,7 +164,9 @@ class Session:
         return plan
 
     def query(self, query: exp.Expression, progress: Callable[[int, int], None] | None = None) -> Result:
-        plan = self.plan(query)
+        return self._run(self.plan(query), progress)
+
+    def _run(self, plan: StagePlan, progress: Callable[[int, int], None] | None) -> Result:
         if reads_no_data(plan):
             table, stats = self.coordinator.run_here(plan)
             return Result(table.rename_columns(plan.names), table.num_rows, stats, plan)
@@ -235,6 +281,7 @@ class Session:
         self.replicas.copy(partitions)
         with self._lock:
             source.partitions += partitions
+        self.catalog.changed()
         return Result(None, sum(stats["rows"] for _, stats in placement))
 
     def _copy(self, st: exp.Copy, progress: Callable[[int, int], None] | None) -> Result:
@@ -345,6 +392,11 @@ class Session:
             self.coordinator.release(f"table/{uid}/")
             raise
         self.catalog.add_table(source)
+
+
+def _fragments(plan: StagePlan) -> list[str]:
+    """The SQL of every fragment of ``plan``, as the workers would be sent it."""
+    return [render(s.root) for s in plan.stages] + [render(f.build) for s in plan.stages for f in s.runtime_filters if f.build]
 
 
 def _partitions(key: str, placement: list[tuple[str, dict]]) -> list[Partition]:

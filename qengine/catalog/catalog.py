@@ -37,6 +37,8 @@ class Catalog:
     registered_roots: list[str] = field(default_factory=list)
     tables: dict[str, Source] = field(default_factory=dict)
     views: dict[str, View] = field(default_factory=dict)
+    # Bumped by every change a plan could depend on: plans are reused only within one version.
+    version: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add_root(self, spec: str) -> None:
@@ -50,6 +52,7 @@ class Catalog:
         with self._lock:
             if root not in self.registered_roots:
                 self.registered_roots.append(root)
+                self.version += 1
 
     def effective_policy(self) -> AccessPolicy:
         """The policy with the registered directories among its read roots: what the workers
@@ -114,6 +117,7 @@ class Catalog:
                 raise ProgrammingError(f"table {source.name!r} already exists")
             self.views.pop(key, None)
             self.tables[key] = source
+            self.version += 1
 
     def add_view(self, view: View, replace: bool) -> None:
         key = view.name.lower()
@@ -121,6 +125,13 @@ class Catalog:
             if key in self.tables or (not replace and key in self.views):
                 raise ProgrammingError(f"{view.name!r} already exists")
             self.views[key] = view
+            self.version += 1
+
+    def changed(self) -> None:
+        """Note a change to a table's contents (rows inserted): its size is in the plans made
+        before."""
+        with self._lock:
+            self.version += 1
 
     def table(self, name: str) -> Source:
         try:
@@ -138,6 +149,7 @@ class Catalog:
                     return None
                 raise ProgrammingError(f"{kind.lower()} {name!r} does not exist")
             dropped = registry.pop(key)
+            self.version += 1
         return dropped if isinstance(dropped, Source) else None
 
 

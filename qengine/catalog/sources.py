@@ -42,6 +42,10 @@ class Source:
     name: str
     schema: pa.Schema
 
+    def __deepcopy__(self, memo: dict) -> Source:
+        """The catalog's table itself: a copied plan (``planner.templates``) reads the same one."""
+        return self
+
     @property
     def rows(self) -> int:
         raise NotImplementedError

@@ -11,6 +11,7 @@ import duckdb
 import sqlglot.expressions as exp
 
 from qengine.planner.logical import not_null_operand
+from qengine.planner.templates import slot_kind
 
 
 @functools.cache
@@ -67,7 +68,7 @@ def null_rejecting(p: exp.Expression, padded: AbstractSet[str], refs: Callable[[
         p = p.this  # x IN (...) is NULL for a NULL x
     elif not isinstance(p, _STRICT_TESTS):
         return False
-    return bool(refs(p) & padded) and all(isinstance(n, STRICT) for n in p.walk())
+    return bool(refs(p) & padded) and all(isinstance(n, STRICT) or slot_kind(n) for n in p.walk())
 
 
 def source_aliases(e: exp.Expression) -> frozenset[str]:

@@ -45,6 +45,7 @@ from qengine.planner.eliminate_joins import eliminate_joins
 from qengine.planner.grouping_syntax import parse_tokens
 from qengine.planner.join_order import optimize_joins
 from qengine.planner.merge_derived import merge_subqueries
+from qengine.planner.templates import PARAMETER
 from qengine.planner.unnest import unnest_subqueries
 from qengine.planner.unsupported import refuse_unmodelled
 
@@ -122,6 +123,8 @@ def parse(sql: str, dialect: str) -> list[exp.Expression]:
     _check_nesting(sql, tokens)
     _check_operators(sql, tokens)
     _check_clauses(sql, tokens)
+    numbered = _numbered_placeholders(tokens)
+    question_marks, tokens = numbered is not tokens, numbered
     try:
         statements = [s for s in parse_tokens(reader, tokens, sql) if s is not None]
     except sqlglot.errors.ParseError as e:
@@ -131,6 +134,8 @@ def parse(sql: str, dialect: str) -> list[exp.Expression]:
     for statement in statements:
         _check_aliases(sql, tokens, statement)
         refuse_unmodelled(statement)
+        if question_marks:
+            statement.meta[_QUESTION_MARKS] = True
     return statements
 
 
@@ -515,29 +520,60 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+_QUESTION_MARKS = "qengine_question_marks"  # meta of a statement whose parameters were written ?
+
+
+def _numbered_placeholders(tokens: list[Token]) -> list[Token]:
+    """``?`` parameters as ``$1``, ``$2``… in the order they are written. The parser's tree
+    lists a LIMIT before the WHERE, so counting ``?`` in it bound ``WHERE x > ? LIMIT ?`` the
+    wrong way round."""
+    if not any(t.token_type == TokenType.PLACEHOLDER for t in tokens):
+        return tokens
+    if any(t.token_type == TokenType.PARAMETER and t.text == "$" for t in tokens):
+        raise ProgrammingError("a statement cannot mix ? and $n parameters")
+    out: list[Token] = []
+    for t in tokens:
+        if t.token_type != TokenType.PLACEHOLDER:
+            out.append(t)
+            continue
+        number = str(sum(1 for o in out if o.token_type == TokenType.PARAMETER) + 1)
+        out.append(Token(TokenType.PARAMETER, "$", t.line, t.col, t.start, t.end))
+        out.append(Token(TokenType.NUMBER, number, t.line, t.col, t.start, t.end))
+    return out
+
+
 def bind(statement: exp.Expression, params: Sequence[Any] | None) -> exp.Expression:
-    """Replace ``?`` / ``$n`` placeholders with literals, checking the count."""
-    holders = list(statement.find_all(exp.Placeholder, exp.Parameter, bfs=False))  # textual order
+    """Replace ``$n`` placeholders (``?`` is numbered by ``parse``) with literals, checking the
+    count."""
+    holders = list(statement.find_all(exp.Placeholder, exp.Parameter))
     params = list(params or [])
     if not holders:
         if params:
             raise ProgrammingError(f"statement takes no parameters but {len(params)} were given")
         return statement
-    positional = [h for h in holders if isinstance(h, exp.Placeholder) and not h.args.get("this")]
-    if len(positional) == len(holders):
-        if len(params) != len(holders):
-            raise ProgrammingError(f"statement takes {_count(len(holders), 'parameter')} but {len(params)} were given")
-        for holder, value in zip(positional, params, strict=True):
-            holder.replace(literal(value))
-        return statement
+    numbers = []
     for holder in holders:
         try:
-            index = int(holder.name) - 1
-            value = params[index]
-        except (ValueError, IndexError):
-            raise ProgrammingError(f"no value for parameter {holder.sql(dialect='duckdb')}") from None  # as written: $2
-        holder.replace(literal(value))
+            numbers.append(int(holder.name))
+        except ValueError:
+            raise ProgrammingError(f"no value for parameter {holder.sql(dialect='duckdb')}") from None  # as written: :name
+    written = statement.meta.get(_QUESTION_MARKS)
+    for holder, number in zip(holders, numbers, strict=True):
+        if not written and not 1 <= number <= len(params):
+            raise ProgrammingError(f"no value for parameter {holder.sql(dialect='duckdb')}")  # as written: $2
+    if len(params) != max(numbers):
+        raise ProgrammingError(f"statement takes {_count(max(numbers), 'parameter')} but {len(params)} were given")
+    for holder, number in zip(holders, numbers, strict=True):
+        holder.replace(_bound(params[number - 1], number - 1))
     return statement
+
+
+def _bound(value: Any, index: int) -> exp.Expression:
+    """``value`` as a literal that remembers it is parameter ``index``, for
+    ``planner.templates`` to fill a later run's value in where it went."""
+    node = literal(value)
+    node.meta[PARAMETER] = index
+    return node
 
 
 def name_outputs(statement: exp.Expression, dialect: str) -> None:

@@ -19,6 +19,7 @@ from collections import Counter
 import sqlglot.expressions as exp
 
 from qengine.planner.expressions import and_all, conjuncts
+from qengine.planner.templates import valued_sql
 
 # Aggregates that skip NULL inputs: fed NULL for the rows of other subqueries, each gives what
 # it gave over its own subquery's rows (including on none: NULL, or 0 for COUNT).
@@ -57,7 +58,7 @@ def _batches(tables: tuple, members: list[tuple[exp.Table, exp.Select]]) -> list
         return [members] if len(members) > 1 else []
     same: dict[tuple[str, ...], list[tuple[exp.Table, exp.Select]]] = {}
     for member in members:
-        same.setdefault(tuple(sorted(c.sql() for c in conjuncts(member[1].args.get("where")))), []).append(member)
+        same.setdefault(tuple(sorted(valued_sql(c) for c in conjuncts(member[1].args.get("where")))), []).append(member)
     return [batch for batch in same.values() if len(batch) > 1]
 
 
@@ -99,8 +100,8 @@ def _merge(with_: exp.With, select: exp.Select, members: list[tuple[exp.Table, e
     """Replace the member CTEs by one named ``name``, where the first of them was, and
     ``select``'s reads of them by one read of it, their columns by its."""
     filters = [conjuncts(body.args.get("where")) for _, body in members]
-    shared = set.intersection(*({c.sql() for c in f} for f in filters))
-    rests = [and_all([c.copy() for c in f if c.sql() not in shared]) for f in filters]
+    shared = set.intersection(*({valued_sql(c) for c in f} for f in filters))
+    rests = [and_all([c.copy() for c in f if valued_sql(c) not in shared]) for f in filters]
     projections: list[exp.Expression] = []
     renames: dict[tuple[str, str], str] = {}
     for (table, body), rest in zip(members, rests, strict=True):
@@ -109,9 +110,9 @@ def _merge(with_: exp.With, select: exp.Select, members: list[tuple[exp.Table, e
             renames[(table.alias_or_name.lower(), e.alias_or_name.lower())] = column
             projections.append(exp.alias_(_only_where(e.this.copy(), rest), column, quoted=True))
     first = members[0][1]
-    where = [c.copy() for c in filters[0] if c.sql() in shared]
+    where = [c.copy() for c in filters[0] if valued_sql(c) in shared]
     if all(r is not None for r in rests):  # else one member reads every row the others share
-        unique = {r.sql(): r for r in rests}
+        unique = {valued_sql(r): r for r in rests}
         where.append(exp.paren(exp.or_(*[exp.paren(r, copy=False) for r in unique.values()], copy=False), copy=False))
     merged = exp.select(*projections).from_(first.args["from_"].this.copy(), copy=False)
     for join in first.args.get("joins") or []:

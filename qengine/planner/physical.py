@@ -17,6 +17,7 @@ from qengine.catalog.sources import DEFAULT_SPLIT_BYTES
 from qengine.planner import estimates
 from qengine.planner import logical as lp
 from qengine.planner.logical import Exchange, col, not_null_operand, plain_column
+from qengine.planner.templates import slot_kind, value_of
 
 
 @dataclass(frozen=True)
@@ -561,11 +562,11 @@ def _rank_bound(condition: exp.Expression, window: lp.Window) -> int | None:
         return None
     bounds = []
     for c in condition.flatten() if isinstance(condition, exp.And) else [condition]:
-        if isinstance(c, exp.LTE | exp.LT | exp.GTE | exp.GT) and isinstance(c.this, exp.Literal):
+        if isinstance(c, exp.LTE | exp.LT | exp.GTE | exp.GT) and (isinstance(c.this, exp.Literal) or slot_kind(c.this)):
             c = {exp.GTE: exp.LTE, exp.GT: exp.LT}[type(c)](this=c.expression, expression=c.this)  # N >= r → r <= N
         if not isinstance(c, exp.LTE | exp.LT) or not isinstance(c.this, exp.Column) or c.this.name != name:
             continue
-        value = c.expression
+        value = value_of(c.expression)
         if isinstance(value, exp.Literal) and value.is_int:
             bounds.append(int(value.this) - (1 if isinstance(c, exp.LT) else 0))
     return min(bounds) if bounds else None

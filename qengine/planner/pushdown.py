@@ -29,6 +29,7 @@ from qengine.planner import estimates
 from qengine.planner import logical as lp
 from qengine.planner.expressions import COMPARISONS, and_all, conjuncts, in_place_of, null_rejecting
 from qengine.planner.logical import col
+from qengine.planner.templates import slot_kind, value_of
 
 # Functions whose value differs between evaluations: a filter using one stays where it is.
 _VOLATILE = frozenset({"random", "uuid", "gen_random_uuid", "nextval", "setseed"})
@@ -210,9 +211,10 @@ def _copyable(p: exp.Expression) -> bool:
 
 
 def _numeric(e: exp.Expression) -> bool:
+    """A number as written, or the slot of one (``planner.templates``): copied as it stands."""
     if isinstance(e, exp.Neg):
         return _numeric(e.this)
-    return isinstance(e, exp.Literal) and not e.is_string
+    return isinstance(e, exp.Literal) and not e.is_string or slot_kind(e) == "n"
 
 
 def _movable(e: exp.Expression) -> bool:
@@ -283,7 +285,8 @@ def _fold(e: exp.Expression) -> exp.Expression:
         return inner if isinstance(inner, exp.Boolean) else exp.paren(inner, copy=False)
     if isinstance(e, exp.EQ | exp.NEQ):
         a, b = e.this, e.expression
-        if isinstance(a, exp.Literal) and isinstance(b, exp.Literal) and a.is_string == b.is_string:
+        if _kind(a) and _kind(a) == _kind(b):
+            a, b = value_of(a), value_of(b)
             same = a.this == b.this if a.is_string else float(a.this) == float(b.this)
             return exp.Boolean(this=same == isinstance(e, exp.EQ))
         return e
@@ -303,6 +306,13 @@ def _fold(e: exp.Expression) -> exp.Expression:
             return exp.Boolean(this=not absorbing)
         return parts[0] if len(parts) == 1 else type(e)(this=parts[0], expression=parts[1])
     return e
+
+
+def _kind(e: exp.Expression) -> str | None:
+    """"s" or "n" for a string or numeric constant, or the slot of one; None otherwise."""
+    if isinstance(e, exp.Literal):
+        return "s" if e.is_string else "n"
+    return slot_kind(e)
 
 
 def _wrap(node: lp.Node, preds: list[exp.Expression]) -> lp.Node:

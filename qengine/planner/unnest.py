@@ -42,6 +42,7 @@ from sqlglot.optimizer.scope import Scope, ScopeType, find_in_scope, traverse_sc
 from sqlglot.optimizer.unnest_subqueries import unnest_subqueries as sqlglot_unnest_subqueries
 
 from qengine.planner.expressions import conjuncts, has_aggregate, is_aggregate
+from qengine.planner.templates import slot_kind
 
 _HIDDEN = "__qengine_hidden"
 
@@ -161,7 +162,7 @@ def _one_row(scope: Scope) -> bool:
         for c in conjuncts(query.args.get("where"))
         if isinstance(c, exp.EQ)
         for side, other in ((c.this, c.expression), (c.expression, c.this))
-        if all(isinstance(n, _CONSTANT) for n in other.walk()) and all(id(x) in external for x in other.find_all(exp.Column))
+        if all(isinstance(n, _CONSTANT) or slot_kind(n) for n in other.walk()) and all(id(x) in external for x in other.find_all(exp.Column))
     ]
     return all(key in fixed for key in group.expressions)
 

@@ -51,6 +51,10 @@ def _clause(node: exp.Expression) -> str | None:
         return "ORDER BY ALL"
     if isinstance(node, exp.Select) and node.args.get("windows"):
         return "a named WINDOW clause (write the window in OVER (...))"
+    if isinstance(node, exp.Select) and node.args.get("having") and isinstance(node.args.get("group"), exp.Group) and node.args["group"].args.get("all"):
+        # DuckDB also groups by the columns HAVING reads outside aggregates (``HAVING a % 2 <> 1``
+        # makes a group of each a), which the planner does not model
+        return "GROUP BY ALL with HAVING (list the grouping keys)"
     if isinstance(node, exp.Columns):
         return "COLUMNS(...)"
     if isinstance(node, exp.SetOperation) and node.args.get("by_name"):

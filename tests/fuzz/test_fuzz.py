@@ -3,16 +3,23 @@
 ``test_fuzz_slice`` runs a few hundred seeded cases on qengine (default settings and
 broadcast_threshold=0) and DuckDB and requires no mismatch and no error; refusals
 (NotSupportedError) are allowed and their share is printed. Longer runs: ``python -m tests.fuzz``.
+``test_templates_answer_other_constants`` runs each case, then twice more with the constants it
+compares with changed, so that the later runs fill in the plan of the first
+(``planner.templates``), and requires DuckDB's answer each time.
 """
 
 from __future__ import annotations
 
 import decimal
+import random
 import re
 
 import pyarrow as pa
 import pytest
+import sqlglot.expressions as exp
 
+from qengine.planner.frontend import parse
+from qengine.planner.templates import parameterize, slot_index, slot_kind
 from tests.fuzz.compare import compare
 from tests.fuzz.generator import generate
 from tests.fuzz.minimize import shrink
@@ -81,3 +88,51 @@ def test_fuzz_slice(tables: dict[str, Table]) -> None:
                 failures.append(f"case {case}, mode {outcome.mode}: {outcome.kind}: {outcome.message[:400]}\n    {sql}")
     print(summary.render())
     assert not failures, f"{len(failures)} of {CASES} cases failed (replay: python -m tests.fuzz --seed {SEED} --cases {CASES}):\n" + "\n".join(failures)
+
+
+TEMPLATE_CASES = 300
+TEMPLATE_SEED = 20261126
+
+
+def _other_constant(value: exp.Literal, rng: random.Random) -> exp.Literal:
+    """Another constant of the same kind: a number moved by a little, or another string."""
+    if value.is_string:
+        return exp.Literal.string(rng.choice([value.this + "x", value.this[:1], "", "Books", "a", "ü", value.this]))
+    moved = decimal.Decimal(value.this) + rng.choice([-3, -1, 1, 2, 40])
+    return exp.Literal.number(str(moved))
+
+
+def _with_other_constants(sql: str, rng: random.Random) -> str | None:
+    """``sql`` with each constant a template fills in changed, but those cast to another type
+    (another string would not convert, which the fuzz slice tests apart); None if it has none."""
+    shape = parameterize(parse(sql, "duckdb")[0], "duckdb")
+    if not shape.values:
+        return None
+    statement = shape.statement
+    for node in list(statement.find_all(exp.Placeholder)):
+        if slot_kind(node):
+            value = shape.values[slot_index(node)]
+            node.replace(value.copy() if isinstance(node.parent, exp.Cast) else _other_constant(value, rng))
+    return statement.sql(dialect="duckdb")
+
+
+def test_templates_answer_other_constants(tables: dict[str, Table]) -> None:
+    rng = random.Random(TEMPLATE_SEED)
+    failures, variants = [], 0
+    with Runner(tables, {"default": {}}) as runner:
+        templates = runner.engines["default"].session.templates
+        before = templates.reused
+        for case in range(TEMPLATE_CASES):
+            sql = generate(tables, TEMPLATE_SEED, case)
+            try:
+                other = [_with_other_constants(sql, rng) for _ in range(2)]
+            except Exception:  # noqa: BLE001 - a case qengine cannot parse: the fuzz slice covers it
+                continue
+            for text in [sql, *(o for o in other if o)]:
+                outcome = runner.run(text)
+                variants += text is not sql
+                if outcome.kind in FAILURES:
+                    failures.append(f"case {case}: {outcome.kind}: {outcome.message[:400]}\n    {text}")
+        reused = runner.engines["default"].session.templates.reused - before
+    assert not failures, f"{len(failures)} failed:\n" + "\n".join(failures)
+    assert variants > TEMPLATE_CASES / 2 and reused > variants / 3, (variants, reused)
