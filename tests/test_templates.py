@@ -164,3 +164,20 @@ def test_a_parameter_used_twice(default_engine, oracle) -> None:
     sql = "SELECT sale_id FROM sales WHERE qty = $1 ORDER BY sale_id LIMIT $1"
     for value in (4, 7, 4, 2):
         assert_same(default_engine, oracle, sql, [value])
+
+
+def test_equal_constants_share_a_slot_and_must_stay_equal(default_engine, oracle) -> None:
+    """Two subqueries with the same constant are one expression to the planner; with two
+    different constants they are two, and the first plan must not answer for them."""
+    sql = ("SELECT (SELECT count(*) FROM sales WHERE qty = {a}) AS x, (SELECT sum(qty) FROM sales WHERE qty = {b}) AS y, "
+           "(SELECT max(amount) FROM sales WHERE qty = {c}) AS z")
+    for a, b, c in ((5, 5, 5), (6, 6, 6), (5, 7, 5), (8, 8, 9), (9, 9, 9)):
+        assert_same(default_engine, oracle, sql.format(a=a, b=b, c=c))
+    params = "SELECT count(*) FROM sales WHERE qty = ? OR store_id = ?"
+    for values in ([3, 3], [4, 4], [4, 5], [6, 6], [7, 2]):
+        assert_same(default_engine, oracle, params, values)
+
+
+def test_a_negative_constant_in_a_text_run_again(default_engine, oracle) -> None:
+    for _ in range(3):
+        assert_same(default_engine, oracle, "SELECT count(*) FROM sales WHERE qty > -1 AND store_id NOT IN (-3, 2)")

@@ -20,14 +20,15 @@ import sqlglot.expressions as exp
 from qengine.errors import Error
 from qengine.planner.frontend import literal
 from qengine.planner.stages import StagePlan
-from qengine.planner.templates import CAPACITY, Shape, Templates, slot_value
+from qengine.planner.templates import CAPACITY, Shape, Templates, literal_identity, slot_value
 
 
 @dataclass
 class _Entry:
     shape_key: str
-    constants: list[exp.Literal | None]  # per slot: the constant written in the text, or None
-    origins: list[int | None]  # per slot: the parameter it holds, or None
+    # per slot: the constant written in the text, or the parameters that fill it (equal ones
+    # share a slot, and must be equal again)
+    slots: list[exp.Literal | tuple[int, ...]]
     fixed: dict[int, tuple[type, Any]]  # parameters a run must bind as before
 
 
@@ -49,7 +50,15 @@ class Prepared:
                 self._entries.move_to_end(key)
         if entry is None or any(_identity(params[i]) != v for i, v in entry.fixed.items()):
             return None
-        values = [c if o is None else _slot_of(params[o]) for c, o in zip(entry.constants, entry.origins, strict=True)]
+        values = []
+        for slot in entry.slots:
+            if isinstance(slot, exp.Literal):
+                values.append(slot)
+                continue
+            filled = [_slot_of(params[i]) for i in slot]
+            if len({literal_identity(v) for v in filled}) > 1:  # no longer equal: another shape
+                return None
+            values.append(filled[0])
         return templates.fill((entry.shape_key, version), values, dialect)
 
     def learn(self, sql: str, params: Sequence[Any], version: int, shape: Shape) -> None:
@@ -57,13 +66,20 @@ class Prepared:
         key = _key(sql, params, version)
         if key is None or not shape.whole:
             return
-        constants = [None if o is not None else v for v, o in zip(shape.values, shape.origins, strict=True)]
-        slotted = {o for o in shape.origins if o is not None}
-        fixed = {i: _identity(p) for i, p in enumerate(params) if i not in slotted or i in shape.baked}
+        slots: list[exp.Literal | tuple[int, ...]] = []
+        fixed_too: set[int] = set()
+        for value, feeding in zip(shape.values, shape.sources, strict=True):
+            if None in feeding:  # also written in the text: its parameters must stay equal to it
+                slots.append(value)
+                fixed_too.update(i for i in feeding if i is not None)
+            else:
+                slots.append(tuple(i for i in feeding if i is not None))
+        slotted = {i for feeding in shape.sources for i in feeding if i is not None}
+        fixed = {i: _identity(p) for i, p in enumerate(params) if i not in slotted or i in shape.baked or i in fixed_too}
         with self._lock:
             for stale in [k for k in self._entries if k[1] < version]:  # learned over an older catalog
                 del self._entries[stale]
-            self._entries[key] = _Entry(shape.key, constants, shape.origins, fixed)
+            self._entries[key] = _Entry(shape.key, slots, fixed)
             self._entries.move_to_end(key)
             while len(self._entries) > self.capacity:
                 self._entries.popitem(last=False)

@@ -98,11 +98,12 @@ def value_of(e: exp.Expression) -> exp.Expression:
 
 def _read(state: _Planning, index: int) -> exp.Literal:
     literal = state.values[index]
-    state.pinned[index] = _identity(literal)
+    state.pinned[index] = literal_identity(literal)
     return literal.copy()
 
 
-def _identity(literal: exp.Literal) -> tuple[bool, str]:
+def literal_identity(literal: exp.Literal) -> tuple[bool, str]:
+    """What tells two constants apart: kind and text (``1`` and ``1.0`` are two)."""
     return (literal.is_string, literal.this)
 
 
@@ -110,9 +111,13 @@ def _identity(literal: exp.Literal) -> tuple[bool, str]:
 class Shape:
     """A statement with its comparison constants taken out.
 
-    ``statement`` is a copy with a slot in place of each constant, ``key`` its text (the slots
-    carry their kind, so ``a = 5`` and ``a = '5'`` differ), ``values`` the constants in slot
-    order. ``origins`` says for each slot which bound parameter it holds whole, or None for a
+    ``statement`` is a copy with a slot in place of each constant, ``key`` its text, ``values``
+    the constants in slot order. Equal constants share a slot (``d_year = 2001`` in two
+    subqueries), so that the planner sees those expressions as the same, as it does with
+    constants; the key then says which constants were equal, and the plan holds for any values
+    with the same equalities. The slots carry their kind, so ``a = 5`` and ``a = '5'`` differ.
+
+    ``sources`` says for each slot which bound parameters went into it whole, with None for a
     constant written in the text; ``baked`` are the parameters that went somewhere else too
     (``LIMIT ?``), whose values the shape holds for alone; ``whole`` is False when a parameter
     went into a slot only in part (``-?``), which a later run's value cannot simply replace.
@@ -121,7 +126,7 @@ class Shape:
     statement: exp.Expression
     key: str
     values: list[exp.Literal]
-    origins: list[int | None]
+    sources: list[list[int | None]]
     baked: set[int]
     whole: bool
 
@@ -129,7 +134,8 @@ class Shape:
 def parameterize(statement: exp.Expression, dialect: str) -> Shape:
     """The shape of ``statement``, which is left as it was."""
     values: list[exp.Literal] = []
-    origins: list[int | None] = []
+    sources: list[list[int | None]] = []
+    slots: dict[tuple[bool, str], int] = {}
     whole = True
 
     def visit(node: exp.Expression) -> exp.Expression:
@@ -142,15 +148,19 @@ def parameterize(statement: exp.Expression, dialect: str) -> Shape:
             origin = node.parent.meta.get(PARAMETER)  # a float, decimal or date parameter: CAST('…' AS t)
         if origin is None and any(n.meta and PARAMETER in n.meta for n in node.walk()):
             whole = False
-        values.append(value)
-        origins.append(origin)
-        return exp.Placeholder(this=f"{_SLOT}_{'s' if value.is_string else 'n'}_{len(values) - 1}")
+        index = slots.setdefault(literal_identity(value), len(values))
+        if index == len(values):
+            values.append(value)
+            sources.append([])
+        sources[index].append(origin)
+        return exp.Placeholder(this=f"{_SLOT}_{'s' if value.is_string else 'n'}_{index}")
 
     bound = Counter(n.meta[PARAMETER] for n in statement.walk() if n.meta and PARAMETER in n.meta)
     shaped = statement.transform(visit)
-    baked = {i for i, count in bound.items() if count > origins.count(i)}
+    slotted = Counter(origin for feeding in sources for origin in feeding)
+    baked = {i for i, count in bound.items() if count > slotted[i]}
     key = shaped.sql(dialect=dialect) if values else statement.sql(dialect=dialect)
-    return Shape(shaped, key, values, origins, baked, whole)
+    return Shape(shaped, key, values, sources, baked, whole)
 
 
 def slot_value(node: exp.Expression) -> exp.Literal | None:
@@ -171,7 +181,8 @@ def _signed_number(node: exp.Expression) -> exp.Literal | None:
         negative, node = not negative, node.this
     if not isinstance(node, exp.Literal) or node.is_string:
         return None
-    return exp.Literal.number(f"-{node.this}" if negative else node.this)
+    # a Literal even when negative (Literal.number would make it a Neg again)
+    return exp.Literal(this=f"-{node.this}" if negative else node.this, is_string=False)
 
 
 def _compared(constant: exp.Expression) -> bool:
@@ -186,37 +197,69 @@ def _compared(constant: exp.Expression) -> bool:
     return isinstance(parent, _COMPARISONS)
 
 
-def instantiate(template: StagePlan, values: list[exp.Literal], dialect: str) -> StagePlan:
+def instantiate(
+    template: StagePlan, values: list[exp.Literal], dialect: str, holders: list[tuple[object, str]] | None = None
+) -> StagePlan:
     """A copy of ``template`` with its slots filled by ``values``: in every expression, and in
-    every text derived from one (a result column named after its expression)."""
-    plan = copy.deepcopy(template)
+    every text derived from one (a result column named after its expression). ``holders`` are
+    the template's fields that hold slots (``slot_holders``), found again if not given."""
+    memo: dict[int, object] = {}
+    plan = copy.deepcopy(template, memo)
     if values:
-        _fill(plan, values, dialect, set())
+        for owner, name in slot_holders(template) if holders is None else holders:
+            copied = memo[id(owner)]
+            object.__setattr__(copied, name, _fill(getattr(copied, name), values, dialect))
     return plan
 
 
-def _fill(obj: object, values: list[exp.Literal], dialect: str, seen: set[int]) -> object:
-    """``obj`` with its slots filled, changed in place where it is mutable."""
+def slot_holders(plan: StagePlan) -> list[tuple[object, str]]:
+    """The fields of the plan's objects (operators, stages, the plan) whose value holds a slot,
+    in an expression or a text, directly or in a list, tuple or dict."""
+    found: list[tuple[object, str]] = []
+    seen: set[int] = set()
+
+    def holds(value: object, nested: list[object]) -> bool:
+        if isinstance(value, exp.Expression):
+            return any(slot_kind(n) for n in value.walk())
+        if isinstance(value, str):
+            return _SLOT in value.lower()
+        if isinstance(value, list | tuple | set | frozenset | dict):
+            items = list(value.values()) if isinstance(value, dict) else list(value)
+            return any([holds(x, nested) for x in items])  # a list: every item looked at
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            nested.append(value)
+        return False
+
+    stack: list[object] = [plan]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        for f in dataclasses.fields(obj):
+            nested: list[object] = []
+            if holds(getattr(obj, f.name), nested):
+                found.append((obj, f.name))
+            stack.extend(nested)
+    return found
+
+
+def _fill(obj: object, values: list[exp.Literal], dialect: str) -> object:
+    """``obj`` with its slots filled, changed in place where it is mutable; an operator or
+    stage inside it is left to its own entry in ``slot_holders``."""
     if isinstance(obj, exp.Expression):
         return _fill_expression(obj, lambda i: values[i].copy())
     if isinstance(obj, str):
         return _SLOT_TEXT.sub(lambda m: values[int(m[2])].sql(dialect=dialect), obj) if _SLOT in obj.lower() else obj
     if isinstance(obj, list):
-        obj[:] = [_fill(x, values, dialect, seen) for x in obj]
+        obj[:] = [_fill(x, values, dialect) for x in obj]
         return obj
     if isinstance(obj, tuple):
-        return tuple(_fill(x, values, dialect, seen) for x in obj)
+        return tuple(_fill(x, values, dialect) for x in obj)
     if isinstance(obj, dict):
         for k, v in obj.items():
-            obj[k] = _fill(v, values, dialect, seen)
+            obj[k] = _fill(v, values, dialect)
         return obj
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type) and id(obj) not in seen:
-        seen.add(id(obj))
-        for f in dataclasses.fields(obj):
-            old = getattr(obj, f.name)
-            new = _fill(old, values, dialect, seen)
-            if new is not old:
-                object.__setattr__(obj, f.name, new)
     return obj
 
 
@@ -242,39 +285,19 @@ def _fill_expression(root: exp.Expression, value: Callable[[int], exp.Expression
 
 def unfilled(plan: StagePlan, rendered: list[str]) -> bool:
     """Whether a slot is left in ``plan`` after ``instantiate``, or in the SQL rendered from it:
-    one the filling did not reach, which a template must not be kept with."""
-    found = False
-
-    def look(obj: object, seen: set[int]) -> None:
-        nonlocal found
-        if found:
-            return
-        if isinstance(obj, exp.Expression):
-            found = any(slot_kind(n) for n in obj.walk())
-        elif isinstance(obj, str):
-            found = _SLOT in obj.lower()
-        elif isinstance(obj, list | tuple | set | frozenset):
-            for x in obj:
-                look(x, seen)
-        elif isinstance(obj, dict):
-            for x in obj.values():
-                look(x, seen)
-        elif dataclasses.is_dataclass(obj) and not isinstance(obj, type) and id(obj) not in seen:
-            seen.add(id(obj))
-            for f in dataclasses.fields(obj):
-                look(getattr(obj, f.name), seen)
-
-    look(plan, set())
-    return found or any(_SLOT in sql.lower() for sql in rendered)
+    one the filling did not reach (a set, an object of another kind), which a template must not
+    be kept with."""
+    return bool(slot_holders(plan)) or any(_SLOT in sql.lower() for sql in rendered)
 
 
 @dataclass
 class _Template:
     plan: StagePlan
     pinned: dict[int, tuple[bool, str]]  # slot → the only value the plan holds for
+    holders: list[tuple[object, str]]  # slot_holders(plan)
 
     def holds_for(self, values: list[exp.Literal]) -> bool:
-        return all(_identity(values[i]) == value for i, value in self.pinned.items())
+        return all(literal_identity(values[i]) == value for i, value in self.pinned.items())
 
 
 class Templates:
@@ -295,14 +318,14 @@ class Templates:
                 return None
             self._shapes.move_to_end(key)
             self.reused += 1
-        return instantiate(found.plan, values, dialect)
+        return instantiate(found.plan, values, dialect, found.holders)
 
     def put(self, key: tuple[str, int], plan: StagePlan, pinned: dict[int, tuple[bool, str]]) -> None:
         with self._lock:
             for stale in [k for k in self._shapes if k[1] < key[1]]:  # made over an older catalog
                 del self._shapes[stale]
             variants = self._shapes.setdefault(key, [])
-            variants.append(_Template(plan, dict(pinned)))
+            variants.append(_Template(plan, dict(pinned), slot_holders(plan)))
             del variants[:-MAX_VARIANTS]
             self._shapes.move_to_end(key)
             while len(self._shapes) > self.capacity:

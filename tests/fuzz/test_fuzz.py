@@ -109,10 +109,11 @@ def _with_other_constants(sql: str, rng: random.Random) -> str | None:
     if not shape.values:
         return None
     statement = shape.statement
+    others = [_other_constant(v, rng) for v in shape.values]  # one per slot: equal constants stay equal
     for node in list(statement.find_all(exp.Placeholder)):
         if slot_kind(node):
-            value = shape.values[slot_index(node)]
-            node.replace(value.copy() if isinstance(node.parent, exp.Cast) else _other_constant(value, rng))
+            index = slot_index(node)
+            node.replace(shape.values[index].copy() if isinstance(node.parent, exp.Cast) else others[index].copy())
     return statement.sql(dialect="duckdb")
 
 
