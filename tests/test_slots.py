@@ -171,3 +171,16 @@ def test_a_pinned_task_waits_on_the_coordinator_once_its_worker_s_queue_is_full(
     assert slots.take(1) == 1
     slots.release(0)
     assert slots.take(0) == 0
+
+
+def test_a_fast_worker_queues_free_tasks_ahead_and_a_slot_that_frees_is_open() -> None:
+    slots = Slots(workers=2, per_worker=1, ahead=2)
+    assert [slots.take(None) for _ in range(6)] == [0, 1, 0, 1, 0, 1]  # a slot each, then two queued each
+    assert slots.take(None) is None
+    assert slots.open_slots() == {}
+    for _ in range(3):
+        slots.release(0)  # worker 0 ends its running task and both queued ones
+    assert slots.open_slots() == {0: 1}  # while worker 1 still holds two: they may be stolen
+    slots.set_slow({1: 4.0}, set())
+    slots.release(1)
+    assert slots.take(None) == 0 and slots.take(None) == 0  # a slow worker queues nothing ahead

@@ -84,3 +84,26 @@ def test_a_batch_travels_as_a_template_and_what_each_task_adds(count: int) -> No
     if count > 1:
         assert template == {"query": "q", "stage": 2, "sql": "SELECT 1", "output": {"kind": "hash", "partitions": 4}}
         assert tasks[0] == {"task": 0, "inputs": [{"name": "x0", "partitions": [0]}], "alone": True}
+
+
+def test_tasks_not_started_can_be_taken_back_and_end_withdrawn() -> None:
+    """Work stealing: the coordinator asks for queued tasks back; those not started end on
+    their call as withdrawn and never run here, the running one runs on."""
+    release, ran = threading.Event(), []
+
+    def run(spec: dict) -> dict:
+        ran.append(spec["task"])
+        release.wait(5)
+        return {"rows": 0}
+
+    queue = TaskQueue(run)
+    stream = queue.run("q", 1, [{"stage": 3, "task": i, "attempt": 0} for i in range(4)])
+    first = next(stream)
+    assert [(e["event"], e["task"]) for e in first] == [("started", 0)]
+    assert sorted(queue.withdraw("q", {(3, 0, 0), (3, 2, 0), (3, 3, 0), (3, 9, 0)})) == [(3, 2, 0), (3, 3, 0)]
+    release.set()
+    events = first + events_of(stream)
+    assert {e["task"] for e in events if e["event"] == "withdrawn"} == {2, 3}
+    assert {e["task"] for e in events if e["event"] == "done"} == {0, 1}
+    assert sorted(ran) == [0, 1]
+    assert queue.withdraw("q", {(3, 1, 0)}) == []  # the query has nothing queued any more

@@ -98,7 +98,7 @@ def explain_lines(plan: StagePlan, workers: int, split_bytes: int, stats: QueryS
             s = stats.stages[stage.id].as_dict()
             lines.append(
                 f"  [actual] tasks={s['tasks']} rows={s['rows']} bytes={s['bytes']} "
-                f"shuffled={s['shuffle_bytes']} time={s['seconds']:.3f}s"
+                f"shuffled={s['shuffle_bytes']} time={s['seconds']:.3f}s" + (f" stolen={s['stolen']}" if s.get("stolen") else "")
             )
             shuffle = next((x.as_dict() for x in stats.shuffles if x.stage == stage.id), None)
             if shuffle is not None:

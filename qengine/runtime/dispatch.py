@@ -2,11 +2,16 @@
 
 A task launched by the scheduling loop waits here until its worker can take it: a task pinned
 to a worker (its input lives there) while that worker's queue has room, a free task (a scan
-split) when some worker has a free slot (``runtime.slots``). Each pass of the loop sends what
-can go, a worker's tasks in one ``run_tasks`` call (``runtime.task_queue`` runs them there),
-their shared fields once (``task_specs.split_template``). A thread follows each call: a task's
-reported start is handed to the loop (LATE and the paces measure from there), its end resolves
-the task's future, and a call that breaks fails the tasks it has not reported ended.
+split) when some worker has a free slot or room to queue one ahead (``runtime.slots``). Each
+pass of the loop sends what can go, a worker's tasks in one ``run_tasks`` call
+(``runtime.task_queue`` runs them there), their shared fields once
+(``task_specs.split_template``). A thread follows each call: a task's reported start is handed
+to the loop (LATE and the paces measure from there), its end resolves the task's future, and a
+call that breaks fails the tasks it has not reported ended.
+
+Work stealing: when a worker has a free slot and nothing is left to send, free tasks queued on
+another worker and not started yet are taken back from it (``withdraw_tasks``), the last
+queued first, and sent again; the same attempt, so nothing runs twice.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -77,6 +82,7 @@ class Dispatcher:
         calls: ThreadPoolExecutor,
         failed: threading.Event,
         inputs_ready: Callable[[StageRun, int], bool],
+        wake: Callable[[], None],
     ) -> None:
         self.state = state
         self.slots = slots
@@ -91,6 +97,12 @@ class Dispatcher:
         # (task, worker, when) of tasks their workers reported started, for the loop to take in:
         # the following threads never touch the query's state
         self.started: queue.SimpleQueue[tuple[Queued, int, float]] = queue.SimpleQueue()
+        self.wake = wake  # ends the loop's wait: tasks came back to be sent again
+        # free tasks sent ahead and not reported started, by worker: what may be stolen
+        self.ahead: dict[int, dict[tuple[int, int, int], Queued]] = collections.defaultdict(dict)
+        self.ahead_lock = threading.Lock()
+        self.stealing: set[tuple[int, int, int]] = set()  # asked back, not answered yet
+        self.returned: queue.SimpleQueue[Queued] = queue.SimpleQueue()  # taken back from a worker
 
     def add(self, item: Queued) -> None:
         """A task launched: it goes with the next :meth:`dispatch` its worker can take."""
@@ -105,6 +117,12 @@ class Dispatcher:
         call. A task's spec is built now, from where its input blocks are now; one whose
         attempt is no longer wanted, or whose inputs are on their way, ends here."""
         batches: dict[int, list[tuple[Queued, dict]]] = {}
+        with contextlib.suppress(queue.Empty):
+            while True:  # stolen back: sent before anything else
+                item = self.returned.get_nowait()
+                self.stealing.discard(_key(item))
+                item.run.stats.stolen += 1
+                self.free.appendleft(item)
         for where, waiting in self.pinned.items():
             while waiting:
                 try:
@@ -125,6 +143,33 @@ class Dispatcher:
             self.slots.waiting(len(self.free))
         for worker, batch in batches.items():
             self.calls.submit(self._stream, worker, batch)
+        if not self.free:
+            self._steal()
+
+    def _steal(self) -> None:
+        """Ask a worker whose queue holds free tasks it has not started for some back, for
+        each worker with a free slot: half of what it holds, at most as many as the slots."""
+        open_slots = self.slots.open_slots()
+        if not open_slots:
+            return
+        with self.ahead_lock:
+            held = {w: [k for k in items if k not in self.stealing] for w, items in self.ahead.items()}
+        for thief, room in open_slots.items():
+            victim = max((w for w, keys in held.items() if w != thief and keys), key=lambda w: len(held[w]), default=None)
+            if victim is None:
+                return
+            count = min(room, max(1, len(held[victim]) // 2))
+            keys, held[victim] = held[victim][-count:], held[victim][:-count]
+            self.stealing.update(keys)
+            self.calls.submit(self._withdraw, victim, keys)
+
+    def _withdraw(self, worker: int, keys: list[tuple[int, int, int]]) -> None:
+        """Ask ``worker`` for tasks back (a thread of its own). Those it gives back end on their
+        call with a ``withdrawn`` event (``_stream``); a failed ask leaves them where they are."""
+        with contextlib.suppress(Error):
+            self.cluster.pool.get(self.state.addresses[worker]).action(
+                "withdraw_tasks", {"query": self.state.query_id, "tasks": [list(k) for k in keys]}
+            )
 
     def started_tasks(self) -> Iterator[tuple[Queued, int, float]]:
         """The tasks reported started since the last look: (task, worker, when)."""
@@ -152,7 +197,11 @@ class Dispatcher:
                 fail(item.fut, StaleAttemptError() if attempt not in run.wanted[index] else DeferredTaskError())
             return
         self.assigned[item.fut] = worker
-        item.fut.set_running_or_notify_cancel()  # sent: a failed query waits for it to end
+        if not item.fut.running():  # a stolen task is running already
+            item.fut.set_running_or_notify_cancel()  # sent: a failed query waits for it to end
+        if item.where is None:
+            with self.ahead_lock:
+                self.ahead[worker][_key(item)] = item
         spec = with_inline_finalize(run, task_spec(self.state, run, index, attempt, run.sql, run.form, item.speculative))
         # The only task of its stage, with no other task of the query running: it may use
         # every core of its host (a final aggregate or sort would otherwise leave all but one
@@ -180,12 +229,19 @@ class Dispatcher:
                     if item is None:
                         continue
                     now = time.monotonic()
+                    if item.where is None:
+                        with self.ahead_lock:
+                            self.ahead[worker].pop(_key(item), None)
                     if event["event"] == "started":
                         started[key] = now
                         self.started.put((item, worker, now))
                         continue
                     del open_items[key]
                     self.slots.release(worker)
+                    if event["event"] == "withdrawn":  # stolen: sent again by the loop
+                        self.returned.put(item)
+                        self.wake()
+                        continue
                     if event["event"] == "done":
                         # The time the scheduler saw it run, as paces are measured (``runtime.slow_workers``):
                         # a worker's own clock misses the time a call waited for it to answer.
@@ -193,12 +249,25 @@ class Dispatcher:
                     else:
                         fail(item.fut, remote_error(event["error"]))
         except (Error, CancelledTaskError) as e:
+            self._forget_ahead(worker, open_items.values())
             if isinstance(e, WorkerUnreachableError):
                 self.cluster.suspect(address)
             for item in open_items.values():
                 self.slots.release(worker)
                 fail(item.fut, e)
         else:
+            self._forget_ahead(worker, open_items.values())
             for item in open_items.values():  # a stream that ended early: the worker went away
                 self.slots.release(worker)
                 fail(item.fut, WorkerUnreachableError(f"worker {address} stopped reporting its tasks"))
+
+    def _forget_ahead(self, worker: int, items: Iterable[Queued]) -> None:
+        """Tasks of a broken call: not to be stolen any more."""
+        with self.ahead_lock:
+            for item in items:
+                self.ahead[worker].pop(_key(item), None)
+
+
+def _key(item: Queued) -> tuple[int, int, int]:
+    """A task attempt as its worker's events name it: (stage, task, attempt)."""
+    return item.run.stage.id, item.index, item.attempt

@@ -48,6 +48,7 @@ from qengine.runtime.stats import QueryStats, StageStats
 
 LIVENESS_POLL_SECONDS = 0.05  # how often lost workers and stragglers are looked for
 STRAGGLER_EVERY = 0.01  # seconds between two looks for slow workers and stragglers while calls end
+_WAKE: Future = Future()  # put on the loop's queue of ended calls to end its wait (QueryRun._wake)
 CANCEL_TIMEOUT = 10.0  # seconds a worker has to take a failed query's cancel
 MAX_TASK_FAILURES = 4  # attempts of one task lost with their worker (Spark's spark.task.maxFailures)
 MAX_INPUT_LOSSES = 16  # attempts of one task whose inputs were lost, before the query gives up
@@ -80,11 +81,11 @@ class QueryRun:
             raise OperationalError("no live workers: none has joined the coordinator, or all were marked dead")
         query_id = f"q{next(_query_ids)}-{time.monotonic_ns() % 10**9}"
         self.state = state = QueryState(query_id, options, plan, addresses, output)
-        self.slots = Slots(state.workers, options.slots)
+        self.slots = Slots(state.workers, options.slots, ahead=options.slots)
         self.failed = threading.Event()
         self.cancelled = threading.Event()
         self.shuffles = ShuffleDriver(state, self._aux, push_rates)
-        self.dispatcher = Dispatcher(state, self.slots, cluster, self.tasks, self.failed, self._inputs_ready)
+        self.dispatcher = Dispatcher(state, self.slots, cluster, self.tasks, self.failed, self._inputs_ready, self._wake)
         self.reports = ProgressReports(state, self._call, self.aux_calls)  # LATE's progress scores
         self.moved_off: set[int] = set()  # slow workers whose waiting reducers were placed elsewhere since found slow
         for stage, (splits, tasks) in zip(plan.stages, plan.scan_tasks(state.workers, options.split_bytes), strict=True):
@@ -269,6 +270,10 @@ class QueryRun:
         for item, worker, when in self.dispatcher.started_tasks():
             if not item.fut.done() or item.fut in self.futures:  # not ended and taken in already
                 item.run.running.setdefault(item.index, {})[item.attempt] = (worker, when, item.speculative)
+
+    def _wake(self) -> None:
+        """End the loop's wait with nothing ended (a future no call holds, skipped as such)."""
+        self.ended.put(_WAKE)
 
     def _ended(self) -> set[Future]:
         """The calls that have ended since the last look, without waiting."""

@@ -16,10 +16,12 @@ class Slots:
     ``per_worker`` of them at once; a worker's load here is the tasks sent to it that have not
     ended. A pinned task (its input lives on one worker, or its reducer was placed ahead) is
     sent to its worker as soon as its queue has room, to wait there. A free task (a scan split,
-    which every worker reads equally well) is sent only to a worker with a free slot, the
-    first that frees one: fixed round-robin placement gave worker 0 the odd task of every
-    odd-sized stage and left the faster worker idle while the other worked through its half;
-    taking free slots balances both, and leaves no queued free task to steal back later.
+    which every worker reads equally well) goes to the worker with the most free slots: fixed
+    round-robin placement gave worker 0 the odd task of every odd-sized stage and left the
+    faster worker idle while the other worked through its half. With ``ahead``, a fast worker
+    whose slots are all taken also queues up to that many free tasks, which it starts itself
+    as its running ones end, with no round trip to the coordinator between them; a worker that
+    frees a slot while another's queue still holds free tasks steals them (``runtime.dispatch``).
 
     Workers come and go while a query runs: a lost one is removed (tasks pinned to it are
     placed again), a replacement is added. A slow worker (``runtime.slow_workers``) takes a
@@ -29,8 +31,9 @@ class Slots:
 
     QUEUE_DEPTH = 256  # tasks sent to a worker and not ended, at most, in slots' worth (512 with 2 slots)
 
-    def __init__(self, workers: int, per_worker: int) -> None:
+    def __init__(self, workers: int, per_worker: int, ahead: int = 0) -> None:
         self._per_worker = per_worker
+        self._ahead = ahead  # free tasks a fast worker queues beyond its slots
         self._free = [per_worker] * workers  # below 0: tasks queued on the worker
         self._gone: set[int] = set()
         self._slow: dict[int, float] = {}  # worker → how many times slower than typical
@@ -94,6 +97,11 @@ class Slots:
                 return []
             return [w for w, free in enumerate(self._free) if free > 0 and w not in self._gone]
 
+    def open_slots(self) -> dict[int, int]:
+        """Live workers that are not slow with a slot nothing is sent to: worker → how many."""
+        with self._lock:
+            return {w: self._free[w] for w in self._fast() if self._free[w] > 0}
+
     def total(self) -> int:
         """Slots on the live workers."""
         with self._lock:
@@ -132,4 +140,6 @@ class Slots:
         for w, times in sorted(self._slow.items(), key=lambda item: item[1]):
             if w not in self._gone and self._free[w] > 0 and backlog + 1 > times:
                 return w
+        if chosen >= 0 and self._free[chosen] > -self._ahead:
+            return chosen  # queued there, to start as soon as one of its tasks ends
         return None

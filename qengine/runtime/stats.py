@@ -25,6 +25,7 @@ class StageStats:
     partition_bytes: list[int] = field(default_factory=list)
     seconds: float = 0.0
     task_seconds: float = 0.0
+    stolen: int = 0  # tasks taken back from a busy worker's queue for an idle one (work stealing)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -36,6 +37,7 @@ class StageStats:
             "shuffle_bytes": sum(self.partition_bytes) if self.kind not in FINAL_KINDS else 0,
             "seconds": round(self.seconds, 4),
             "task_seconds": round(self.task_seconds, 4),
+            "stolen": self.stolen,
         }
 
     def add_partition_bytes(self, sizes: list[int]) -> None:

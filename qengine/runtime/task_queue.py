@@ -8,7 +8,9 @@ Each call's tasks report back on that call as they go: a ``started`` event when 
 burst of short tasks costs the coordinator one message, not one call each.
 
 A query's tasks queue in the order they arrive; tasks of different queries do not wait for
-each other (each query has its own slots, as on the coordinator).
+each other (each query has its own slots, as on the coordinator). The coordinator may take
+back tasks that have not started (``withdraw``): an idle worker steals them, so that a busy
+worker's queue does not hold up the stage.
 """
 
 from __future__ import annotations
@@ -60,6 +62,26 @@ class TaskQueue:
             self._start(query, mine)
         return self._events(channel, len(specs))
 
+    def withdraw(self, query: str, keys: set[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+        """Take back the tasks (stage, task, attempt) of ``query`` that wait here unstarted:
+        each ends on its call with a ``withdrawn`` event, for the coordinator to send it to
+        another worker. Returns the ones taken; one already started runs on."""
+        taken: list[tuple[dict, queue.SimpleQueue]] = []
+        with self._lock:
+            mine = self._queries.get(query)
+            if mine is None:
+                return []
+            kept: deque[tuple[dict, queue.SimpleQueue]] = deque()
+            for spec, channel in mine.pending:
+                (taken if _names(spec) in keys else kept).append((spec, channel))
+            mine.pending = kept
+            if not mine.running and not mine.pending:
+                del self._queries[query]
+        for spec, channel in taken:
+            stage, task, attempt = _names(spec)
+            channel.put({"event": "withdrawn", "stage": stage, "task": task, "attempt": attempt})
+        return [_names(spec) for spec, _ in taken]
+
     @staticmethod
     def _events(channel: queue.SimpleQueue, count: int) -> Iterator[list[dict]]:
         left = count
@@ -81,7 +103,8 @@ class TaskQueue:
             del self._queries[query]
 
     def _one(self, query: str, mine: _Query, spec: dict, channel: queue.SimpleQueue) -> None:
-        names = {"stage": spec["stage"], "task": spec["task"], "attempt": int(spec.get("attempt", 0))}
+        stage, task, attempt = _names(spec)
+        names = {"stage": stage, "task": task, "attempt": attempt}
         channel.put({"event": "started", **names})
         try:
             channel.put({"event": "done", **names, "result": self._run(spec)})
@@ -93,3 +116,8 @@ class TaskQueue:
             with self._lock:
                 mine.running -= 1
                 self._start(query, mine)
+
+
+def _names(spec: dict) -> tuple[int, int, int]:
+    """A task's (stage, task, attempt), as its events name it."""
+    return spec["stage"], spec["task"], int(spec.get("attempt", 0))

@@ -66,6 +66,9 @@ class WorkerServer(ActionServer):
         if name == "run_tasks":
             template = body.get("template") or {}  # what the batch's tasks share, sent once
             return Streamed(self.queue.run(body["query"], int(body["slots"]), [dict(template, **task) for task in body["tasks"]]))
+        if name == "withdraw_tasks":  # work stealing: tasks queued here and not started go elsewhere
+            keys = {(int(s), int(t), int(a)) for s, t, a in body["tasks"]}
+            return {"withdrawn": [list(k) for k in self.queue.withdraw(body["query"], keys)]}
         if name == "finalize_range":
             return self.runner.finalize_range(body)
         if name == "push":
