@@ -143,25 +143,33 @@ class Dispatcher:
             self.slots.waiting(len(self.free))
         for worker, batch in batches.items():
             self.calls.submit(self._stream, worker, batch)
-        if not self.free:
-            self._steal()
+        self._steal()
 
     def _steal(self) -> None:
-        """Ask a worker whose queue holds free tasks it has not started for some back, for
-        each worker with a free slot: half of what it holds, at most as many as the slots."""
-        open_slots = self.slots.open_slots()
-        if not open_slots:
-            return
+        """Take free tasks back from workers that have not started them: all of them from a
+        worker found slow or lagging (LATE copies only tasks that run), and, once nothing is
+        left to send, for each worker with a free slot half of what the fullest queue holds, at
+        most as many as its free slots."""
         with self.ahead_lock:
             held = {w: [k for k in items if k not in self.stealing] for w, items in self.ahead.items()}
+        for worker, keys in held.items():
+            if keys and self.state.behind(worker):
+                self._take_back(worker, keys)
+                held[worker] = []
+        if self.free:
+            return
+        open_slots = {w: n for w, n in self.slots.open_slots().items() if not self.state.behind(w)}
         for thief, room in open_slots.items():
             victim = max((w for w, keys in held.items() if w != thief and keys), key=lambda w: len(held[w]), default=None)
             if victim is None:
                 return
             count = min(room, max(1, len(held[victim]) // 2))
             keys, held[victim] = held[victim][-count:], held[victim][:-count]
-            self.stealing.update(keys)
-            self.calls.submit(self._withdraw, victim, keys)
+            self._take_back(victim, keys)
+
+    def _take_back(self, worker: int, keys: list[tuple[int, int, int]]) -> None:
+        self.stealing.update(keys)
+        self.calls.submit(self._withdraw, worker, keys)
 
     def _withdraw(self, worker: int, keys: list[tuple[int, int, int]]) -> None:
         """Ask ``worker`` for tasks back (a thread of its own). Those it gives back end on their
