@@ -31,6 +31,7 @@ from qengine.exchange.push_schedule import Piece, PushLimiter, destination_order
 from qengine.exchange.sampling import sample_keys
 from qengine.exchange.store import BlockStore, MissingBlocksError, concat
 from qengine.planner import direct
+from qengine.runtime.empty_results import EmptyResults
 from qengine.runtime.faults import FaultPlan
 from qengine.runtime.peers import Peers
 from qengine.runtime.progress import ProgressBoard
@@ -104,6 +105,7 @@ class TaskRunner:
         self.limiter = FetchLimiter()
         self.pushes = PushLimiter()  # pushes have a schedule of their own (``exchange.push_schedule``)
         self.partition_ids = PartitionIds()
+        self.empty_results = EmptyResults()  # fragments over empty inputs, run once a worker
         self.cancellations = Cancellations()
         self.peers = Peers(pool)  # fetches and pushes give up on a peer declared lost
         self.progress = ProgressBoard()  # how far each running attempt has got (LATE)
@@ -279,9 +281,15 @@ class TaskRunner:
             del loaded
             progress.running(lease.con)
             result = direct.execute(spec["direct"], named) if spec.get("direct") else None
+            nulls = tuple(spec.get("null_columns", ()))
+            empty = None if result is not None or scans else EmptyResults.key(spec["sql"], named, spec["output"], nulls)
+            if empty is not None:
+                result = self.empty_results.get(empty)
             if result is None:
                 ids = functools.partial(self.partition_ids.select, output=spec["output"]) if spec["output"]["kind"] == "hash" else None
-                result = _run_fragment(lease, spec["sql"], named, scans, splits, ids, spec.get("null_columns", ()))
+                result = _run_fragment(lease, spec["sql"], named, scans, splits, ids, nulls)
+                if empty is not None:
+                    self.empty_results.put(empty, result)
             progress.finish()
             stats = self._write(lease.con, spec, result)
         self._retire_read(inputs)
