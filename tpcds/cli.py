@@ -70,9 +70,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                  f"TPC-DS on {args.workers} workers vs DuckDB ({os.path.basename(os.path.abspath(args.data))})")
     totals = data["totals"]
     table = Table(title="TPC-DS run")
-    for key in ("queries", "correct", "qengine_seconds", "duckdb_seconds", "ratio_qengine_over_duckdb"):
+    columns = ("queries", "correct", "qengine_seconds", "duckdb_seconds", "ratio_qengine_over_duckdb", "small_queries", "small_overhead_ms")
+    for key in columns:
         table.add_column(key.replace("_", " "))
-    table.add_row(*[str(totals[k]) for k in ("queries", "correct", "qengine_seconds", "duckdb_seconds", "ratio_qengine_over_duckdb")])
+    table.add_row(*[str(totals[k]) for k in columns])
     console.print(table)
     console.print(f"report: {out}\nplot:   {png}")
     failed = len(report.queries) - report.correct

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -32,6 +33,9 @@ class QueryReport:
     rows: int | None = None
 
 
+SMALL_SECONDS = 0.1
+
+
 @dataclass
 class RunReport:
     config: dict
@@ -45,6 +49,7 @@ class RunReport:
         timed = [q for q in self.queries if q.qengine_seconds is not None and q.duckdb_seconds is not None]
         qe = sum(q.qengine_seconds for q in timed)
         dd = sum(q.duckdb_seconds for q in timed)
+        small = [q for q in timed if q.duckdb_seconds < SMALL_SECONDS]
         return {
             "queries": len(self.queries),
             "correct": self.correct,
@@ -52,6 +57,10 @@ class RunReport:
             "duckdb_seconds": round(dd, 3),
             "ratio_qengine_over_duckdb": round(qe / dd, 3) if dd else None,
             "shuffle_bytes": sum(q.shuffle_bytes or 0 for q in self.queries),
+            # The queries DuckDB answers in under SMALL_SECONDS, and qengine's median time over
+            # DuckDB's on them: the fixed cost of a query, which small ones show.
+            "small_queries": len(small),
+            "small_overhead_ms": round(statistics.median(q.qengine_seconds - q.duckdb_seconds for q in small) * 1000, 1) if small else None,
         }
 
     def as_dict(self) -> dict:
