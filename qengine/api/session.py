@@ -35,9 +35,8 @@ from qengine.planner.frontend import (
     user_terms,
     written_aliases,
 )
-from qengine.planner.render import render
 from qengine.planner.stages import StagePlan, reads_no_data
-from qengine.planner.templates import Shape, Templates, instantiate, parameterize, planning, unfilled
+from qengine.planner.templates import Shape, Templates, instantiate, parameterize, planning, slot_holders
 from qengine.runtime.coordinator import Coordinator
 from qengine.runtime.query_state import ExecutionOptions
 from qengine.runtime.stats import QueryStats
@@ -147,12 +146,9 @@ class Session:
             # Planned with its constants as written, the query either fails in the user's
             # terms, naming no slot, or plans after all (and is not kept).
             return shape, self._plan(query)
-        plan = instantiate(template, shape.values, dialect)
-        if not shape.values or not unfilled(plan, _fragments(plan)):
-            self.templates.put(key, template, pinned)
-        else:  # a slot the filling cannot reach: not kept, and this run plans as written
-            plan = self._plan(query)
-        return shape, plan
+        holders = slot_holders(template)
+        self.templates.put(key, template, pinned, holders)
+        return shape, instantiate(template, shape.values, dialect, holders)
 
     def _plan(self, query: exp.Expression) -> StagePlan:
         query = expand_sources(query, self.catalog, self.plan_options.dialect)
@@ -392,11 +388,6 @@ class Session:
             self.coordinator.release(f"table/{uid}/")
             raise
         self.catalog.add_table(source)
-
-
-def _fragments(plan: StagePlan) -> list[str]:
-    """The SQL of every fragment of ``plan``, as the workers would be sent it."""
-    return [render(s.root) for s in plan.stages] + [render(f.build) for s in plan.stages for f in s.runtime_filters if f.build]
 
 
 def _partitions(key: str, placement: list[tuple[str, dict]]) -> list[Partition]:

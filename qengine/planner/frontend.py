@@ -532,13 +532,13 @@ def _numbered_placeholders(tokens: list[Token]) -> list[Token]:
     if any(t.token_type == TokenType.PARAMETER and t.text == "$" for t in tokens):
         raise ProgrammingError("a statement cannot mix ? and $n parameters")
     out: list[Token] = []
+    numbers = itertools.count(1)
     for t in tokens:
         if t.token_type != TokenType.PLACEHOLDER:
             out.append(t)
             continue
-        number = str(sum(1 for o in out if o.token_type == TokenType.PARAMETER) + 1)
         out.append(Token(TokenType.PARAMETER, "$", t.line, t.col, t.start, t.end))
-        out.append(Token(TokenType.NUMBER, number, t.line, t.col, t.start, t.end))
+        out.append(Token(TokenType.NUMBER, str(next(numbers)), t.line, t.col, t.start, t.end))
     return out
 
 

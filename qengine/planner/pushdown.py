@@ -214,7 +214,7 @@ def _numeric(e: exp.Expression) -> bool:
     """A number as written, or the slot of one (``planner.templates``): copied as it stands."""
     if isinstance(e, exp.Neg):
         return _numeric(e.this)
-    return isinstance(e, exp.Literal) and not e.is_string or slot_kind(e) == "n"
+    return _kind(e) == "n"
 
 
 def _movable(e: exp.Expression) -> bool:

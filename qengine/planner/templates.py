@@ -140,8 +140,8 @@ def parameterize(statement: exp.Expression, dialect: str) -> Shape:
 
     def visit(node: exp.Expression) -> exp.Expression:
         nonlocal whole
-        value = slot_value(node)
-        if value is None or not _compared(node):
+        value = slot_value(node) if _compared(node) else None
+        if value is None:
             return node
         origin = node.meta.get(PARAMETER) if node.meta else None
         if origin is None and isinstance(node, exp.Literal) and isinstance(node.parent, exp.Cast) and node.parent.meta:
@@ -159,8 +159,7 @@ def parameterize(statement: exp.Expression, dialect: str) -> Shape:
     shaped = statement.transform(visit)
     slotted = Counter(origin for feeding in sources for origin in feeding)
     baked = {i for i, count in bound.items() if count > slotted[i]}
-    key = shaped.sql(dialect=dialect) if values else statement.sql(dialect=dialect)
-    return Shape(shaped, key, values, sources, baked, whole)
+    return Shape(shaped, shaped.sql(dialect=dialect), values, sources, baked, whole)
 
 
 def slot_value(node: exp.Expression) -> exp.Literal | None:
@@ -197,16 +196,14 @@ def _compared(constant: exp.Expression) -> bool:
     return isinstance(parent, _COMPARISONS)
 
 
-def instantiate(
-    template: StagePlan, values: list[exp.Literal], dialect: str, holders: list[tuple[object, str]] | None = None
-) -> StagePlan:
+def instantiate(template: StagePlan, values: list[exp.Literal], dialect: str, holders: list[tuple[object, str]]) -> StagePlan:
     """A copy of ``template`` with its slots filled by ``values``: in every expression, and in
     every text derived from one (a result column named after its expression). ``holders`` are
-    the template's fields that hold slots (``slot_holders``), found again if not given."""
+    the template's fields that hold slots (``slot_holders``)."""
     memo: dict[int, object] = {}
     plan = copy.deepcopy(template, memo)
     if values:
-        for owner, name in slot_holders(template) if holders is None else holders:
+        for owner, name in holders:
             copied = memo[id(owner)]
             object.__setattr__(copied, name, _fill(getattr(copied, name), values, dialect))
     return plan
@@ -214,7 +211,9 @@ def instantiate(
 
 def slot_holders(plan: StagePlan) -> list[tuple[object, str]]:
     """The fields of the plan's objects (operators, stages, the plan) whose value holds a slot,
-    in an expression or a text, directly or in a list, tuple or dict."""
+    in an expression or a text, directly or in a list, tuple, set or dict: what ``_fill``
+    fills, so a filled plan holds none. (A slot left anywhere else would reach DuckDB as an
+    unbound ``$`` parameter, an error, never another value.)"""
     found: list[tuple[object, str]] = []
     seen: set[int] = set()
 
@@ -254,8 +253,8 @@ def _fill(obj: object, values: list[exp.Literal], dialect: str) -> object:
     if isinstance(obj, list):
         obj[:] = [_fill(x, values, dialect) for x in obj]
         return obj
-    if isinstance(obj, tuple):
-        return tuple(_fill(x, values, dialect) for x in obj)
+    if isinstance(obj, tuple | set | frozenset):
+        return type(obj)(_fill(x, values, dialect) for x in obj)
     if isinstance(obj, dict):
         for k, v in obj.items():
             obj[k] = _fill(v, values, dialect)
@@ -281,13 +280,6 @@ def _fill_expression(root: exp.Expression, value: Callable[[int], exp.Expression
                 else:
                     stack.append(child)
     return root
-
-
-def unfilled(plan: StagePlan, rendered: list[str]) -> bool:
-    """Whether a slot is left in ``plan`` after ``instantiate``, or in the SQL rendered from it:
-    one the filling did not reach (a set, an object of another kind), which a template must not
-    be kept with."""
-    return bool(slot_holders(plan)) or any(_SLOT in sql.lower() for sql in rendered)
 
 
 @dataclass
@@ -320,12 +312,14 @@ class Templates:
             self.reused += 1
         return instantiate(found.plan, values, dialect, found.holders)
 
-    def put(self, key: tuple[str, int], plan: StagePlan, pinned: dict[int, tuple[bool, str]]) -> None:
+    def put(
+        self, key: tuple[str, int], plan: StagePlan, pinned: dict[int, tuple[bool, str]], holders: list[tuple[object, str]]
+    ) -> None:
         with self._lock:
             for stale in [k for k in self._shapes if k[1] < key[1]]:  # made over an older catalog
                 del self._shapes[stale]
             variants = self._shapes.setdefault(key, [])
-            variants.append(_Template(plan, dict(pinned), slot_holders(plan)))
+            variants.append(_Template(plan, dict(pinned), holders))
             del variants[:-MAX_VARIANTS]
             self._shapes.move_to_end(key)
             while len(self._shapes) > self.capacity:

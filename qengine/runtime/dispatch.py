@@ -151,7 +151,7 @@ class Dispatcher:
         left to send, for each worker with a free slot half of what the fullest queue holds, at
         most as many as its free slots."""
         with self.ahead_lock:
-            held = {w: [k for k in items if k not in self.stealing] for w, items in self.ahead.items()}
+            held = {w: [k for k in items if k not in self.stealing] for w, items in self.ahead.items() if items}
         for worker, keys in held.items():
             if keys and self.state.behind(worker):
                 self._take_back(worker, keys)
