@@ -137,7 +137,7 @@ class QueryRun:
         ahead = state.placements.get(run.stage.id)
         if ahead is not None:
             return ahead.hosts[index]
-        if not run.stage.partitioned_reads:  # scans and broadcasts read as well from anywhere
+        if not run.partitioned_reads:  # scans and broadcasts read as well from anywhere
             return None
         # A shuffle's reducers are placed now: the shuffle's metrics (ShuffleDriver.measure) need their hosts.
         hosts = state.placeable_hosts()
@@ -162,12 +162,11 @@ class QueryRun:
         task's partitions on their way to its reducer's host. A reducer starts as soon as its
         own blocks have landed, not after the stage's last push."""
         runs = self.state.runs
-        partitioned = {r.shuffle_id for r in run.stage.partitioned_reads if r.kind in SHUFFLE_KINDS}
-        for p in run.stage.parents:
+        for p in run.parents:
             source = runs[p]
             if source.done:
                 continue
-            if p not in partitioned or not source.settled():
+            if p not in run.shuffle_inputs or not source.settled():
                 return False
             if index is not None and any(source.carrying[q] for q in run.partitions_of(index)):
                 return False
@@ -322,7 +321,7 @@ class QueryRun:
         state = self.state
         run.submitted = True
         run.started = time.perf_counter()
-        inputs = [state.runs[r.shuffle_id] for r in run.stage.partitioned_reads if r.kind in SHUFFLE_KINDS]
+        inputs = [state.runs[r.shuffle_id] for r in run.partitioned_reads if r.kind in SHUFFLE_KINDS]
         prune_scan(state, run, self.key_ranges)
         shared = [r for r in run.stage.reads if r.kind == "materialized"]
         if shared:  # one task per partition of the shared output, however many it was cut to
@@ -488,7 +487,7 @@ class QueryRun:
                 run.ranges[column] = span
             elif span is not None:
                 run.ranges[column] = [min(known[0], span[0]), max(known[1], span[1])]
-        for read in run.stage.partitioned_reads:
+        for read in run.partitioned_reads:
             source = self.state.runs[read.shuffle_id]
             if source.shuffle is not None:
                 source.shuffle.read_wait_seconds += result["read_seconds"]
@@ -650,7 +649,7 @@ class QueryRun:
         return {t: (sorted(parts) if parts is not None else None) for t, parts in lost.items()}
 
     def _readers(self, run: StageRun) -> list[StageRun]:
-        return [r for r in self.state.runs if run.stage.id in r.stage.parents]
+        return [r for r in self.state.runs if run.stage.id in r.parents]
 
     def _still_read(self, run: StageRun, partition: int) -> bool:
         """Whether some reader of ``run`` is still to read ``partition`` (a query's result

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import contextlib
 from collections.abc import Iterable
+from concurrent.futures import Executor
 from dataclasses import InitVar, dataclass, field
 from typing import Any, Protocol
 
@@ -63,6 +64,11 @@ class StageRun:
     tasks: int
     splits: list[dict] | None
     stats: StageStats
+    # The stage's reads of one partition per task, and the shuffles among them: looked at for
+    # every task it starts and ends, so worked out once, not from the stage each time.
+    partitioned_reads: list[Any] = field(init=False)
+    shuffle_inputs: frozenset[int] = field(init=False)
+    parents: list[int] = field(init=False)  # the stages it reads
     # Each task's worker; a task free to run anywhere has None until it takes a slot.
     placement: list[Any] = field(default_factory=list)
     groups: list[list[int]] | None = None
@@ -119,6 +125,11 @@ class StageRun:
     # its reader waits for them to land
     carrying: collections.Counter[int] = field(default_factory=collections.Counter)
 
+    def __post_init__(self) -> None:
+        self.partitioned_reads = self.stage.partitioned_reads
+        self.parents = self.stage.parents
+        self.shuffle_inputs = frozenset(r.shuffle_id for r in self.partitioned_reads if r.kind in SHUFFLE_KINDS)
+
     @property
     def pending(self) -> int:
         """Tasks whose output is not committed (yet, or again after a lost worker)."""
@@ -151,19 +162,19 @@ class StageRun:
         """Where a committed attempt's non-empty blocks are: on ``worker``, or for partitions in
         ``host_of`` (sent by the finalization that partitioned them) on their reducer's host."""
         keep = self.keep.get(index)
-        rows = result.get("partition_rows") or []
+        # A result sent back with the answer (``inline``) is held by the coordinator: no block.
+        rows = [] if "inline" in result else result.get("partition_rows") or []
         sizes = result.get("partition_bytes") or []
         kind = self.stage.output.kind if self.stage.output is not None else None
         for p, n in enumerate(rows):
             partition = index if kind in ("materialize", None) else p
             if keep is not None and partition not in keep:
                 continue
-            per_task = self.blocks.setdefault(partition, {})
             if n:
                 host = (host_of or {}).get(partition, worker)
-                per_task[index] = (host, attempt, sizes[p] if p < len(sizes) else 0, n)
-            else:
-                per_task.pop(index, None)
+                self.blocks.setdefault(partition, {})[index] = (host, attempt, sizes[p] if p < len(sizes) else 0, n)
+            elif partition in self.blocks:  # only partitions holding rows have an entry: readers look
+                self.blocks[partition].pop(index, None)  # over them for every task they start
             self.backups.get(partition, {}).pop(index, None)
         self.record_backups(index, worker, attempt, result.get("backups") or [])
 
@@ -199,8 +210,9 @@ class StageRun:
 
     def unaccounted_rows(self) -> int:
         """Rows the committed attempts produced that no recorded block holds (0 when every row
-        is where readers will look for it): checked before readers may start."""
-        made = sum(self.outputs[t].get("rows", 0) for t in self.completed)
+        is where readers will look for it): checked before readers may start. Rows sent back
+        inline are in the committed answer itself."""
+        made = sum(self.outputs[t].get("rows", 0) for t in self.completed if "inline" not in self.outputs[t])
         held = sum(entry[3] for per_task in self.blocks.values() for entry in per_task.values())
         return made - held
 
@@ -316,11 +328,19 @@ class QueryState:
         self.set_tasks(run, len(groups))
 
 
-def release_blocks(cluster: Cluster, prefix: str) -> int:
-    """Free everything under ``prefix`` on every worker; returns the bytes they had spilled."""
-    spilled = 0
-    for address in cluster.addresses:
+def release_blocks(cluster: Cluster, prefix: str, calls: Executor | None = None) -> int:
+    """Free everything under ``prefix`` on every worker; returns the bytes they had spilled.
+
+    With ``calls``, the workers are asked at once rather than one after another: a statement
+    returns after its release, so a repeated small query waited a round trip per worker."""
+
+    def one(address: str) -> int:
         with contextlib.suppress(Error):  # a dead worker holds nothing any more
             reply = cluster.pool.get(address).action("release", {"prefix": prefix}, timeout=10)
-            spilled += int((reply or {}).get("spilled", 0))
-    return spilled
+            return int((reply or {}).get("spilled", 0))
+        return 0
+
+    addresses = cluster.addresses
+    if calls is None or len(addresses) < 2:
+        return sum(one(a) for a in addresses)
+    return sum(calls.map(one, addresses))

@@ -40,6 +40,9 @@ from qengine.sandbox.pool import ConnectionPool, Lease, filters_mishandle
 from qengine.transport.rpc import ClientPool
 from qengine.transport.wire import schema_from_hex, schema_to_hex, table_from_hex, table_to_hex
 
+# A result partition of at most this many bytes travels in its task's answer, not as a block.
+INLINE_RESULT_BYTES = 16 << 10
+
 
 class PartitionIds:
     """The partition id column of each hash output, as SQL, kept per stage.
@@ -260,7 +263,7 @@ class TaskRunner:
         threads = self.host_threads if spec.get("alone") else None  # None: the pool's own
         with (
             self.connections.connection(readable, bool(spec.get("build_sides")), threads) as lease,
-            self.cancellations.running(spec["query"], lease.con, task_key(spec)),
+            self.cancellations.running(spec["query"], lease, task_key(spec)),
             self.progress.track(task_key(spec), len(inputs)) as progress,
         ):
 
@@ -363,6 +366,10 @@ class TaskRunner:
             return {"partition_bytes": [result.nbytes]}
         elif kind == "single":
             return self._store_parts(key, [result], task, attempt, mode, keep)
+        elif kind == "result" and result.nbytes <= INLINE_RESULT_BYTES:
+            # Sent back with the task's answer: the client's fetch of it would be one more
+            # round trip, the largest part of what a small repeated query costs outside its run.
+            return {"partition_bytes": [result.nbytes], "partition_rows": [result.num_rows], "inline": table_to_hex(result)}
         elif kind in ("broadcast", "result", "materialize"):
             self.store.put(key, task if kind != "broadcast" else 0, result, task, attempt)
             reply: dict[str, Any] = {"partition_bytes": [result.nbytes], "partition_rows": [result.num_rows]}
@@ -486,25 +493,25 @@ class Cancellations:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._running: dict[str, set[duckdb.DuckDBPyConnection]] = {}
+        self._running: dict[str, set[Lease]] = {}
         self._cancelled: dict[str, None] = {}  # an ordered set: the oldest go first
 
     @contextlib.contextmanager
-    def running(self, query: str, con: duckdb.DuckDBPyConnection, task: str = "") -> Iterator[None]:
-        """Hold ``con`` as one of ``query``'s (and of the task attempt ``task``'s) while it runs."""
+    def running(self, query: str, lease: Lease, task: str = "") -> Iterator[None]:
+        """Hold ``lease`` as one of ``query``'s (and of the task attempt ``task``'s) while it runs."""
         names = [n for n in (query, task) if n]
         with self._lock:
             for name in names:
                 self._refuse_cancelled(name)
-                self._running.setdefault(name, set()).add(con)
+                self._running.setdefault(name, set()).add(lease)
         try:
             yield
         finally:
             with self._lock:
                 for name in names:
-                    cons = self._running[name]
-                    cons.discard(con)
-                    if not cons:
+                    leases = self._running[name]
+                    leases.discard(lease)
+                    if not leases:
                         del self._running[name]
 
     def check(self, query: str, task: str = "") -> None:
@@ -531,10 +538,10 @@ class Cancellations:
         deadline = time.monotonic() + self.INTERRUPT_SECONDS
         while time.monotonic() < deadline:
             with self._lock:  # held, so no connection is interrupted once its task has let it go
-                cons = self._running.get(query, ())
-                for con in cons:
-                    con.interrupt()
-            if not cons:
+                leases = self._running.get(query, ())
+                for lease in leases:
+                    lease.interrupt()
+            if not leases:
                 return
             time.sleep(self.INTERRUPT_EVERY)
 

@@ -38,19 +38,14 @@ def filters_mishandle(table: pa.Table, sql: str) -> bool:
     return any(pc.any(pc.is_nan(c)).as_py() for c in floats)
 
 
-# Temporary objects on a connection: a pooled connection between leases has none.
-_LEFT_OVER = (
-    "SELECT (SELECT count(*) FROM duckdb_views() WHERE temporary AND NOT internal)"
-    " + (SELECT count(*) FROM duckdb_tables() WHERE temporary)"
-)
-
-
 class Lease:
     """One task's turn on a pooled connection, and the inputs it added there: they are removed
     when the turn ends, so nothing of one task is visible to the next."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self.con = con
+        # Set by whoever interrupts ``con`` (a cancelled task's): see :meth:`interrupt`.
+        self.interrupted = False
         self._registered: list[str] = []
         self._tables: list[str] = []
         self._views: list[str] = []
@@ -80,13 +75,16 @@ class Lease:
             finally:
                 self.con.unregister(raw)
 
-    def clear(self) -> bool:
-        """Remove this lease's inputs; whether the connection is left clean.
+    def interrupt(self) -> None:
+        """Stop what the connection runs. DuckDB's ``unregister`` does nothing, and says
+        nothing, when an interrupt reaches it, and an interrupt that comes between statements
+        waits for the next one: a connection once interrupted is not pooled again, or the next
+        task could find this one's input (or have its own statement stopped)."""
+        self.interrupted = True
+        self.con.interrupt()
 
-        DuckDB's ``unregister`` does nothing, and says nothing, when an interrupt (a cancelled
-        task's) reaches it, so the catalog is checked: a connection still holding a temporary
-        object must not be pooled, or the next task's input of the same name is refused.
-        """
+    def clear(self) -> None:
+        """Remove this lease's inputs."""
         for name in self._views:
             self.con.execute(f"DROP VIEW {identifier(name)}")
         for name in self._registered:  # unregistering also frees the Arrow data
@@ -96,9 +94,6 @@ class Lease:
         self._views.clear()
         self._registered.clear()
         self._tables.clear()
-        (left,) = self.con.execute(_LEFT_OVER).fetchone()
-        return left == 0
-
 
 
 # What a pooled connection is kept for: its readable files, whether DuckDB picks build sides, its threads.
@@ -131,14 +126,14 @@ class ConnectionPool:
         lease = Lease(con if con is not None else safe_connection(threads, readable, build_sides))
         try:
             yield lease
-            clean = lease.clear()
+            lease.clear()
         except BaseException:
             lease.con.close()
             raise
-        if clean:
-            self._keep(kind, lease.con)
-        else:
+        if lease.interrupted:
             lease.con.close()
+        else:
+            self._keep(kind, lease.con)
 
     def _keep(self, kind: _Kind, con: duckdb.DuckDBPyConnection) -> None:
         """Return a connection to the idle ones, closing the oldest idle one past ``IDLE``."""
