@@ -3,6 +3,7 @@ fragment connection that may read only the registered tables' files, and scan fa
 
 from __future__ import annotations
 
+import decimal
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import qengine
+from qengine.catalog import scan
 from qengine.catalog.scan import parquet_sql, split_files
 from qengine.catalog.sources import ParquetSource
 from qengine.planner import logical as lp
@@ -140,3 +142,72 @@ def test_duckdb_builds_where_every_exchange_read_is_a_broadcast(data_paths, opti
     [join] = [s for s in plan.stages if any(isinstance(n, lp.Join) for n in lp.walk(s.root))]
     assert sorted({r.kind for r in join.reads}) == reads
     assert task_specs.duckdb_builds(join) is duckdb_builds
+
+
+def test_a_stage_without_a_join_has_no_build_sides_to_pick(data_paths) -> None:
+    with qengine.connect(workers=2, split_size="200KB", replicate_size=0) as con:
+        for name, path in data_paths.items():
+            con.register_parquet(name, path)
+        plan = con.session.plan(parse("SELECT store_id, sum(amount) FROM sales WHERE qty > 5 GROUP BY store_id", "duckdb")[0])
+    scans = [s for s in plan.stages if s.scans]
+    assert scans and not any(task_specs.duckdb_builds(s) for s in scans)
+
+
+def _typed_file(path: str, rows: int, **extra: pa.Array) -> None:
+    ids = np.arange(rows, dtype=np.int64)
+    columns = {
+        "id": pa.array(ids), "x": pa.array(ids * 0.5), "s": pa.array([f"s{i % 7}" for i in range(rows)]),
+        "d": pa.array(ids.astype("datetime64[D]").astype(object), pa.date32()),
+        "m": pa.array([decimal.Decimal(i) / 100 for i in range(rows)], pa.decimal128(9, 2)),
+        "t": pa.array(ids.astype("datetime64[us]")), **extra,
+    }
+    pq.write_table(pa.table(columns), path, row_group_size=10)
+
+
+@pytest.mark.parametrize(("column", "array", "exact"), [
+    ("id", None, True),
+    ("ns", pa.array(np.arange(40).astype("datetime64[ns]")), False),  # DuckDB reads TIMESTAMP, Arrow gives ns
+    ("u", pa.array(np.arange(40, dtype=np.uint32)), False),
+    ("l", pa.array([[i] for i in range(40)]), False),
+    ("tz", pa.array(np.arange(40).astype("datetime64[us]"), pa.timestamp("us", "UTC")), False),
+])
+def test_small_splits_go_to_duckdb_as_arrow_only_where_both_readers_type_them_alike(tmp_path, column, array, exact) -> None:
+    path = str(tmp_path / "f.parquet")
+    _typed_file(path, 40, **({column: array} if array is not None else {}))
+    split = ParquetSource("t", [path]).splits(1, 1)[0]
+    columns = [("id", "c0"), ("x", "c1"), ("s", "c2"), ("d", "c3"), ("m", "c4"), ("t", "c5"), (column, "c6")]
+    assert scan.reads_best_as_arrow(split, columns) is exact
+    big = dict(split, rows=scan.SMALL_SPLIT_ROWS + 1)
+    assert not scan.reads_best_as_arrow(big, columns[:1])
+    assert not scan.reads_best_as_arrow(split, [("missing", "c0")])
+
+
+def test_a_parquet_file_rewritten_in_place_is_read_afresh(tmp_path) -> None:
+    [path] = _files(tmp_path, files=1, rows=100, row_group=10)
+    [split] = ParquetSource("t", [path]).splits(1, 1 << 30)
+    assert scan.read_split(split, [("id", "c0")], None).column(0).to_pylist() == list(range(100))
+    pq.write_table(pa.table({"id": np.arange(500, 600, dtype=np.int64), "v": np.zeros(100, dtype=np.int64)}), path, row_group_size=10)
+    os.utime(path, ns=(1, 1))  # another modification time, even where the clock is coarse
+    assert scan.read_split(split, [("id", "c0")], None).column(0).to_pylist() == list(range(500, 600))
+
+
+def test_tiny_row_groups_of_every_type_answer_as_duckdb_does(tmp_path) -> None:
+    """Splits of one row group, read here as Arrow where the types allow and by DuckDB where
+    they do not, in fragments with and without joins."""
+    root = tmp_path / "t"
+    root.mkdir()
+    for f in range(2):
+        _typed_file(str(root / f"part-{f}.parquet"), 200, ns=pa.array(np.arange(200).astype("datetime64[ns]")),
+                    u=pa.array(np.arange(200, dtype=np.uint32)))
+    oracle = duckdb.connect()
+    oracle.execute(f"CREATE VIEW t AS SELECT * FROM read_parquet('{root}/*.parquet')")
+    queries = [
+        "SELECT count(*), sum(id), sum(x), min(s), max(d), sum(m), max(t) FROM t WHERE id % 3 = 1",
+        "SELECT s, count(*), sum(m), min(ns), max(u) FROM t GROUP BY s ORDER BY s",
+        "SELECT d, t, m FROM t WHERE s = 's3' ORDER BY id LIMIT 20",
+        "SELECT a.s, count(*) FROM t a JOIN t b ON a.id = b.id + 1 WHERE a.x > 10 GROUP BY a.s ORDER BY a.s",
+    ]
+    with qengine.connect(workers=2, split_size="1B", allowed_roots=[str(tmp_path)]) as con:
+        con.register_parquet("t", str(root))
+        for sql in queries:
+            assert_same(con, oracle, sql)

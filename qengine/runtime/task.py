@@ -251,11 +251,14 @@ class TaskRunner:
                     check_opened(path, policies)
         if spec["output"]["kind"] == "files":
             check_opened(spec["output"]["dir"], policies, write=True)
-        # A DuckDB fragment reads its Parquet splits itself; a direct one needs them as Arrow.
+        # A DuckDB fragment reads its Parquet splits itself, but for small ones (unless it picks
+        # its join sides from their sizes); a direct one needs them as Arrow.
         scans = {} if spec.get("direct") else {
             inp["name"]: sql
             for inp in spec["inputs"]
-            if inp["kind"] == "scan" and (sql := scan.parquet_sql(inp["split"], inp["columns"])) is not None
+            if inp["kind"] == "scan"
+            and (sql := scan.parquet_sql(inp["split"], inp["columns"])) is not None
+            and (spec.get("build_sides") or not scan.reads_best_as_arrow(inp["split"], inp["columns"]))
         }
         splits = [inp["split"] for inp in spec["inputs"] if inp["name"] in scans]
         inputs = [inp for inp in spec["inputs"] if inp["name"] not in scans]

@@ -134,9 +134,14 @@ def duckdb_builds(stage: Stage) -> bool:
     dates lets their key range prune the sales scan's row groups (5 times faster). It takes an
     Arrow input for one row, which is about right only for a broadcast (at most the broadcast
     threshold), so it decides where every exchange read is one and some input is a scan; the
-    renderer, from actual sizes, decides elsewhere.
+    renderer, from actual sizes, decides elsewhere. A fragment without a join has no side to
+    pick: its small splits may then be given to it as Arrow (``scan.reads_best_as_arrow``).
     """
-    return bool(stage.scans or stage.replicated) and all(read.kind == "broadcast" for read in stage.reads)
+    return (
+        bool(stage.scans or stage.replicated)
+        and all(read.kind == "broadcast" for read in stage.reads)
+        and any(isinstance(node, lp.Join) for node in lp.walk(stage.root))
+    )
 
 
 def scan_input(scan: lp.Scan, split: dict | None) -> dict:
