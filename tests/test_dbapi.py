@@ -447,15 +447,25 @@ def test_drop_missing_table(default_engine) -> None:
 
 def test_fetch_arrow_table_matches_fetchall(default_engine, oracle) -> None:
     sql = "SELECT sale_id, price, sold_date, note FROM sales WHERE sale_id % 97 = 0 ORDER BY sale_id"
-    cur = default_engine.execute(sql)
-    table = cur.fetch_arrow_table()
+    table = default_engine.execute(sql).fetch_arrow_table()
     assert isinstance(table, pa.Table)
     assert table.column_names == ["sale_id", "price", "sold_date", "note"]
     rows = [tuple(r.values()) for r in table.to_pylist()]
-    assert rows == cur.fetchall()
+    assert rows == default_engine.execute(sql).fetchall()
     assert rows == oracle_rows(oracle, sql)
-    # the Arrow table is the whole result whatever was fetched before
-    assert cur.fetch_arrow_table().num_rows == len(rows)
+
+
+def test_every_fetch_takes_the_rows_not_fetched_yet(default_engine, oracle) -> None:
+    """As DuckDB's cursor does: each row is handed out once, whichever fetch asks."""
+    sql = "SELECT sale_id, price, note FROM sales WHERE sale_id % 7 = 0 ORDER BY sale_id"
+    expected = oracle_rows(oracle, sql)
+    cur = default_engine.execute(sql)
+    got = [cur.fetchone(), *cur.fetchmany(5)]
+    rest = cur.fetch_arrow_table()
+    got += [tuple(r.values()) for r in rest.to_pylist()]
+    assert got == expected
+    assert cur.fetchall() == [] and cur.fetchone() is None and cur.fetch_arrow_table().num_rows == 0
+    assert cur.rowcount == len(expected)
 
 
 def test_fetchdf(default_engine, oracle) -> None:

@@ -1,34 +1,45 @@
 """How a result reaches the client: a small result partition comes back with its task's answer
-(no fetch from the worker afterwards), a larger one is fetched from the worker that holds it.
-Both give DuckDB's answer, and neither leaves a block behind on a worker."""
+(nothing to fetch from the worker afterwards); a larger one streams from the worker that holds
+it, batch by batch as the cursor fetches, locally and from a standalone coordinator. Every way
+of fetching gives DuckDB's answer, and no block is left behind on a worker."""
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
+import qengine
+from qengine.api import result_stream
 from qengine.runtime import task
 from qengine.transport.rpc import Client
-from tests.conftest import assert_same
+from tests.conftest import assert_same, engine_over, wait_until
+from tests.test_multihost import cluster, data_root, register
+
+BIG = "SELECT sale_id, cust_id, amount, note FROM sales ORDER BY sale_id"
 
 
 @pytest.fixture
 def result_fetches(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
-    """The result blocks fetched from workers (``Client.get`` tickets for a ``/result`` key)."""
+    """The result partitions streamed from workers (``Client.batches`` tickets of a ``/result`` key)."""
     fetched: list[dict] = []
-    real = Client.get
+    real = Client.batches
 
-    def counting(self: Client, ticket: dict, timeout: float | None = None):
-        if ticket["key"].endswith("/result"):
+    def counting(self: Client, ticket: dict):
+        if str(ticket.get("key", "")).endswith("/result"):
             fetched.append(ticket)
-        return real(self, ticket, timeout)
+        return real(self, ticket)
 
-    monkeypatch.setattr(Client, "get", counting)
+    monkeypatch.setattr(Client, "batches", counting)
     return fetched
 
 
 def _bytes_held(con) -> int:
     """Bytes of blocks the workers' stores hold."""
     return sum(int(con._cluster.pool.get(a).action("ping", {})["bytes"]) for a in con._cluster.addresses)
+
+
+def _rows(oracle, sql: str) -> list[tuple]:
+    return oracle.execute(sql).fetchall()
 
 
 @pytest.mark.parametrize(
@@ -45,14 +56,100 @@ def test_a_small_result_comes_with_its_task_s_answer(default_engine, oracle, res
 
 
 def test_a_result_over_the_inline_size_is_fetched_from_its_worker(default_engine, oracle, result_fetches) -> None:
-    sql = "SELECT sale_id, cust_id, amount FROM sales ORDER BY sale_id"
-    assert default_engine.execute(sql).fetch_arrow_table().nbytes > task.INLINE_RESULT_BYTES
+    assert default_engine.execute(BIG).fetch_arrow_table().nbytes > task.INLINE_RESULT_BYTES
     result_fetches.clear()
-    assert_same(default_engine, oracle, sql)
+    assert_same(default_engine, oracle, BIG)
     assert result_fetches, "a result larger than INLINE_RESULT_BYTES was not fetched from its worker"
 
 
 def test_no_result_block_is_left_on_the_workers(default_engine) -> None:
-    for sql in ("SELECT count(*) FROM sales", "SELECT * FROM sales ORDER BY sale_id"):
+    for sql in ("SELECT count(*) FROM sales", BIG):
         default_engine.execute(sql).fetchall()
         assert _bytes_held(default_engine) == 0, sql
+
+
+@pytest.fixture
+def streaming(monkeypatch: pytest.MonkeyPatch, data_paths):
+    """A cluster whose statements read nothing of their result ahead but its first batch."""
+    monkeypatch.setattr(result_stream, "AHEAD_BYTES", 0)
+    con = engine_over(data_paths, broadcast_threshold=0, coalesce_size=0)  # a result of 4 partitions
+    yield con
+    con.close()
+
+
+def test_execute_returns_before_a_large_result_is_read(streaming, oracle) -> None:
+    cur = streaming.execute(BIG)
+    rows = cur._result.rows
+    whole = oracle.execute(BIG).to_arrow_table().nbytes
+    assert rows.handed_out == 0 and rows.ahead_bytes < whole / 2, "the whole result was read before execute returned"
+    expected = _rows(oracle, BIG)
+    got: list[tuple] = []
+    while batch := cur.fetchmany(997):
+        got.extend(batch)
+    assert got == expected
+    assert cur.rowcount == len(expected)
+
+
+def test_fetch_record_batch_streams_the_rows_in_batches_of_the_size_asked(streaming, oracle) -> None:
+    cur = streaming.execute(BIG)
+    first = cur.fetchmany(3)
+    reader = cur.fetch_record_batch(rows_per_batch=500)
+    assert isinstance(reader, pa.RecordBatchReader)
+    sizes, rows = [], list(first)
+    for batch in reader:
+        sizes.append(batch.num_rows)
+        rows += [tuple(r.values()) for r in batch.to_pylist()]
+    assert rows == _rows(oracle, BIG)
+    assert max(sizes) <= 500 and len(sizes) > 1
+    assert reader.schema.names == ["sale_id", "cust_id", "amount", "note"]
+    with pytest.raises(qengine.InterfaceError, match="rows_per_batch"):
+        streaming.execute(BIG).fetch_record_batch(0)
+
+
+def test_iterating_a_cursor_gives_every_row_once(streaming, oracle) -> None:
+    assert list(streaming.execute(BIG)) == _rows(oracle, BIG)
+
+
+@pytest.mark.parametrize("leave", ["close", "execute again", "read to the end"])
+def test_a_result_s_blocks_are_released_however_its_reader_leaves_it(streaming, leave: str) -> None:
+    cur = streaming.cursor()
+    cur.execute(BIG)
+    cur.fetchmany(10)
+    assert _bytes_held(streaming) > 0, "the rest of the result should still be held by the workers"
+    if leave == "close":
+        cur.close()
+    elif leave == "execute again":
+        cur.execute("SELECT 1").fetchall()
+    else:
+        cur.fetchall()
+    assert _bytes_held(streaming) == 0
+
+
+def test_a_worker_lost_after_rows_were_returned_fails_the_read_clearly(streaming, oracle) -> None:
+    cur = streaming.execute(BIG)
+    assert len(cur.fetchmany(5)) == 5
+    killed = {w.process.pid for w in streaming._cluster.workers}
+    for worker in streaming._cluster.workers:
+        worker.process.kill()
+    with pytest.raises(qengine.OperationalError, match=r"could not be read to its end after \d+ of its \d+ rows.*run the query again"):
+        cur.fetchall()
+
+    def replaced() -> bool:
+        workers = streaming._cluster.workers
+        return len(workers) == 2 and all(w.process.pid not in killed and w.process.poll() is None for w in workers)
+
+    wait_until(replaced, 60, "both workers to be replaced")
+    assert_same(streaming, oracle, "SELECT store_id, count(*) FROM sales GROUP BY store_id")
+
+
+def test_a_remote_result_streams_from_the_coordinator(tmp_path, data_paths, oracle) -> None:
+    with cluster(tmp_path, 2, data_roots=data_root(data_paths)) as c, c.connect(split_size="200KB") as con:
+        register(con, data_paths)
+        cur = con.execute(BIG)
+        head = cur.fetchmany(7)
+        rest = cur.fetch_record_batch(1000).read_all()
+        assert head + [tuple(r.values()) for r in rest.to_pylist()] == _rows(oracle, BIG)
+        cur.execute(BIG)
+        cur.fetchone()
+        cur.close()  # a result left half read
+        assert_same(con, oracle, "SELECT store_id, count(*) FROM sales GROUP BY store_id")

@@ -9,10 +9,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from qengine.api.result_stream import ResultStream
 from qengine.api.session import Result, Session
 from qengine.catalog.types import type_code
 from qengine.errors import Error, InterfaceError, InternalError, NotSupportedError
-from qengine.sandbox.carried_types import python_values, untagged
+from qengine.sandbox.carried_types import python_values, untagged, untagged_schema
 
 
 def _user_errors(fn: Callable) -> Callable:
@@ -33,24 +34,26 @@ def _user_errors(fn: Callable) -> Callable:
 
 
 class Cursor:
-    """Executes statements and holds one result set."""
+    """Executes statements and holds one result set, read batch by batch as it is fetched
+    (``api.result_stream``): each row is handed out once, by whichever fetch asks first."""
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self.arraysize = 1
         self._result: Result | None = None
-        self._pos = 0
-        self._rows: list[tuple] | None = None
+        self._batch: pa.RecordBatch | None = None  # the batch rows are being handed out from
+        self._rows: list[tuple] = []  # its rows as Python values, made when first fetched one by one
+        self._pos = 0  # the next row of it to hand out
         self._closed = False
 
     # ---- PEP 249 attributes ------------------------------------------------------------
 
     @property
     def description(self) -> list[tuple] | None:
-        if self._result is None or self._result.table is None:
+        if self._result is None or self._result.rows is None:
             return None
         out = []
-        for f in self._result.table.schema:
+        for f in self._result.rows.schema:
             precision = f.type.precision if pa.types.is_decimal(f.type) else None
             scale = f.type.scale if pa.types.is_decimal(f.type) else None
             out.append((f.name, type_code(f.type), None, None, precision, scale, f.nullable))
@@ -72,15 +75,19 @@ class Cursor:
             raise InterfaceError("cursor is closed")
         self.connection._check()
 
+    def _discard(self) -> None:
+        """Let go of the result set, freeing what still holds its unread rows."""
+        if self._result is not None:
+            self._result.close()
+        self._result, self._batch, self._rows, self._pos = None, None, [], 0
+
     @_user_errors
     def execute(self, operation: str, parameters: Sequence[Any] | None = None, progress: Callable[[int, int], None] | None = None) -> Cursor:
         self._check()
         if parameters is not None and (isinstance(parameters, str | bytes) or not isinstance(parameters, Sequence)):
             raise InterfaceError("parameters must be a sequence (qmark style), e.g. [5] or (5, 'x')")
-        self._result = None
+        self._discard()
         self._result = self.connection._session.execute(operation, parameters, progress)
-        self._pos = 0
-        self._rows = None
         return self
 
     @_user_errors
@@ -91,50 +98,86 @@ class Cursor:
             self.execute(operation, params)
             total += max(0, self.rowcount)
         if self._result is not None:
+            self._discard()
             self._result = Result(None, total)
         return self
 
-    def _materialized(self) -> list[tuple]:
-        if self._result is None or self._result.table is None:
-            raise InterfaceError("no result set: execute a query first")
-        if self._rows is None:
-            table = self._result.table
-            columns = [python_values(c, f) for c, f in zip(table.columns, table.schema, strict=True)]
-            self._rows = list(zip(*columns, strict=True)) if columns else [()] * table.num_rows
-        return self._rows
-
-    def fetchone(self) -> tuple | None:
+    def _stream(self) -> ResultStream:
         self._check()
-        rows = self._materialized()
-        if self._pos >= len(rows):
+        if self._result is None or self._result.rows is None:
+            raise InterfaceError("no result set: execute a query first")
+        return self._result.rows
+
+    def _next_rows(self) -> bool:
+        """Move on to the next batch with rows; False at the end of the result."""
+        batch = self._stream().next_batch()
+        if batch is None:
+            self._batch, self._rows, self._pos = None, [], 0
+            return False
+        columns = [python_values(c, f) for c, f in zip(batch.columns, batch.schema, strict=True)]
+        self._batch, self._pos = batch, 0
+        self._rows = list(zip(*columns, strict=True)) if columns else [()] * batch.num_rows
+        return True
+
+    @_user_errors
+    def fetchone(self) -> tuple | None:
+        self._stream()
+        if self._pos >= len(self._rows) and not self._next_rows():
             return None
         self._pos += 1
-        return rows[self._pos - 1]
+        return self._rows[self._pos - 1]
 
+    @_user_errors
     def fetchmany(self, size: int | None = None) -> list[tuple]:
-        self._check()
-        rows = self._materialized()
+        self._stream()
         n = self.arraysize if size is None else size
-        out = rows[self._pos: self._pos + n]
-        self._pos += len(out)
+        out: list[tuple] = []
+        while len(out) < n and (self._pos < len(self._rows) or self._next_rows()):
+            taken = self._rows[self._pos: self._pos + n - len(out)]
+            self._pos += len(taken)
+            out.extend(taken)
         return out
 
+    @_user_errors
     def fetchall(self) -> list[tuple]:
-        self._check()
-        rows = self._materialized()
-        out = rows[self._pos:]
-        self._pos = len(rows)
+        self._stream()
+        out = self._rows[self._pos:]
+        while self._next_rows():
+            out.extend(self._rows)
+        self._rows, self._pos = [], 0
         return out
 
+    def _rest(self) -> Iterator[pa.RecordBatch]:
+        """The rows not handed out yet, as record batches."""
+        stream = self._stream()
+        if self._batch is not None and self._pos < self._batch.num_rows:
+            yield self._batch.slice(self._pos)
+        self._batch, self._rows, self._pos = None, [], 0
+        yield from stream
+
+    @_user_errors
     def fetch_arrow_table(self) -> pa.Table:
-        """The whole result as an Arrow table (all of it, whatever was fetched before)."""
-        self._check()
-        if self._result is None or self._result.table is None:
-            raise InterfaceError("no result set: execute a query first")
-        return untagged(self._result.table)
+        """The rows not fetched yet, as an Arrow table (all of them for a result not read from)."""
+        schema = self._stream().schema
+        return untagged(pa.Table.from_batches(list(self._rest()), schema=schema))
+
+    @_user_errors
+    def fetch_record_batch(self, rows_per_batch: int = 1_000_000) -> pa.RecordBatchReader:
+        """The rows not fetched yet, as an Arrow record batch reader of batches of at most
+        ``rows_per_batch`` rows, read from the cluster as the reader asks for them."""
+        if not isinstance(rows_per_batch, int) or rows_per_batch < 1:
+            raise InterfaceError(f"rows_per_batch must be a positive integer, not {rows_per_batch!r}")
+        plain = untagged_schema(self._stream().schema)
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for batch in self._rest():
+                for start in range(0, batch.num_rows, rows_per_batch):
+                    yield batch.slice(start, rows_per_batch).cast(plain)
+
+        return pa.RecordBatchReader.from_batches(plain, batches())
 
     def fetchdf(self):
-        """The result as a pandas DataFrame."""
+        """The rows not fetched yet, as a pandas DataFrame."""
         return self.fetch_arrow_table().to_pandas()
 
     def __iter__(self) -> Iterator[tuple]:
@@ -148,9 +191,8 @@ class Cursor:
         """Accepted and ignored, as PEP 249 allows."""
 
     def close(self) -> None:
+        self._discard()
         self._closed = True
-        self._result = None
-        self._rows = None
 
     def __enter__(self) -> Cursor:
         return self

@@ -2,7 +2,8 @@
 
 ``qengine.connect("qengine://HOST:PORT", token=...)`` returns the usual DB-API connection
 over a :class:`RemoteSession`. Statements run in the coordinator, which plans and schedules
-them on its workers; each result comes back as one Arrow Flight stream.
+them on its workers; each result comes back as one Arrow Flight stream, read as the cursor
+fetches.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from qengine.api.options import SessionSettings
+from qengine.api.result_stream import ResultStream
 from qengine.api.session import Result
 from qengine.errors import Error, NotSupportedError, ProgrammingError
 from qengine.runtime.stats import QueryStats
@@ -57,9 +59,11 @@ class RemoteSession:
             except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
                 raise ProgrammingError(f"cannot send these parameters: {e}") from e
         reply = self._interruptible(functools.partial(self._call, "execute", body))
-        table = self._client.get({"result": reply["result"]}) if reply["result"] is not None else None
         stats = QueryStats.from_json(reply["stats"]) if reply["stats"] is not None else None
-        return Result(table, reply["rowcount"], stats)
+        if reply["result"] is None:
+            return Result(None, reply["rowcount"], stats)
+        schema, batches = self._client.batches({"result": reply["result"]})  # read as the cursor fetches
+        return Result(ResultStream(schema, batches, reply["rowcount"]), reply["rowcount"], stats)
 
     def _interruptible(self, call: Callable[[], Any]) -> Any:
         """Make ``call`` in a thread of its own, so that Ctrl-C reaches this one while it waits

@@ -13,16 +13,18 @@ import json
 import logging
 import secrets
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
 from qengine.api.options import SessionSettings
+from qengine.api.result_stream import ResultStream
 from qengine.api.session import Session
 from qengine.catalog.access import AccessPolicy
 from qengine.catalog.catalog import Catalog
-from qengine.errors import OperationalError, ProgrammingError
+from qengine.errors import Error, OperationalError, ProgrammingError
 from qengine.runtime.membership import WorkerRegistry
 from qengine.transport.rpc import ActionServer, server_error
 from qengine.transport.wire import load_converters, schema_to_hex, table_from_hex
@@ -49,7 +51,8 @@ class CoordinatorServer(ActionServer):
         self.policy = policy if policy is not None else AccessPolicy((), ())
         self.registry = WorkerRegistry(token, heartbeat_timeout, tls_root)
         self._sessions: dict[str, Session] = {}
-        self._results: dict[str, pa.Table] = {}
+        # Results not fetched yet, by id: the session they belong to, and their rows.
+        self._results: dict[str, tuple[str, ResultStream]] = {}
         self._lock = threading.Lock()
 
     # ---- actions ------------------------------------------------------------------------------
@@ -81,8 +84,13 @@ class CoordinatorServer(ActionServer):
                 self._sessions[sid] = session
             return {"session": sid, "workers": workers}
         if name == "close_session":
+            sid = str(body.get("session"))
             with self._lock:
-                session = self._sessions.pop(str(body.get("session")), None)
+                session = self._sessions.pop(sid, None)
+                unread = [rid for rid, (owner, _) in self._results.items() if owner == sid]
+                streams = [self._results.pop(rid)[1] for rid in unread]
+            for stream in streams:
+                stream.close()
             if session is not None:
                 session.close()
             return {"ok": True}
@@ -123,20 +131,30 @@ class CoordinatorServer(ActionServer):
             "stats": result.stats.to_json() if result.stats is not None else None,
             "result": None,
         }
-        if result.table is not None:
+        if result.rows is not None:
             rid = secrets.token_hex(8)
             with self._lock:
-                self._results[rid] = result.table
+                self._results[rid] = (str(body["session"]), result.rows)
             reply["result"] = rid
         return reply
 
-    def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.RecordBatchStream:
+    def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.GeneratorStream:
+        """A result's rows, read from the workers as the client takes them."""
         rid = json.loads(ticket.ticket).get("result")
         with self._lock:
-            table = self._results.pop(str(rid), None)
-        if table is None:
+            _, stream = self._results.pop(str(rid), (None, None))
+        if stream is None:
             raise server_error(OperationalError(f"no result {rid!r}: it was fetched already or never existed"))
-        return flight.RecordBatchStream(table)
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            try:
+                yield from stream
+            except Error as e:
+                raise server_error(e) from e
+            finally:  # read to its end, failed, or given up by the client
+                stream.close()
+
+        return flight.GeneratorStream(stream.schema, batches())
 
     def release(self) -> None:
         """Close every session and stop the workers that joined (a clean coordinator shutdown
@@ -144,7 +162,10 @@ class CoordinatorServer(ActionServer):
         with self._lock:
             sessions = list(self._sessions.values())
             self._sessions.clear()
+            streams = [stream for _, stream in self._results.values()]
             self._results.clear()
+        for stream in streams:
+            stream.close()
         for session in sessions:
             try:
                 session.close()

@@ -17,8 +17,10 @@ import duckdb
 import pyarrow as pa
 import sqlglot.expressions as exp
 
+from qengine.api import result_stream
 from qengine.api.prepared import Prepared
 from qengine.api.replicas import Replicas
+from qengine.api.result_stream import ResultStream
 from qengine.catalog.access import claim_output, record_output
 from qengine.catalog.catalog import Catalog, View
 from qengine.catalog.sources import CsvSource, MemorySource, ParquetSource, Partition, RecordSource, Source
@@ -50,12 +52,21 @@ RESULT_TRIES = 3  # runs of a query whose result partitions a lost worker took w
 
 @dataclass
 class Result:
-    """The outcome of one statement. ``table`` is None for statements that return no rows."""
+    """The outcome of one statement: ``rows`` to read, None for statements that return none."""
 
-    table: pa.Table | None
+    rows: ResultStream | None
     rowcount: int
     stats: QueryStats | None = None
     plan: StagePlan | None = None
+
+    @classmethod
+    def of_table(cls, table: pa.Table, stats: QueryStats | None = None, plan: StagePlan | None = None) -> Result:
+        return cls(ResultStream.of_table(table), table.num_rows, stats, plan)
+
+    def close(self) -> None:
+        """Free what holds the rows not read yet."""
+        if self.rows is not None:
+            self.rows.close()
 
 
 class Session:
@@ -97,6 +108,7 @@ class Session:
                     shape, plan = self._shaped_plan(bound)
                     self.prepared.learn(sql, params, version, shape)
                     return self._run(plan, progress)
+                result.close()  # only the last statement's rows are read
                 result = self._execute_one(bound, progress)
             return result
 
@@ -165,20 +177,34 @@ class Session:
     def _run(self, plan: StagePlan, progress: Callable[[int, int], None] | None) -> Result:
         if reads_no_data(plan):
             table, stats = self.coordinator.run_here(plan)
-            return Result(table.rename_columns(plan.names), table.num_rows, stats, plan)
+            return Result.of_table(table.rename_columns(plan.names), stats, plan)
         for tries_left in reversed(range(RESULT_TRIES)):
             placement, stats, query_id = self.coordinator.run(plan, progress=progress)
+            rows = self._result_rows(plan, placement, stats, query_id)
             try:
-                table = self.coordinator.fetch_result(query_id, placement)
+                rows.fill(result_stream.AHEAD_BYTES)
                 break
             except (WorkerUnreachableError, InputLostError):
                 # A worker holding result partitions was lost after the run: run it again.
+                rows.close()
                 if not tries_left:
                     raise
-            finally:
-                stats.spilled_bytes = self.coordinator.release(f"{query_id}/")
-        table = table.rename_columns(plan.names)
-        return Result(table, table.num_rows, stats, plan)
+        return Result(rows, rows.rows, stats, plan)
+
+    def _result_rows(self, plan: StagePlan, placement: list[tuple[str, dict]], stats: QueryStats, query_id: str) -> ResultStream:
+        """The result of a run as it is read from its workers, its columns named as the user
+        wrote them; once read (or closed), the query's blocks are released."""
+        schema = self.coordinator.result_schema(placement)
+        named = pa.schema([f.with_name(n) for f, n in zip(schema, plan.names, strict=True)], schema.metadata)
+
+        def release() -> None:
+            stats.spilled_bytes = self.coordinator.release(f"{query_id}/")
+
+        batches = (
+            pa.RecordBatch.from_arrays(batch.columns, schema=named)
+            for batch in self.coordinator.result_batches(query_id, placement, schema)
+        )
+        return ResultStream(named, batches, sum(output["rows"] for _, output in placement), release)
 
     def _explain(self, sql: str, params: Sequence[Any] | None, analyze: bool) -> Result:
         statements = parse(sql, self.plan_options.dialect)
@@ -187,12 +213,13 @@ class Session:
         query = bind(statements[0], params)
         if analyze:
             result = self.query(query)
+            result.close()  # its rows are not shown; closing releases its blocks and counts their spills
             plan, stats = result.plan, result.stats
         else:
             plan, stats = self.plan(query), None
         workers = len(self.cluster.addresses)
         lines = explain_lines(plan, workers, self.coordinator.options.split_bytes, stats)
-        return Result(pa.table({"plan": lines}), len(lines), stats, plan)
+        return Result.of_table(pa.table({"plan": lines}), stats, plan)
 
     # ---- DDL and DML -------------------------------------------------------------------
 

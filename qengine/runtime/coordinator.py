@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import duckdb
@@ -17,7 +17,6 @@ import pyarrow as pa
 
 from qengine.errors import Error, error_class, first_line
 from qengine.exchange.push_decision import PushRates
-from qengine.exchange.store import concat
 from qengine.planner.frontend import with_user_columns
 from qengine.planner.null_columns import null_columns
 from qengine.planner.render import render
@@ -117,34 +116,33 @@ class Coordinator:
         for run in running:
             run.cancel()
 
-    def fetch_result(self, query_id: str, placement: list[tuple[str, dict]]) -> pa.Table:
-        """Collect the result partitions in order; the order of a range-sorted result is kept.
+    @staticmethod
+    def result_schema(placement: list[tuple[str, dict]]) -> pa.Schema:
+        """The schema of a result: its partitions' holding rows, unified (one may type a column
+        that is NULL in all its rows as NULL, another as its type)."""
+        schemas = [schema_from_hex(output["schema"]) for _, output in placement if output["rows"]]
+        if not schemas:
+            return schema_from_hex(placement[0][1]["schema"])
+        return schemas[0] if len(schemas) == 1 else pa.unify_schemas(schemas, promote_options="permissive")
 
-        Each partition is read from the attempt that committed it, exactly; a worker lost since
-        then raises :class:`WorkerUnreachableError` or :class:`InputLostError`, and the caller
-        runs the query again.
+    def result_batches(self, query_id: str, placement: list[tuple[str, dict]], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """The result's record batches, partition after partition (the order of a range-sorted
+        result is kept), each read as it is asked for, from the attempt that committed it.
+
+        A small partition came back with its task's answer; the others stream from their
+        workers. A worker lost since the run raises :class:`WorkerUnreachableError` or
+        :class:`InputLostError`.
         """
-        def one(index: int) -> pa.Table:
-            address, output = placement[index]
-            ticket = {"key": f"{query_id}/result", "partition": index, "want": [[index, output["attempt"]]]}
-            return self.cluster.pool.get(address).get(ticket)
-
-        tables: list[pa.Table | None] = []
-        for _, output in placement:
+        for index, (address, output) in enumerate(placement):
+            if not output["rows"]:
+                continue
             if "inline" in output:  # small enough to have come with the task's answer
-                tables.append(table_from_hex(output["inline"]))
-            elif not output["rows"]:
-                tables.append(schema_from_hex(output["schema"]).empty_table())
+                batches: Iterable[pa.RecordBatch] = table_from_hex(output["inline"]).to_batches()
             else:
-                tables.append(None)
-        held = [i for i, t in enumerate(tables) if t is None]
-        if len(held) == 1:  # no thread to start for one call
-            tables[held[0]] = one(held[0])
-        elif held:
-            with ThreadPoolExecutor(max_workers=min(8, len(held))) as pool:
-                for i, table in zip(held, pool.map(one, held), strict=True):
-                    tables[i] = table
-        return concat(tables, tables[0].schema)
+                ticket = {"key": f"{query_id}/result", "partition": index, "want": [[index, output["attempt"]]]}
+                _, batches = self.cluster.pool.get(address).batches(ticket)
+            for batch in batches:
+                yield batch if batch.schema == schema else batch.cast(schema)
 
     def release(self, prefix: str) -> int:
         """Free everything under ``prefix`` on every worker; returns the bytes they had spilled."""

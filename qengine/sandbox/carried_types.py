@@ -64,8 +64,12 @@ def untagged(table: pa.Table) -> pa.Table:
     """``table`` without the tags, as DuckDB itself would hand it out."""
     if not any(f.metadata and TAG in f.metadata for f in table.schema):
         return table
-    fields = [_without_tag(f) for f in table.schema]
-    return table.cast(pa.schema(fields, table.schema.metadata))
+    return table.cast(untagged_schema(table.schema))
+
+
+def untagged_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` without the tags."""
+    return pa.schema([_without_tag(f) for f in schema], schema.metadata)
 
 
 def _without_tag(f: pa.Field) -> pa.Field:

@@ -167,6 +167,33 @@ class Client:
         except pa.ArrowInvalid as e:  # the client was closed: its worker was declared lost
             raise WorkerUnreachableError(f"{self.where}: {e}") from e
 
+    def batches(self, ticket: dict) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+        """A stream's schema, and its record batches as they arrive: what ``get`` would return,
+        without holding all of it at once. Errors come as qengine errors, whenever they come."""
+        try:
+            reader = self._client.do_get(flight.Ticket(json.dumps(ticket).encode()), self.options())
+            schema = reader.schema
+        except flight.FlightError as e:
+            raise client_error(e, self.where) from e
+        except pa.ArrowInvalid as e:  # the client was closed: its worker was declared lost
+            raise WorkerUnreachableError(f"{self.where}: {e}") from e
+
+        def read() -> Iterator[pa.RecordBatch]:
+            finished = False
+            try:
+                for chunk in reader:
+                    yield chunk.data
+                finished = True
+            except flight.FlightError as e:
+                raise client_error(e, self.where) from e
+            except pa.ArrowInvalid as e:
+                raise WorkerUnreachableError(f"{self.where}: {e}") from e
+            finally:
+                if not finished:  # given up by the reader: the server stops sending
+                    reader.cancel()
+
+        return schema, read()
+
     def put(self, command: dict, table: pa.Table) -> None:
         descriptor = flight.FlightDescriptor.for_command(json.dumps(command).encode())
         try:
