@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 import qengine
-from qengine.api import result_stream
+from qengine.api import dbapi, result_stream
 from qengine.runtime import task
 from qengine.transport.rpc import Client
 from tests.conftest import assert_same, engine_over, wait_until
@@ -110,6 +110,22 @@ def test_iterating_a_cursor_gives_every_row_once(streaming, oracle) -> None:
     assert list(streaming.execute(BIG)) == _rows(oracle, BIG)
 
 
+def test_rows_are_made_python_values_a_slice_of_a_batch_at_a_time(streaming, oracle, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's batch may hold millions of rows: fetching one turns a slice of it into
+    Python values, not all of it, and every fetch goes on where the last one stopped."""
+    monkeypatch.setattr(dbapi, "ROWS_AT_ONCE", 7)
+    cur = streaming.execute(BIG)
+    got = [cur.fetchone(), cur.fetchone(), *cur.fetchmany(10)]
+    assert len(cur._rows) == 7
+    got += cur.fetchmany(3)
+    got += [tuple(r.values()) for r in cur.fetch_arrow_table().slice(0, 6).to_pylist()]  # the rest of a slice
+    assert got == _rows(oracle, BIG)[: len(got)] and cur.fetchone() is None
+    cur = streaming.execute(BIG)
+    got = [*cur.fetchmany(9), cur.fetchone()]
+    got += [tuple(r.values()) for r in cur.fetch_record_batch(100).read_all().to_pylist()]
+    assert got == _rows(oracle, BIG)
+
+
 @pytest.mark.parametrize("leave", ["close", "execute again", "read to the end"])
 def test_a_result_s_blocks_are_released_however_its_reader_leaves_it(streaming, leave: str) -> None:
     cur = streaming.cursor()
@@ -153,3 +169,15 @@ def test_a_remote_result_streams_from_the_coordinator(tmp_path, data_paths, orac
         cur.fetchone()
         cur.close()  # a result left half read
         assert_same(con, oracle, "SELECT store_id, count(*) FROM sales GROUP BY store_id")
+
+
+def test_a_reader_and_the_cursor_it_came_from_never_hand_out_a_row_twice(streaming, oracle) -> None:
+    cur = streaming.execute(BIG)
+    head = cur.fetchmany(4)
+    reader = cur.fetch_record_batch(50)
+    first = reader.read_next_batch().to_pylist()
+    between = cur.fetchmany(100)  # from the result's next batch: the reader has the rest of its own
+    rest = reader.read_all().to_pylist()
+    between += cur.fetchall()  # what the cursor took and had not handed out yet
+    got = head + [tuple(r.values()) for r in first + rest] + between
+    assert sorted(got) == sorted(_rows(oracle, BIG))

@@ -15,6 +15,9 @@ from qengine.catalog.types import type_code
 from qengine.errors import Error, InterfaceError, InternalError, NotSupportedError
 from qengine.sandbox.carried_types import python_values, untagged, untagged_schema
 
+# Rows of a result turned into Python values at a time, for fetches of rows.
+ROWS_AT_ONCE = 1 << 16
+
 
 def _user_errors(fn: Callable) -> Callable:
     """Let qengine errors through; wrap anything else as an InternalError with the cause kept."""
@@ -41,8 +44,9 @@ class Cursor:
         self.connection = connection
         self.arraysize = 1
         self._result: Result | None = None
-        self._batch: pa.RecordBatch | None = None  # the batch rows are being handed out from
-        self._rows: list[tuple] = []  # its rows as Python values, made when first fetched one by one
+        self._batch: pa.RecordBatch | None = None  # the rows being handed out one by one
+        self._rows: list[tuple] = []  # ... as Python values
+        self._rest_of_batch: pa.RecordBatch | None = None  # what follows them in their batch
         self._pos = 0  # the next row of it to hand out
         self._closed = False
 
@@ -79,7 +83,7 @@ class Cursor:
         """Let go of the result set, freeing what still holds its unread rows."""
         if self._result is not None:
             self._result.close()
-        self._result, self._batch, self._rows, self._pos = None, None, [], 0
+        self._result, self._batch, self._rest_of_batch, self._rows, self._pos = None, None, None, [], 0
 
     @_user_errors
     def execute(self, operation: str, parameters: Sequence[Any] | None = None, progress: Callable[[int, int], None] | None = None) -> Cursor:
@@ -109,11 +113,16 @@ class Cursor:
         return self._result.rows
 
     def _next_rows(self) -> bool:
-        """Move on to the next batch with rows; False at the end of the result."""
-        batch = self._stream().next_batch()
-        if batch is None:
-            self._batch, self._rows, self._pos = None, [], 0
+        """Move on to the next rows to hand out one by one: the next ``ROWS_AT_ONCE`` of the
+        current batch, or of the next; False at the end of the result. A worker's batch may hold
+        millions of rows, which as Python values take about ten times their Arrow size."""
+        rest = self._rest_of_batch
+        if rest is None or not rest.num_rows:
+            rest = self._stream().next_batch()
+        if rest is None:
+            self._batch, self._rest_of_batch, self._rows, self._pos = None, None, [], 0
             return False
+        batch, self._rest_of_batch = rest.slice(0, ROWS_AT_ONCE), rest.slice(ROWS_AT_ONCE)
         columns = [python_values(c, f) for c, f in zip(batch.columns, batch.schema, strict=True)]
         self._batch, self._pos = batch, 0
         self._rows = list(zip(*columns, strict=True)) if columns else [()] * batch.num_rows
@@ -144,16 +153,21 @@ class Cursor:
         out = self._rows[self._pos:]
         while self._next_rows():
             out.extend(self._rows)
-        self._rows, self._pos = [], 0
+        self._batch, self._rows, self._pos = None, [], 0
         return out
 
     def _rest(self) -> Iterator[pa.RecordBatch]:
-        """The rows not handed out yet, as record batches."""
+        """The rows not handed out yet, as record batches; they are taken from the cursor at
+        once, so a fetch that follows gets none of them."""
         stream = self._stream()
-        if self._batch is not None and self._pos < self._batch.num_rows:
-            yield self._batch.slice(self._pos)
-        self._batch, self._rows, self._pos = None, [], 0
-        yield from stream
+        parts = [self._batch.slice(self._pos) if self._batch is not None else None, self._rest_of_batch]
+        self._batch, self._rest_of_batch, self._rows, self._pos = None, None, [], 0
+
+        def rest() -> Iterator[pa.RecordBatch]:
+            yield from (part for part in parts if part is not None and part.num_rows)
+            yield from stream
+
+        return rest()
 
     @_user_errors
     def fetch_arrow_table(self) -> pa.Table:
