@@ -11,8 +11,9 @@ import pyarrow as pa
 
 from qengine.api.result_stream import ResultStream
 from qengine.api.session import Result, Session
+from qengine.api.statements import new_statement_id
 from qengine.catalog.types import type_code
-from qengine.errors import Error, InterfaceError, InternalError, NotSupportedError
+from qengine.errors import Error, InterfaceError, InternalError, NotSupportedError, ProgrammingError
 from qengine.sandbox.carried_types import python_values, untagged, untagged_schema
 
 # Rows of a result turned into Python values at a time, for fetches of rows.
@@ -49,6 +50,9 @@ class Cursor:
         self._rest_of_batch: pa.RecordBatch | None = None  # what follows them in their batch
         self._pos = 0  # the next row of it to hand out
         self._closed = False
+        # The id of the statement running or run last: ``Connection.cancel`` takes it, from
+        # another thread, or on a standalone cluster from another connection.
+        self.query_id: str | None = None
 
     # ---- PEP 249 attributes ------------------------------------------------------------
 
@@ -91,7 +95,8 @@ class Cursor:
         if parameters is not None and (isinstance(parameters, str | bytes) or not isinstance(parameters, Sequence)):
             raise InterfaceError("parameters must be a sequence (qmark style), e.g. [5] or (5, 'x')")
         self._discard()
-        self._result = self.connection._session.execute(operation, parameters, progress)
+        self.query_id = new_statement_id()
+        self._result = self.connection._session.execute(operation, parameters, progress, self.query_id)
         return self
 
     @_user_errors
@@ -244,6 +249,17 @@ class Connection:
     def sql(self, operation: str) -> pa.Table:
         """Run a query and return its Arrow table."""
         return self.execute(operation).fetch_arrow_table()
+
+    @_user_errors
+    def cancel(self, query_id: str) -> bool:
+        """Cancel the statement running as ``query_id`` (a cursor's ``query_id``): it fails
+        with "query cancelled", its tasks stop on the workers and its blocks are freed. On a
+        standalone cluster any connection may cancel any query. Returns whether it was found
+        running; one that has ended is left as it is."""
+        self._check()
+        if not isinstance(query_id, str):
+            raise ProgrammingError(f"query_id must be a string (a cursor's query_id), not {type(query_id).__name__}")
+        return self._session.cancel_statement(query_id)
 
     def commit(self) -> None:
         """Statements take effect at once; there is nothing to commit."""

@@ -49,10 +49,16 @@ class RemoteSession:
     def _call(self, name: str, body: dict | None = None) -> Any:
         return self._client.action(name, {"session": self._id, **(body or {})})
 
-    def execute(self, sql: str, params: Sequence[Any] | None = None, progress: Callable[[int, int], None] | None = None) -> Result:
+    def execute(
+        self,
+        sql: str,
+        params: Sequence[Any] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+        statement_id: str | None = None,
+    ) -> Result:
         if not isinstance(sql, str):
             raise ProgrammingError(f"SQL must be a string, not {type(sql).__name__}")
-        body: dict[str, Any] = {"sql": sql}
+        body: dict[str, Any] = {"sql": sql, "statement": statement_id}
         if params:
             try:
                 body["params"] = table_to_hex(pa.table({f"p{i}": [v] for i, v in enumerate(params)}))
@@ -84,6 +90,10 @@ class RemoteSession:
             with contextlib.suppress(Exception):
                 future.result(timeout=CANCEL_TIMEOUT)  # "query cancelled", once it has stopped
             raise
+
+    def cancel_statement(self, statement_id: str) -> bool:
+        """Cancel a statement running on the coordinator, this session's or another's."""
+        return bool(self._client.action("cancel_query", {"query": statement_id}, timeout=CANCEL_TIMEOUT)["cancelled"])
 
     def register_parquet(self, name: str, path: str) -> None:
         self._call("register_table", {"kind": "parquet", "name": name, "path": path})

@@ -22,6 +22,7 @@ import pyarrow.flight as flight
 from qengine.api.options import SessionSettings
 from qengine.api.result_stream import ResultStream
 from qengine.api.session import Session
+from qengine.api.statements import new_statement_id
 from qengine.catalog.access import AccessPolicy
 from qengine.catalog.catalog import Catalog
 from qengine.errors import Error, OperationalError, ProgrammingError
@@ -30,6 +31,8 @@ from qengine.transport.rpc import ActionServer, server_error
 from qengine.transport.wire import load_converters, schema_to_hex, table_from_hex
 
 log = logging.getLogger("qengine.runtime.coordinator")
+
+CLIENT_POLL_SECONDS = 0.2  # how often a running statement's client is looked for
 
 
 class CoordinatorServer(ActionServer):
@@ -99,6 +102,14 @@ class CoordinatorServer(ActionServer):
         if name == "cancel":
             self._session(body).cancel()
             return {"ok": True}
+        if name == "cancel_query":  # from any session: whoever holds the token may cancel
+            with self._lock:
+                sessions = list(self._sessions.values())
+            return {"cancelled": any([session.cancel_statement(str(body["query"])) for session in sessions])}
+        if name == "statements":
+            with self._lock:
+                sessions = list(self._sessions.items())
+            return [{"session": sid, "query": q} for sid, session in sessions for q in session.statements.ids()]
         if name == "register_table":
             session = self._session(body)
             kind, table, path = body["kind"], body["name"], body["path"]
@@ -124,8 +135,24 @@ class CoordinatorServer(ActionServer):
         raise ProgrammingError(f"unknown action {name!r}")
 
     def _execute(self, session: Session, body: dict) -> dict:
+        """Run a statement for a client. A client that goes away while it runs (its process
+        ended, its connection broke, it gave up the call) cancels it."""
         params = list(table_from_hex(body["params"]).to_pylist()[0].values()) if body.get("params") else None
-        result = session.execute(body["sql"], params)
+        statement = str(body.get("statement") or new_statement_id())
+        context, ended = self.call_context(), threading.Event()
+
+        def watch() -> None:
+            while not ended.wait(CLIENT_POLL_SECONDS):
+                if context.is_cancelled():
+                    log.warning("the client of statement %s went away: cancelling it", statement)
+                    session.cancel_statement(statement)
+                    return
+
+        threading.Thread(target=watch, name=f"watch-{statement}", daemon=True).start()
+        try:
+            result = session.execute(body["sql"], params, statement_id=statement)
+        finally:
+            ended.set()
         reply: dict[str, Any] = {
             "rowcount": result.rowcount,
             "stats": result.stats.to_json() if result.stats is not None else None,

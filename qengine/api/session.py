@@ -21,6 +21,7 @@ from qengine.api import result_stream
 from qengine.api.prepared import Prepared
 from qengine.api.replicas import Replicas
 from qengine.api.result_stream import ResultStream
+from qengine.api.statements import Statements, new_statement_id
 from qengine.catalog.access import claim_output, record_output
 from qengine.catalog.catalog import Catalog, View
 from qengine.catalog.sources import CsvSource, MemorySource, ParquetSource, Partition, RecordSource, Source
@@ -78,13 +79,30 @@ class Session:
         self.replicas = Replicas(cluster)
         self.templates = Templates()
         self.prepared = Prepared()
+        self.statements = Statements()
         self._lock = threading.Lock()
 
     # ---- statements --------------------------------------------------------------------
 
-    def execute(self, sql: str, params: Sequence[Any] | None = None, progress: Callable[[int, int], None] | None = None) -> Result:
+    def execute(
+        self,
+        sql: str,
+        params: Sequence[Any] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+        statement_id: str | None = None,
+    ) -> Result:
+        """Run ``sql``; ``statement_id`` (one is made when none is given) is what
+        :meth:`cancel_statement` knows it by while it runs."""
         if not isinstance(sql, str):
             raise ProgrammingError(f"SQL must be a string, not {type(sql).__name__}")
+        with self.statements.running(statement_id or new_statement_id()):
+            return self._execute(sql, params, progress)
+
+    def cancel_statement(self, statement_id: str) -> bool:
+        """Cancel the statement running under ``statement_id``; whether one was."""
+        return self.statements.cancel(statement_id)
+
+    def _execute(self, sql: str, params: Sequence[Any] | None, progress: Callable[[int, int], None] | None) -> Result:
         match = _EXPLAIN.match(sql)
         with user_terms(sql, self.plan_options.dialect):
             if match:  # EXPLAIN blanked out rather than cut off: syntax errors give the user's positions
@@ -179,7 +197,7 @@ class Session:
             table, stats = self.coordinator.run_here(plan)
             return Result.of_table(table.rename_columns(plan.names), stats, plan)
         for tries_left in reversed(range(RESULT_TRIES)):
-            placement, stats, query_id = self.coordinator.run(plan, progress=progress)
+            placement, stats, query_id = self.coordinator.run(plan, progress=progress, cancelled=self.statements.current())
             rows = self._result_rows(plan, placement, stats, query_id)
             try:
                 rows.fill(result_stream.AHEAD_BYTES)
@@ -267,7 +285,9 @@ class Session:
         plan.names = deduplicated(plan.names)
         uid = next(_table_ids)
         key = f"table/{uid}/0"
-        placement, stats, query_id = self.coordinator.run(plan, output={"kind": "table", "key": key, "names": plan.names}, progress=progress)
+        placement, stats, query_id = self.coordinator.run(
+            plan, output={"kind": "table", "key": key, "names": plan.names}, progress=progress, cancelled=self.statements.current()
+        )
         stats.spilled_bytes = self.coordinator.release(f"{query_id}/")
         first = schema_from_hex(placement[0][1]["schema"])
         schema = pa.schema([f.with_name(n) for f, n in zip(first, plan.names, strict=True)])
@@ -298,7 +318,7 @@ class Session:
             "schema": schema_to_hex(source.schema),
             "insert_columns": [lookup[c.lower()] for c in columns],
         }
-        placement, _, query_id = self.coordinator.run(plan, output=output, progress=progress)
+        placement, _, query_id = self.coordinator.run(plan, output=output, progress=progress, cancelled=self.statements.current())
         self.coordinator.release(f"{query_id}/")
         partitions = _partitions(key, placement)
         self.replicas.copy(partitions)
@@ -330,7 +350,7 @@ class Session:
         claim_output(directory, overwrite)
         output = {"kind": "files", "key": "files", "dir": directory, "format": fmt, "names": plan.names}
         try:
-            placement, stats, query_id = self.coordinator.run(plan, output=output, progress=progress)
+            placement, stats, query_id = self.coordinator.run(plan, output=output, progress=progress, cancelled=self.statements.current())
         finally:
             record_output(directory)
         stats.spilled_bytes = self.coordinator.release(f"{query_id}/")

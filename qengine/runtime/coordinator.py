@@ -65,16 +65,20 @@ class Coordinator:
         plan: StagePlan,
         output: dict | None = None,
         progress: Callable[[int, int], None] | None = None,
+        cancelled: threading.Event | None = None,
     ) -> tuple[list[tuple[str, dict]], QueryStats, str]:
         """Run every stage; returns (worker address, stats) per result task, the stats and the query id.
 
         ``output`` overrides the result stage's output spec (CTAS writes a table instead).
-        The caller collects the result blocks, then calls :meth:`release`.
+        ``cancelled``, once set, stops the run as a failing task would (its statement was
+        cancelled). The caller collects the result blocks, then calls :meth:`release`.
         """
         run = None
         try:
             with self.cluster.running_query():
-                run = QueryRun(self.cluster, self.options, (self.tasks, self.aux), self.key_ranges, (self.paces, self.push_rates), plan, output, progress)
+                run = QueryRun(
+                    self.cluster, self.options, (self.tasks, self.aux), self.key_ranges, (self.paces, self.push_rates), plan, output, progress, cancelled
+                )
                 with self._lock:
                     self._running.add(run)
                 return run.execute()

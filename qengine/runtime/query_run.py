@@ -69,6 +69,7 @@ class QueryRun:
         plan: StagePlan,
         output: dict | None,
         progress: Callable[[int, int], None] | None,
+        cancelled: threading.Event | None = None,
     ) -> None:
         self.cluster = cluster
         self.tasks, self.aux_calls = calls
@@ -83,7 +84,7 @@ class QueryRun:
         self.state = state = QueryState(query_id, options, plan, addresses, output)
         self.slots = Slots(state.workers, options.slots, ahead=options.slots)
         self.failed = threading.Event()
-        self.cancelled = threading.Event()
+        self.cancelled = cancelled if cancelled is not None else threading.Event()  # set: stop
         self.shuffles = ShuffleDriver(state, self._aux, push_rates)
         self.dispatcher = Dispatcher(state, self.slots, cluster, self.tasks, self.failed, self._inputs_ready, self._wake)
         self.reports = ProgressReports(state, self._call, self.aux_calls)  # LATE's progress scores
@@ -180,6 +181,8 @@ class QueryRun:
         runs = state.runs
         started = time.perf_counter()
         try:
+            if self.cancelled.is_set():  # before it started
+                raise OperationalError("query cancelled")
             self._find_slow()  # the first stages are placed by what earlier queries saw
             while not runs[-1].done:
                 self._look_at_workers()

@@ -56,11 +56,18 @@ class ActionServer(flight.FlightServerBase):
             tls_certificates=[flight.CertKeyPair(*tls)] if tls else None,
         )
         self.address = f"{host}:{self.port}"
+        self._call = threading.local()
 
     def _handle(self, name: str, body: dict) -> Any:
         raise NotImplementedError
 
+    def call_context(self) -> flight.ServerCallContext:
+        """The call the calling thread is answering (``_handle`` runs in its thread): whether
+        its client is still there, ``is_cancelled()``."""
+        return self._call.context
+
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterable[flight.Result]:
+        self._call.context = context
         try:
             body = json.loads(action.body.to_pybytes() or b"{}")
             result = self._handle(action.type, body)
