@@ -51,6 +51,11 @@ class ResultStream:
         stream.fill(None)
         return stream
 
+    @property
+    def all_read(self) -> bool:
+        """Whether every batch has been read from where the result is held."""
+        return self._exhausted
+
     def fill(self, limit: int | None) -> None:
         """Read ahead until more than ``limit`` bytes wait here (None: all of it). Errors come
         as they are: nothing has been handed out, so the caller may run the query again."""

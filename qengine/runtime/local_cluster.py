@@ -43,6 +43,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from qengine.errors import OperationalError
+from qengine.runtime.cluster_load import ClusterLoad
 from qengine.transport.rpc import ClientPool
 from qengine.transport.wire import load_converters
 
@@ -95,6 +96,7 @@ class LocalCluster:
         self.token = secrets.token_hex(16)
         self.shuffle_memory = shuffle_memory
         self.pool = ClientPool(self.token)
+        self.load = ClusterLoad()  # every query's tasks per worker (runtime.cluster_load)
         self._own_log_dir = log_dir is None
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="qengine-logs-")
         # Each worker's spill directory is made here and removed on close as well as by the

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 from qengine.errors import OperationalError
+from qengine.runtime.cluster_load import ClusterLoad
 from qengine.transport.rpc import ClientPool
 
 log = logging.getLogger("qengine.runtime.coordinator")
@@ -44,6 +45,7 @@ class WorkerRegistry:
             raise OperationalError("the heartbeat timeout must be positive")
         self.heartbeat_timeout = heartbeat_timeout
         self.pool = ClientPool(token, tls_root)
+        self.load = ClusterLoad()  # every query's tasks per worker (runtime.cluster_load)
         self._members: dict[int, Member] = {}
         self._ids = itertools.count()
         self._lock = threading.Lock()

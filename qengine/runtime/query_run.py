@@ -82,7 +82,7 @@ class QueryRun:
             raise OperationalError("no live workers: none has joined the coordinator, or all were marked dead")
         query_id = f"q{next(_query_ids)}-{time.monotonic_ns() % 10**9}"
         self.state = state = QueryState(query_id, options, plan, addresses, output)
-        self.slots = Slots(state.workers, options.slots, ahead=options.slots)
+        self.slots = Slots(state.workers, options.slots, ahead=options.slots, load=cluster.load, addresses=state.addresses)
         self.failed = threading.Event()
         self.cancelled = cancelled if cancelled is not None else threading.Event()  # set: stop
         self.shuffles = ShuffleDriver(state, self._aux, push_rates)
@@ -226,6 +226,7 @@ class QueryRun:
             raise
         finally:
             self.memory.learn({state.addresses[w]: pace for w, pace in measured(state).items()})
+            self.slots.close()
         # Losing copies and abandoned attempts: cancelled on their workers, they end soon (one on
         # a worker that hangs never does, and is not waited for).
         wait(list(self.futures), timeout=CANCEL_TIMEOUT)

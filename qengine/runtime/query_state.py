@@ -22,6 +22,7 @@ from qengine.exchange.metrics import ShuffleStats
 from qengine.exchange.placement import Reducer
 from qengine.exchange.prediction import coalesce
 from qengine.planner.stages import Stage, StagePlan
+from qengine.runtime.cluster_load import ClusterLoad
 from qengine.runtime.stats import RecoveryStats, StageStats
 from qengine.transport.rpc import ClientPool
 
@@ -32,6 +33,7 @@ SHUFFLE_KINDS = ("hash", "range", "roundrobin", "single")
 
 class Cluster(Protocol):
     pool: ClientPool
+    load: ClusterLoad  # every query's tasks per worker
 
     @property
     def addresses(self) -> list[str]: ...

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import collections
+import math
 import threading
+
+from qengine.runtime.cluster_load import ClusterLoad
 
 
 class WorkerGoneError(Exception):
@@ -31,8 +35,15 @@ class Slots:
 
     QUEUE_DEPTH = 256  # tasks sent to a worker and not ended, at most, in slots' worth (512 with 2 slots)
 
-    def __init__(self, workers: int, per_worker: int, ahead: int = 0) -> None:
+    def __init__(
+        self, workers: int, per_worker: int, ahead: int = 0, load: ClusterLoad | None = None, addresses: list[str] | None = None
+    ) -> None:
+        """``load`` is every query's tasks per worker (``runtime.cluster_load``), and
+        ``addresses`` the workers' addresses by number, kept up to date by the caller."""
         self._per_worker = per_worker
+        self._load = load
+        self._addresses = addresses if addresses is not None else []
+        self._held: collections.Counter[int] = collections.Counter()  # tasks counted in ``load``, by worker
         self._ahead = ahead  # free tasks a fast worker queues beyond its slots
         self._free = [per_worker] * workers  # below 0: tasks queued on the worker
         self._gone: set[int] = set()
@@ -52,12 +63,28 @@ class Slots:
             chosen = self._pick(worker)
             if chosen is not None:
                 self._free[chosen] -= 1
+                if self._load is not None:
+                    self._load.started(self._addresses[chosen])
+                    self._held[chosen] += 1
             return chosen
 
     def release(self, worker: int) -> None:
         """A task sent to ``worker`` has ended."""
         with self._lock:
             self._free[worker] += 1
+            if self._load is not None and self._held[worker] > 0:
+                self._load.ended(self._addresses[worker])
+                self._held[worker] -= 1
+
+    def close(self) -> None:
+        """The query has ended: the tasks it still counts on workers (a failed query's, whose
+        calls may never report) leave the cluster's load, and later ends change nothing."""
+        with self._lock:
+            load, self._load = self._load, None
+            if load is not None:
+                for worker, held in self._held.items():
+                    for _ in range(held):
+                        load.ended(self._addresses[worker])
 
     def waiting(self, count: int) -> None:
         """How many free tasks wait for a slot now (a slow worker's share depends on it)."""
@@ -119,7 +146,15 @@ class Slots:
         return [w for w in live if w not in self._slow] or live
 
     def _most_free(self, among: list[int]) -> int:
-        return min(among, key=lambda w: (-self._free[w], self._pace.get(w, 1.0), w)) if among else -1
+        """Of ``among``, the worker with the most free slots of this query's; of those, the one
+        other queries load least (``runtime.cluster_load``), then the fastest: paces within a
+        quarter of each other count as equal, or the fastest of equals would take every task."""
+
+        def busy(w: int) -> tuple:
+            load = self._load.order(self._addresses[w]) if self._load is not None else (0, 0)
+            return (-self._free[w], load[0], round(math.log(max(self._pace.get(w, 1.0), 1e-3), 1.25)), load[1], w)
+
+        return min(among, key=busy) if among else -1
 
     def _pick(self, worker: int | None) -> int | None:
         if worker is not None:
