@@ -50,9 +50,10 @@ def test_fetched_rows_and_arrow_match_duckdb(default_engine, oracle) -> None:
     rows = cur.fetchall()
     assert rows == oracle.execute(sql).fetchall()
     assert all(type(s) is int for _, s in rows)
-    table = cur.fetch_arrow_table()
-    assert table.schema == oracle.execute(sql).to_arrow_table().schema
-    assert not any(f.metadata and TAG in f.metadata for f in table.schema)
+    expected = oracle.execute(sql).to_arrow_table()
+    for table in (default_engine.execute(sql).fetch_arrow_table(), default_engine.execute(sql).fetch_record_batch(3).read_all()):
+        assert table.schema == expected.schema and table.equals(expected)
+        assert not any(f.metadata and TAG in f.metadata for f in table.schema)
 
 
 def test_only_tagged_columns_are_cast_back() -> None:

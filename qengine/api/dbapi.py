@@ -186,12 +186,14 @@ class Cursor:
         ``rows_per_batch`` rows, read from the cluster as the reader asks for them."""
         if not isinstance(rows_per_batch, int) or rows_per_batch < 1:
             raise InterfaceError(f"rows_per_batch must be a positive integer, not {rows_per_batch!r}")
-        plain = untagged_schema(self._stream().schema)
+        schema = self._stream().schema
+        plain = untagged_schema(schema)
 
         def batches() -> Iterator[pa.RecordBatch]:
             for batch in self._rest():
                 for start in range(0, batch.num_rows, rows_per_batch):
-                    yield batch.slice(start, rows_per_batch).cast(plain)
+                    part = batch.slice(start, rows_per_batch)
+                    yield part if plain == schema else part.cast(plain)
 
         return pa.RecordBatchReader.from_batches(plain, batches())
 

@@ -207,6 +207,9 @@ class Session:
                 rows.close()
                 if not tries_left:
                     raise
+            except BaseException:
+                rows.close()  # its blocks are freed whatever stopped the read
+                raise
         return Result(rows, rows.rows, stats, plan)
 
     def _result_rows(self, plan: StagePlan, placement: list[tuple[str, dict]], stats: QueryStats, query_id: str) -> ResultStream:
