@@ -71,6 +71,7 @@ def connect(
     output_roots: list[str] | None = None,
     token: str | None = None,
     tls_root_certs: bytes | None = None,
+    user: str | None = None,
     lazy_start: bool = False,
 ) -> Any:
     """Open a connection. With no ``target`` it starts a local cluster of ``workers`` processes.
@@ -97,7 +98,9 @@ def connect(
 
     ``target`` "qengine://HOST:PORT" connects to a standalone coordinator instead (``qengine
     coordinator``) with its cluster ``token``; ``tls_root_certs`` (PEM bytes) switches the
-    connection to TLS and verifies the coordinator's certificate with them.
+    connection to TLS and verifies the coordinator's certificate with them. ``user`` names who
+    the connection's statements run for there (a coordinator started with
+    ``--max-queries-per-user`` runs at most that many of one user's at once).
 
     A local cluster's workers start in the background as the connection opens, and statements
     that read no data (``SELECT 1``) run without them. ``lazy_start`` starts them only when a
@@ -132,8 +135,12 @@ def connect(
                 "allowed_roots, output_roots, shuffle_memory and hang_timeout are set on the cluster (qengine coordinator "
                 "--data-root/--output-root/--heartbeat-timeout, qengine worker --memory-budget), not per connection"
             )
-        session = RemoteSession(target, token, settings, tls_root_certs)
+        if user is not None and (not isinstance(user, str) or not user or len(user) > 128):
+            raise ProgrammingError(f"user must be a name of 1 to 128 characters, not {user!r}")
+        session = RemoteSession(target, token, settings, tls_root_certs, user)
         return Connection(session)
+    if user is not None:
+        raise ProgrammingError("user applies to a standalone cluster (qengine://HOST:PORT): a local cluster serves one connection")
     if target not in (None, "local", ":local:"):
         raise NotSupportedError(f"cannot connect to {target!r}: give qengine://HOST:PORT, or nothing for a local cluster")
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:

@@ -29,7 +29,12 @@ class Cluster:
     """A coordinator and its workers as separate ``qengine`` processes."""
 
     def __init__(
-        self, tmp: str, tls: tuple[str, str] | None = None, data_roots: list[str] | None = None, output_roots: list[str] = ()
+        self,
+        tmp: str,
+        tls: tuple[str, str] | None = None,
+        data_roots: list[str] | None = None,
+        output_roots: list[str] = (),
+        coordinator_args: list[str] = (),
     ) -> None:
         self.tmp = tmp
         self.tls = tls
@@ -43,7 +48,7 @@ class Cluster:
         roots = [arg for root in data_roots or [tmp] for arg in ("--data-root", root)]
         roots += [arg for root in output_roots for arg in ("--output-root", root)]
         self.coordinator = self._start(
-            ["coordinator", "--listen", self.address, "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT), *roots], "coordinator"
+            ["coordinator", "--listen", self.address, "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT), *roots, *coordinator_args], "coordinator"
         )
         line = self.coordinator.stdout.readline()
         assert "listening on" in line, line
@@ -102,11 +107,17 @@ class Cluster:
 
 @contextlib.contextmanager
 def cluster(
-    tmp_path, workers: int, tls: tuple[str, str] | None = None, data_roots: list[str] | None = None, output_roots: list[str] = ()
+    tmp_path,
+    workers: int,
+    tls: tuple[str, str] | None = None,
+    data_roots: list[str] | None = None,
+    output_roots: list[str] = (),
+    coordinator_args: list[str] = (),
 ) -> Iterator[Cluster]:
-    """A cluster whose sessions may read below ``data_roots`` (default: ``tmp_path``) and write below ``output_roots``."""
+    """A cluster whose sessions may read below ``data_roots`` (default: ``tmp_path``) and write
+    below ``output_roots``; ``coordinator_args`` go to ``qengine coordinator`` as they are."""
     os.makedirs(tmp_path, exist_ok=True)
-    c = Cluster(str(tmp_path), tls, data_roots, list(output_roots))
+    c = Cluster(str(tmp_path), tls, data_roots, list(output_roots), list(coordinator_args))
     try:
         for _ in range(workers):
             c.add_worker()

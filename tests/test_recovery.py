@@ -200,19 +200,21 @@ def test_shared_ctes_are_materialized(connect) -> None:
 def test_worker_exits_during_map_or_reduce(connect, oracle: duckdb.DuckDBPyConnection, mode: str, fault: str) -> None:
     """A worker gone after its second map task stored its output, or once a reducer of its has
     loaded its inputs: the task is run again elsewhere, and the map output the worker held is
-    recomputed from its lineage. In prefetch, blocks pushed to it are read from their senders'
-    copies instead. (Speculation is off so that reducers stay where MinHeap put them: with it
-    on, a worker that a busy host makes look slow has its waiting reducers placed elsewhere.)"""
+    recomputed from its lineage, or, in prefetch, read from the copies their senders kept of
+    blocks pushed to it. Which of the two depends on where the lost reducer's inputs were made,
+    which varies from run to run; reading the copies is checked exactly in
+    ``test_slow_workers.py``. (Speculation is off so that reducers stay where MinHeap put them:
+    with it on, a worker that a busy host makes look slow has its waiting reducers placed
+    elsewhere.)"""
     con = connect(mode, f"worker={VICTIM};{fault};action=exit", speculation=False)
     address = victim_address(con)
     stats = run_same(con, oracle, q(78))
     assert_lost_victim(stats.recovery, address)
     assert stats.recovery.retried >= 1, stats.recovery.summary()
-    if mode == "prefetch" and "reduce" in fault and any(s.pushed_tasks for s in stats.shuffles):
-        # The blocks pushed to the lost host are read from the copies their senders kept. (A
-        # shuffle whose map tasks all ended before its reducers were placed pushes nothing: on
-        # a loaded machine that can be every shuffle of the query.)
-        assert stats.recovery.from_backups >= 1, stats.recovery.summary()
+    if mode == "prefetch" and "reduce" in fault:
+        # The reducer's blocks were on the lost host (pushed there, or made there): made
+        # again, or read from their senders' copies.
+        assert stats.recovery.recomputed + stats.recovery.from_backups >= 1, stats.recovery.summary()
     assert_cluster_recovered(con, oracle, address, q(7))
 
 

@@ -180,6 +180,20 @@ def test_blocks_pushed_to_a_slow_worker_are_read_from_their_senders_copies() -> 
     assert run.backups[0] == {1: (1, 0)}  # a copy now read is no longer a spare
 
 
+def test_blocks_pushed_to_a_lost_worker_are_read_from_their_senders_copies() -> None:
+    """Worker 2 is lost. Task 0's block pushed there is read from the copy worker 0 kept; task
+    1's copy is of another attempt, and task 2 kept none: both stay recorded on worker 2, for the
+    lineage to make again. A copy the lost worker held is forgotten."""
+    run = SimpleNamespace(
+        blocks={0: {0: (2, 0, 100, 10), 1: (2, 1, 100, 10), 2: (2, 0, 100, 10)}, 1: {0: (1, 0, 50, 5)}},
+        backups={0: {0: (0, 0), 1: (0, 0)}, 1: {0: (2, 0)}},
+    )
+    run.read_backups = functools.partial(StageRun.read_backups, run)
+    assert StageRun.fall_back_to_backups(run, {2}) == 1
+    assert run.blocks[0] == {0: (0, 0, 100, 10), 1: (2, 1, 100, 10), 2: (2, 0, 100, 10)}
+    assert run.backups == {0: {1: (0, 0)}, 1: {}}
+
+
 def test_blocks_pushed_after_their_reducer_moved_are_read_from_the_senders_copy() -> None:
     """Partition 0's reducer was on worker 2 and moved to worker 1 (worker 2 found slow) while
     task 0's push to worker 2 was on its way. When the push reports, the block is read from the

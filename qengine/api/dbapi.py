@@ -263,6 +263,13 @@ class Connection:
             raise ProgrammingError(f"query_id must be a string (a cursor's query_id), not {type(query_id).__name__}")
         return self._session.cancel_statement(query_id)
 
+    def queries(self) -> list[dict]:
+        """The statements running now, each with its ``query`` id and ``state``: this
+        connection's on a local cluster; on a standalone one every connection's, with their
+        ``user``, and those waiting for their turn with their ``position`` in the user's queue."""
+        self._check()
+        return self._session.running_statements()
+
     def commit(self) -> None:
         """Statements take effect at once; there is nothing to commit."""
         self._check()

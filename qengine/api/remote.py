@@ -38,12 +38,15 @@ def parse_target(target: str) -> str:
 
 
 class RemoteSession:
-    def __init__(self, target: str, token: str | None, settings: SessionSettings, tls_root: bytes | None = None) -> None:
+    def __init__(
+        self, target: str, token: str | None, settings: SessionSettings, tls_root: bytes | None = None, user: str | None = None
+    ) -> None:
         if not token:
             raise ProgrammingError("connecting to a cluster needs its token: qengine.connect(url, token=...)")
         self.address = parse_target(target)
         self._client = Client(self.address, token, tls_root, role="coordinator")
-        reply = self._client.action("open_session", {"settings": dataclasses.asdict(settings)}, timeout=30)
+        body = {"settings": dataclasses.asdict(settings), "user": user}
+        reply = self._client.action("open_session", body, timeout=30)
         self._id = reply["session"]
 
     def _call(self, name: str, body: dict | None = None) -> Any:
@@ -94,6 +97,11 @@ class RemoteSession:
     def cancel_statement(self, statement_id: str) -> bool:
         """Cancel a statement running on the coordinator, this session's or another's."""
         return bool(self._client.action("cancel_query", {"query": statement_id}, timeout=CANCEL_TIMEOUT)["cancelled"])
+
+    def running_statements(self) -> list[dict]:
+        """The coordinator's statements, every session's: running, or waiting for their turn
+        (with their user and place in the user's queue)."""
+        return self._client.action("statements")
 
     def register_parquet(self, name: str, path: str) -> None:
         self._call("register_table", {"kind": "parquet", "name": name, "path": path})

@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from qengine.api.admission import Admission
 from qengine.api.options import SessionSettings
 from qengine.api.result_stream import ResultStream
 from qengine.api.session import Session
@@ -33,6 +34,7 @@ from qengine.transport.wire import load_converters, schema_to_hex, table_from_he
 log = logging.getLogger("qengine.runtime.coordinator")
 
 CLIENT_POLL_SECONDS = 0.2  # how often a running statement's client is looked for
+DEFAULT_USER = "default"  # a session opened without connect(user=...)
 
 
 class CoordinatorServer(ActionServer):
@@ -47,6 +49,7 @@ class CoordinatorServer(ActionServer):
         tls: tuple[bytes, bytes] | None = None,
         tls_root: bytes | None = None,
         policy: AccessPolicy | None = None,
+        max_queries_per_user: int | None = None,
     ) -> None:
         super().__init__(host, port, token, tls)
         load_converters()
@@ -54,6 +57,8 @@ class CoordinatorServer(ActionServer):
         self.policy = policy if policy is not None else AccessPolicy((), ())
         self.registry = WorkerRegistry(token, heartbeat_timeout, tls_root)
         self._sessions: dict[str, Session] = {}
+        self._users: dict[str, str] = {}  # session → the user it runs statements for
+        self.admission = Admission(max_queries_per_user)
         # Results not fetched yet, by id: the session they belong to, and their rows.
         self._results: dict[str, tuple[str, ResultStream]] = {}
         self._lock = threading.Lock()
@@ -82,14 +87,19 @@ class CoordinatorServer(ActionServer):
             settings = SessionSettings(**body.get("settings", {})).validated()
             workers = len(self.registry.addresses)
             session = Session(self.registry, settings.plan_options(workers), settings.execution_options(), Catalog(self.policy, extendable=False))
+            user = body.get("user") or DEFAULT_USER
+            if not isinstance(user, str) or len(user) > 128:
+                raise ProgrammingError("user must be a name of at most 128 characters")
             sid = secrets.token_hex(8)
             with self._lock:
                 self._sessions[sid] = session
+                self._users[sid] = user
             return {"session": sid, "workers": workers}
         if name == "close_session":
             sid = str(body.get("session"))
             with self._lock:
                 session = self._sessions.pop(sid, None)
+                self._users.pop(sid, None)
                 unread = [rid for rid, (owner, _) in self._results.items() if owner == sid]
                 streams = [self._results.pop(rid)[1] for rid in unread]
             for stream in streams:
@@ -103,13 +113,19 @@ class CoordinatorServer(ActionServer):
             self._session(body).cancel()
             return {"ok": True}
         if name == "cancel_query":  # from any session: whoever holds the token may cancel
-            with self._lock:
-                sessions = list(self._sessions.values())
-            return {"cancelled": any([session.cancel_statement(str(body["query"])) for session in sessions])}
+            return {"cancelled": self._cancel(str(body["query"]))}
         if name == "statements":
             with self._lock:
-                sessions = list(self._sessions.items())
-            return [{"session": sid, "query": q} for sid, session in sessions for q in session.statements.ids()]
+                sessions = [(sid, self._users[sid], session) for sid, session in self._sessions.items()]
+            waiting = self.admission.waiting()
+            queued = {w["query"] for w in waiting}
+            running = [
+                {"query": q, "user": user, "state": "running"}
+                for _, user, session in sessions
+                for q in session.statements.ids()
+                if q not in queued
+            ]
+            return running + [dict(w, state="queued") for w in waiting]
         if name == "register_table":
             session = self._session(body)
             kind, table, path = body["kind"], body["name"], body["path"]
@@ -145,12 +161,13 @@ class CoordinatorServer(ActionServer):
             while not ended.wait(CLIENT_POLL_SECONDS):
                 if context.is_cancelled():
                     log.warning("the client of statement %s went away: cancelling it", statement)
-                    session.cancel_statement(statement)
+                    self._cancel(statement)
                     return
 
         threading.Thread(target=watch, name=f"watch-{statement}", daemon=True).start()
         try:
-            result = session.execute(body["sql"], params, statement_id=statement)
+            with self.admission.admitted(self._users.get(str(body["session"]), DEFAULT_USER), statement):
+                result = session.execute(body["sql"], params, statement_id=statement)
         finally:
             ended.set()
         reply: dict[str, Any] = {
@@ -164,6 +181,14 @@ class CoordinatorServer(ActionServer):
                 self._results[rid] = (str(body["session"]), result.rows)
             reply["result"] = rid
         return reply
+
+    def _cancel(self, statement: str) -> bool:
+        """Cancel a statement waiting for its turn or running, in any session."""
+        if self.admission.cancel(statement):
+            return True
+        with self._lock:
+            sessions = list(self._sessions.values())
+        return any([session.cancel_statement(statement) for session in sessions])
 
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.GeneratorStream:
         """A result's rows, read from the workers as the client takes them."""

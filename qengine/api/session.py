@@ -102,6 +102,10 @@ class Session:
         """Cancel the statement running under ``statement_id``; whether one was."""
         return self.statements.cancel(statement_id)
 
+    def running_statements(self) -> list[dict]:
+        """The statements this session runs now."""
+        return [{"query": q, "state": "running"} for q in self.statements.ids()]
+
     def _execute(self, sql: str, params: Sequence[Any] | None, progress: Callable[[int, int], None] | None) -> Result:
         match = _EXPLAIN.match(sql)
         with user_terms(sql, self.plan_options.dialect):

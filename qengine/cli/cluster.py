@@ -117,7 +117,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     pair, root = tls_material(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s coordinator %(levelname)s %(message)s")
     policy = access_policy(args.data_root, args.output_root)
-    server = CoordinatorServer(host, port, token, args.heartbeat_timeout, pair, root, policy)
+    server = CoordinatorServer(host, port, token, args.heartbeat_timeout, pair, root, policy, args.max_queries_per_user)
     _stop_on_sigterm(server.shutdown)  # before saying so: a SIGTERM sent once it listens must stop it
     print(f"qengine coordinator listening on {server.address}", flush=True)
     health = _health(args, token, pair, "coordinator")
@@ -157,6 +157,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    value = int(text) if text.isdigit() else 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, not {text!r}")
+    return value
+
+
 def add_parsers(sub: Any) -> None:
     co = sub.add_parser("coordinator", help="run a standalone coordinator that workers join")
     co.add_argument("--listen", default="127.0.0.1:7777", help="HOST:PORT to serve on (default 127.0.0.1:7777)")
@@ -166,6 +173,8 @@ def add_parsers(sub: Any) -> None:
                     help="a directory sessions may read tables from (repeatable; required: / allows every file)")
     co.add_argument("--output-root", action="append", metavar="DIR",
                     help="a directory COPY may write below (repeatable; default: none, COPY is refused)")
+    co.add_argument("--max-queries-per-user", type=_positive_int, default=None, metavar="N",
+                    help="statements of one user (connect(user=...)) run at once; others wait their turn (default: no limit)")
     add_security_arguments(co)
     co.set_defaults(func=cmd_coordinator)
 
