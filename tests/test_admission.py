@@ -6,6 +6,7 @@ waiting statement can be cancelled like a running one."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 
 import pytest
 
@@ -41,16 +42,25 @@ def _states(con) -> dict[str, dict]:
     return {q["query"]: q for q in con.queries()}
 
 
-def test_a_user_s_second_statement_waits_its_turn_and_others_do_not(tmp_path, data_paths, oracle) -> None:
+@pytest.fixture
+def alice(tmp_path, data_paths) -> Iterator[tuple]:
+    """A standalone cluster that runs one statement of a user at a time, and two connections
+    of alice's with the test tables registered: (cluster, first, second)."""
     args = ["--max-queries-per-user", "1"]
     with (
         cluster(tmp_path, 2, data_roots=data_root(data_paths), coordinator_args=args) as c,
         c.connect(user="alice") as first,
         c.connect(user="alice") as second,
-        c.connect(user="bob") as other,
     ):
-        for con in (first, second, other):
-            register(con, data_paths)
+        register(first, data_paths)
+        register(second, data_paths)
+        yield c, first, second
+
+
+def test_a_user_s_second_statement_waits_its_turn_and_others_do_not(alice, data_paths, oracle) -> None:
+    c, first, second = alice
+    with c.connect(user="bob") as other:
+        register(other, data_paths)
         endless, _, endless_errors = _run(first, ENDLESS)
         wait_until(lambda: _states(other).get(endless.cur.query_id, {}).get("state") == "running", BOUND, "alice's first to run")
         waiting, rows, waiting_errors = _run(second, CHECK)
@@ -67,26 +77,19 @@ def test_a_user_s_second_statement_waits_its_turn_and_others_do_not(tmp_path, da
         assert not waiting_errors and sorted(rows, key=repr) == sorted(oracle.execute(CHECK).fetchall(), key=repr)
 
 
-def test_a_waiting_statement_can_be_cancelled(tmp_path, data_paths, oracle) -> None:
-    args = ["--max-queries-per-user", "1"]
-    with (
-        cluster(tmp_path, 2, data_roots=data_root(data_paths), coordinator_args=args) as c,
-        c.connect(user="alice") as first,
-        c.connect(user="alice") as second,
-    ):
-        register(first, data_paths)
-        register(second, data_paths)
-        endless, _, _ = _run(first, ENDLESS)
-        wait_until(lambda: _states(second).get(endless.cur.query_id, {}).get("state") == "running", BOUND, "the first to run")
-        waiting, _, errors = _run(second, CHECK)
-        wait_until(lambda: _states(first).get(waiting.cur.query_id, {}).get("state") == "queued", BOUND, "the second to queue")
-        assert first.cancel(waiting.cur.query_id) is True
-        waiting.join(BOUND)
-        assert len(errors) == 1 and "query cancelled" in str(errors[0])
-        assert waiting.cur.query_id not in _states(first)
-        assert first.cancel(endless.cur.query_id) is True
-        endless.join(BOUND)
-        assert_same(second, oracle, CHECK)
+def test_a_waiting_statement_can_be_cancelled(alice, oracle) -> None:
+    _, first, second = alice
+    endless, _, _ = _run(first, ENDLESS)
+    wait_until(lambda: _states(second).get(endless.cur.query_id, {}).get("state") == "running", BOUND, "the first to run")
+    waiting, _, errors = _run(second, CHECK)
+    wait_until(lambda: _states(first).get(waiting.cur.query_id, {}).get("state") == "queued", BOUND, "the second to queue")
+    assert first.cancel(waiting.cur.query_id) is True
+    waiting.join(BOUND)
+    assert len(errors) == 1 and "query cancelled" in str(errors[0])
+    assert waiting.cur.query_id not in _states(first)
+    assert first.cancel(endless.cur.query_id) is True
+    endless.join(BOUND)
+    assert_same(second, oracle, CHECK)
 
 
 def test_the_queue_is_first_come_first_served() -> None:
