@@ -99,10 +99,6 @@ class ResultStream:
         self.handed_out += batch.num_rows
         return batch
 
-    def read_rest(self) -> pa.Table:
-        """Every row not handed out yet, as one table."""
-        return pa.Table.from_batches(list(self), schema=self.schema)
-
     def close(self) -> None:
         """Drop what is left; frees it where it is held. Safe to call twice."""
         self._ahead.clear()

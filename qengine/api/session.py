@@ -201,7 +201,7 @@ class Session:
             table, stats = self.coordinator.run_here(plan)
             return Result.of_table(table.rename_columns(plan.names), stats, plan)
         for tries_left in reversed(range(RESULT_TRIES)):
-            placement, stats, query_id = self.coordinator.run(plan, progress=progress, cancelled=self.statements.current())
+            placement, stats, query_id = self._coordinate(plan, progress=progress)
             rows = self._result_rows(plan, placement, stats, query_id)
             try:
                 rows.fill(result_stream.AHEAD_BYTES)
@@ -215,6 +215,13 @@ class Session:
                 rows.close()  # its blocks are freed whatever stopped the read
                 raise
         return Result(rows, rows.rows, stats, plan)
+
+    def _coordinate(
+        self, plan: StagePlan, output: dict | None = None, progress: Callable[[int, int], None] | None = None
+    ) -> tuple[list[tuple[str, dict]], QueryStats, str]:
+        """Run ``plan`` on the cluster as part of the calling thread's statement, which a
+        ``cancel_statement`` of it stops."""
+        return self.coordinator.run(plan, output=output, progress=progress, cancelled=self.statements.current())
 
     def _result_rows(self, plan: StagePlan, placement: list[tuple[str, dict]], stats: QueryStats, query_id: str) -> ResultStream:
         """The result of a run as it is read from its workers, its columns named as the user
@@ -292,9 +299,7 @@ class Session:
         plan.names = deduplicated(plan.names)
         uid = next(_table_ids)
         key = f"table/{uid}/0"
-        placement, stats, query_id = self.coordinator.run(
-            plan, output={"kind": "table", "key": key, "names": plan.names}, progress=progress, cancelled=self.statements.current()
-        )
+        placement, stats, query_id = self._coordinate(plan, output={"kind": "table", "key": key, "names": plan.names}, progress=progress)
         stats.spilled_bytes = self.coordinator.release(f"{query_id}/")
         first = schema_from_hex(placement[0][1]["schema"])
         schema = pa.schema([f.with_name(n) for f, n in zip(first, plan.names, strict=True)])
@@ -325,7 +330,7 @@ class Session:
             "schema": schema_to_hex(source.schema),
             "insert_columns": [lookup[c.lower()] for c in columns],
         }
-        placement, _, query_id = self.coordinator.run(plan, output=output, progress=progress, cancelled=self.statements.current())
+        placement, _, query_id = self._coordinate(plan, output=output, progress=progress)
         self.coordinator.release(f"{query_id}/")
         partitions = _partitions(key, placement)
         self.replicas.copy(partitions)
@@ -357,7 +362,7 @@ class Session:
         claim_output(directory, overwrite)
         output = {"kind": "files", "key": "files", "dir": directory, "format": fmt, "names": plan.names}
         try:
-            placement, stats, query_id = self.coordinator.run(plan, output=output, progress=progress, cancelled=self.statements.current())
+            placement, stats, query_id = self._coordinate(plan, output=output, progress=progress)
         finally:
             record_output(directory)
         stats.spilled_bytes = self.coordinator.release(f"{query_id}/")

@@ -45,6 +45,7 @@ from qengine.runtime.slots import Slots, WorkerGoneError
 from qengine.runtime.slow_workers import PaceMemory, measured, paces, settled_paces, slow
 from qengine.runtime.speculation import ProgressReports, straggler
 from qengine.runtime.stats import QueryStats, StageStats
+from qengine.runtime.task_specs import duckdb_builds
 
 LIVENESS_POLL_SECONDS = 0.05  # how often lost workers and stragglers are looked for
 STRAGGLER_EVERY = 0.01  # seconds between two looks for slow workers and stragglers while calls end
@@ -95,6 +96,7 @@ class QueryRun:
             if stage.output is not None and stage.output.kind in SHUFFLE_KINDS:
                 run.shuffle = ShuffleStats(stage.id, stage.output.kind, state.mode, tasks, stage.output.partitions)
             run.null_columns = null_columns(stage.root, {r.stage.id: r.null_columns for r in state.runs})
+            run.build_sides = duckdb_builds(stage)
             state.runs.append(run)
             for read in stage.partitioned_reads:
                 if read.kind in SHUFFLE_KINDS:

@@ -97,6 +97,9 @@ class StageRun:
     rendered: tuple[tuple[bool, ...], str] | None = None
     # Output columns of untyped NULL, which the worker tags (see planner.null_columns)
     null_columns: frozenset[str] = frozenset()
+    # Whether DuckDB picks the fragment's join build sides (``task_specs.duckdb_builds``): a
+    # walk of the stage's plan, done once, not for every task's spec
+    build_sides: bool = False
     sql: str = ""  # the fragment as rendered for its tasks
     form: dict | None = None  # its direct form, when it has one (planner.direct)
     # ---- attempts and lineage (see runtime.query_run) ----

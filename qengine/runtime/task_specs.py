@@ -82,7 +82,7 @@ def task_spec(
         "inputs": inputs,
         "readable": state.plan.readable if stage.scans or stage.replicated else (),
         "access": state.plan.access,
-        "build_sides": duckdb_builds(stage),
+        "build_sides": run.build_sides,
         "output": output_spec(state, run, index),
     }
     if run.null_columns:
