@@ -65,10 +65,10 @@ class Cluster:
         self.procs.append(proc)
         return proc
 
-    def add_worker(self) -> str:
+    def add_worker(self, *args: str) -> str:
         n = len(self.workers)
         log = os.path.join(self.tmp, f"worker-{n}.log")
-        proc = self._start(["worker", "--join", self.address, "--log", log], f"worker-{n}")
+        proc = self._start(["worker", "--join", self.address, "--log", log, *args], f"worker-{n}")
         line = proc.stdout.readline()
         assert "serving on" in line, line + Path(self.tmp, f"worker-{n}.err").read_text()
         self.workers.append(proc)
@@ -113,14 +113,16 @@ def cluster(
     data_roots: list[str] | None = None,
     output_roots: list[str] = (),
     coordinator_args: list[str] = (),
+    worker_args: list[str] = (),
 ) -> Iterator[Cluster]:
     """A cluster whose sessions may read below ``data_roots`` (default: ``tmp_path``) and write
-    below ``output_roots``; ``coordinator_args`` go to ``qengine coordinator`` as they are."""
+    below ``output_roots``; ``coordinator_args`` go to ``qengine coordinator`` as they are, and
+    ``worker_args`` to each ``qengine worker``."""
     os.makedirs(tmp_path, exist_ok=True)
     c = Cluster(str(tmp_path), tls, data_roots, list(output_roots), list(coordinator_args))
     try:
         for _ in range(workers):
-            c.add_worker()
+            c.add_worker(*worker_args)
         yield c
     finally:
         c.stop()

@@ -56,20 +56,30 @@ def test_a_failing_task_reports_its_error_and_the_others_run_on() -> None:
     assert isinstance(error.__cause__, RemoteTaskError) and "LINE 1" in str(error.__cause__)
 
 
-def test_queries_do_not_wait_for_each_other() -> None:
-    release = threading.Event()
+def test_queries_share_the_worker_s_slots_and_do_not_wait_behind_each_other_s_queues() -> None:
+    """Two queries each queue eight tasks on a worker with two slots: the worker never runs
+    more than two at once, and the second query's tasks start long before the first's queue
+    has drained (with per-query slots it ran four at once; with one queue, all eight of the
+    first query's before any of the second's)."""
+    running, peak, order, lock = 0, 0, [], threading.Lock()
 
     def run(spec: dict) -> dict:
-        if spec["query"] == "slow":
-            release.wait(10)
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+            order.append(spec["query"])
+        time.sleep(0.01)
+        with lock:
+            running -= 1
         return {}
 
     queue = TaskQueue(run)
-    slow = queue.run("slow", 1, [{"query": "slow", "stage": 0, "task": 0, "attempt": 0}])
-    fast = events_of(queue.run("fast", 1, [{"query": "fast", "stage": 0, "task": 0, "attempt": 0}]))
-    assert [e["event"] for e in fast] == ["started", "done"]
-    release.set()
-    assert [e["event"] for e in events_of(slow)] == ["started", "done"]
+    first = queue.run("first", 2, [{"query": "first", "stage": 0, "task": i, "attempt": 0} for i in range(8)])
+    second = queue.run("second", 2, [{"query": "second", "stage": 0, "task": i, "attempt": 0} for i in range(8)])
+    assert len(events_of(first)) == len(events_of(second)) == 16
+    assert peak == 2
+    assert "second" in order[:6], order
 
 
 @pytest.mark.parametrize("count", [1, 3])

@@ -9,6 +9,9 @@ workers. Every call must carry the cluster token; TLS is optional.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import functools
 import json
 import logging
 import secrets
@@ -27,14 +30,15 @@ from qengine.api.statements import new_statement_id
 from qengine.catalog.access import AccessPolicy
 from qengine.catalog.catalog import Catalog
 from qengine.errors import Error, OperationalError, ProgrammingError
+from qengine.planner.stages import StagePlan
 from qengine.runtime.membership import WorkerRegistry
+from qengine.runtime.shares import DEFAULT_USER, Shares
 from qengine.transport.rpc import ActionServer, server_error
 from qengine.transport.wire import load_converters, schema_to_hex, table_from_hex
 
 log = logging.getLogger("qengine.runtime.coordinator")
 
 CLIENT_POLL_SECONDS = 0.2  # how often a running statement's client is looked for
-DEFAULT_USER = "default"  # a session opened without connect(user=...)
 
 
 class CoordinatorServer(ActionServer):
@@ -50,12 +54,17 @@ class CoordinatorServer(ActionServer):
         tls_root: bytes | None = None,
         policy: AccessPolicy | None = None,
         max_queries_per_user: int | None = None,
+        shares: Shares | None = None,
     ) -> None:
+        """``shares`` is how the workers' slots are shared between users' queries
+        (``runtime.shares``; by default fairly, every user weighing the same)."""
         super().__init__(host, port, token, tls)
         load_converters()
         # Where every session may read and write; none given, nothing at all.
         self.policy = policy if policy is not None else AccessPolicy((), ())
         self.registry = WorkerRegistry(token, heartbeat_timeout, tls_root)
+        if shares is not None:
+            self.registry.shares = shares
         self._sessions: dict[str, Session] = {}
         self._users: dict[str, str] = {}  # session → the user it runs statements for
         self.admission = Admission(max_queries_per_user)
@@ -86,10 +95,12 @@ class CoordinatorServer(ActionServer):
         if name == "open_session":
             settings = SessionSettings(**body.get("settings", {})).validated()
             workers = len(self.registry.addresses)
-            session = Session(self.registry, settings.plan_options(workers), settings.execution_options(), Catalog(self.policy, extendable=False))
             user = body.get("user") or DEFAULT_USER
             if not isinstance(user, str) or len(user) > 128:
                 raise ProgrammingError("user must be a name of at most 128 characters")
+            execution = dataclasses.replace(settings.execution_options(), user=user)
+            session = Session(self.registry, settings.plan_options(workers), execution, Catalog(self.policy, extendable=False))
+            session.gate = functools.partial(self._admit_by_memory, session, user)
             sid = secrets.token_hex(8)
             with self._lock:
                 self._sessions[sid] = session
@@ -120,7 +131,7 @@ class CoordinatorServer(ActionServer):
             waiting = self.admission.waiting()
             queued = {w["query"] for w in waiting}
             running = [
-                {"query": q, "user": user, "state": "running"}
+                {"query": q, "user": user, "state": "running", "weight": self.registry.shares.user_weight(user)}
                 for _, user, session in sessions
                 for q in session.statements.ids()
                 if q not in queued
@@ -181,6 +192,12 @@ class CoordinatorServer(ActionServer):
                 self._results[rid] = (str(body["session"]), result.rows)
             reply["result"] = rid
         return reply
+
+    def _admit_by_memory(self, session: Session, user: str, plan: StagePlan) -> contextlib.AbstractContextManager[None]:
+        """Hold a planned query until its predicted memory fits what the workers have left."""
+        statement = session.statements.current_id() or new_statement_id()
+        needs = plan.held_bytes(max(1, len(self.registry.addresses)))
+        return self.admission.memory(user, statement, needs, self.registry.memory_budget, session.statements.current())
 
     def _cancel(self, statement: str) -> bool:
         """Cancel a statement waiting for its turn or running, in any session."""

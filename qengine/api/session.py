@@ -6,6 +6,7 @@ It executes one SQL statement at a time: queries, EXPLAIN [ANALYZE], views, sess
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
 import threading
@@ -80,6 +81,9 @@ class Session:
         self.templates = Templates()
         self.prepared = Prepared()
         self.statements = Statements()
+        # What a planned query waits for before it runs (a standalone coordinator's admission
+        # by memory, ``api.admission``): given the plan, a context held while it runs.
+        self.gate: Callable[[StagePlan], contextlib.AbstractContextManager[None]] | None = None
         self._lock = threading.Lock()
 
     # ---- statements --------------------------------------------------------------------
@@ -221,7 +225,8 @@ class Session:
     ) -> tuple[list[tuple[str, dict]], QueryStats, str]:
         """Run ``plan`` on the cluster as part of the calling thread's statement, which a
         ``cancel_statement`` of it stops."""
-        return self.coordinator.run(plan, output=output, progress=progress, cancelled=self.statements.current())
+        with self.gate(plan) if self.gate is not None else contextlib.nullcontext():
+            return self.coordinator.run(plan, output=output, progress=progress, cancelled=self.statements.current())
 
     def _result_rows(self, plan: StagePlan, placement: list[tuple[str, dict]], stats: QueryStats, query_id: str) -> ResultStream:
         """The result of a run as it is read from its workers, its columns named as the user

@@ -33,12 +33,12 @@ class Statements:
         cancelled = threading.Event()
         with self._lock:
             self._running[statement_id] = cancelled
-        outer = getattr(self._mine, "cancelled", None)
-        self._mine.cancelled = cancelled
+        outer = getattr(self._mine, "cancelled", None), getattr(self._mine, "statement", None)
+        self._mine.cancelled, self._mine.statement = cancelled, statement_id
         try:
             yield
         finally:
-            self._mine.cancelled = outer
+            self._mine.cancelled, self._mine.statement = outer
             with self._lock:
                 if self._running.get(statement_id) is cancelled:
                     del self._running[statement_id]
@@ -46,6 +46,10 @@ class Statements:
     def current(self) -> threading.Event | None:
         """The calling thread's statement's cancel mark (None outside a statement)."""
         return getattr(self._mine, "cancelled", None)
+
+    def current_id(self) -> str | None:
+        """The calling thread's statement's id (None outside a statement)."""
+        return getattr(self._mine, "statement", None)
 
     def cancel(self, statement_id: str) -> bool:
         """Mark a running statement cancelled; whether it was running here."""

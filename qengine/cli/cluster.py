@@ -12,6 +12,7 @@ from typing import Any
 from qengine.api.options import parse_size
 from qengine.catalog.access import AccessPolicy
 from qengine.errors import ProgrammingError
+from qengine.runtime.fair_queue import POLICIES
 from qengine.runtime.membership import DEFAULT_HEARTBEAT_TIMEOUT
 
 
@@ -111,13 +112,15 @@ def access_policy(data_roots: list[str] | None, output_roots: list[str] | None) 
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
     from qengine.api.server import CoordinatorServer
+    from qengine.runtime.shares import Shares
 
     token = read_token(args.token_file)
     host, port = parse_listen(args.listen)
     pair, root = tls_material(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s coordinator %(levelname)s %(message)s")
     policy = access_policy(args.data_root, args.output_root)
-    server = CoordinatorServer(host, port, token, args.heartbeat_timeout, pair, root, policy, args.max_queries_per_user)
+    shares = Shares(args.scheduling, dict(args.user_weight or []))
+    server = CoordinatorServer(host, port, token, args.heartbeat_timeout, pair, root, policy, args.max_queries_per_user, shares)
     _stop_on_sigterm(server.shutdown)  # before saying so: a SIGTERM sent once it listens must stop it
     print(f"qengine coordinator listening on {server.address}", flush=True)
     health = _health(args, token, pair, "coordinator")
@@ -157,11 +160,37 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_queries(args: argparse.Namespace) -> int:
+    """Print the statements a standalone coordinator runs and queues, every user's."""
+    import pyarrow as pa
+
+    import qengine
+    from qengine.cli.output import write_result
+
+    root = read_pem(args.tls_ca) if args.tls_ca else None
+    with qengine.connect(f"qengine://{args.cluster}", token=read_token(args.token_file), tls_root_certs=root) as con:
+        rows = con.queries()
+    columns = ["query", "user", "state", "waits_for", "position", "needs_bytes"]
+    write_result(pa.table({c: [row.get(c) for row in rows] for c in columns}), args.format, None)
+    return 0
+
+
 def _positive_int(text: str) -> int:
     value = int(text) if text.isdigit() else 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive whole number, not {text!r}")
     return value
+
+
+def _user_weight(text: str) -> tuple[str, float]:
+    user, _, weight = text.partition("=")
+    try:
+        value = float(weight)
+    except ValueError:
+        value = 0.0
+    if not user or not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected USER=WEIGHT with a positive weight, such as alice=3, not {text!r}")
+    return user, value
 
 
 def add_parsers(sub: Any) -> None:
@@ -175,8 +204,19 @@ def add_parsers(sub: Any) -> None:
                     help="a directory COPY may write below (repeatable; default: none, COPY is refused)")
     co.add_argument("--max-queries-per-user", type=_positive_int, default=None, metavar="N",
                     help="statements of one user (connect(user=...)) run at once; others wait their turn (default: no limit)")
+    co.add_argument("--scheduling", choices=POLICIES, default="fair",
+                    help="how queries share the workers' slots: fair (by user weight) or fifo (first come first served); default fair")
+    co.add_argument("--user-weight", type=_user_weight, action="append", metavar="USER=WEIGHT",
+                    help="a user's share of the cluster against others' (repeatable; default 1 each)")
     add_security_arguments(co)
     co.set_defaults(func=cmd_coordinator)
+
+    qs = sub.add_parser("queries", help="list the statements a standalone coordinator runs and queues, with their places in the queues")
+    qs.add_argument("--cluster", required=True, metavar="HOST:PORT", help="the standalone coordinator")
+    qs.add_argument("--token-file", help="file holding the cluster token")
+    qs.add_argument("--tls-ca", help="PEM root certificates to verify the coordinator with (turns TLS on)")
+    qs.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    qs.set_defaults(func=cmd_queries)
 
     wk = sub.add_parser("worker", help="run a worker and join a coordinator")
     wk.add_argument("--join", required=True, help="HOST:PORT of the coordinator")

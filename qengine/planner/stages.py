@@ -67,6 +67,9 @@ class Stage:
         return partitioned(self.reads)
 
 
+COLUMN_BYTES = 16  # a column value's bytes in a block, for memory admission: 8 for a number, more for a string
+
+
 @dataclass
 class StagePlan:
     stages: list[Stage]
@@ -79,6 +82,18 @@ class StagePlan:
     @property
     def result(self) -> Stage:
         return self.stages[-1]
+
+    def held_bytes(self, workers: int) -> int:
+        """What the workers are predicted to hold for this plan at once, at most: every
+        exchange's rows (a broadcast's once per worker) and the result's, from the planner's
+        row estimates at ``COLUMN_BYTES`` a column. Admission by memory weighs it against what
+        the workers' budgets have left (``api.admission``); it is a guess, like the estimates."""
+        total = 0.0
+        for stage in self.stages:
+            node = stage.output if stage.output is not None else stage.root
+            copies = workers if stage.output is not None and stage.output.kind == "broadcast" else 1
+            total += max(node.est_rows, 0.0) * COLUMN_BYTES * len(node.columns) * copies
+        return int(total)
 
     def scan_tasks(self, workers: int, split_bytes: int) -> list[tuple[list[dict] | None, int]]:
         """(scan splits or None, task count) per stage, before any run-time change: one task per

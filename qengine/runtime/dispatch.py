@@ -211,12 +211,17 @@ class Dispatcher:
             with self.ahead_lock:
                 self.ahead[worker][_key(item)] = item
         spec = with_inline_finalize(run, task_spec(self.state, run, index, attempt, run.sql, run.form, item.speculative))
-        # The only task of its stage, with no other task of the query running: it may use
-        # every core of its host (a final aggregate or sort would otherwise leave all but one
-        # idle; TPC-DS SF 1 spends about a tenth of its time in such stages). Tasks of stages
-        # that start later share those cores for a while. A range map task is left on one
-        # thread: it numbers its rows in scan order to partition them.
-        if run.tasks == 1 and spec["output"]["kind"] != "range" and self.slots.running() == 1:
+        # The only task of its stage, with no other task of the query running and no other
+        # query on the cluster: it may use every core of its host (a final aggregate or sort
+        # would otherwise leave all but one idle; TPC-DS SF 1 spends about a tenth of its time
+        # in such stages). Tasks of stages that start later share those cores for a while. A
+        # range map task is left on one thread: it numbers its rows in scan order to partition them.
+        if (
+            run.tasks == 1
+            and spec["output"]["kind"] != "range"
+            and self.slots.running() == 1
+            and self.cluster.shares.running() == 1
+        ):
             spec["alone"] = True
         batches.setdefault(worker, []).append((item, spec))
 
@@ -226,7 +231,13 @@ class Dispatcher:
         open_items = {(spec["stage"], spec["task"], spec["attempt"]): item for item, spec in batch}
         started: dict[tuple[int, int, int], float] = {}
         template, tasks = split_template([spec for _, spec in batch])
-        body = {"query": self.state.query_id, "slots": self.state.options.slots, "template": template, "tasks": tasks}
+        body = {
+            "query": self.state.query_id,
+            "slots": self.state.options.slots,
+            "share": self.cluster.shares.terms(self.state.query_id).to_json(),
+            "template": template,
+            "tasks": tasks,
+        }
         try:
             if self.failed.is_set():
                 raise CancelledTaskError()

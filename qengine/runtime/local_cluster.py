@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 
 from qengine.errors import OperationalError
 from qengine.runtime.cluster_load import ClusterLoad
+from qengine.runtime.shares import Shares
 from qengine.transport.rpc import ClientPool
 from qengine.transport.wire import load_converters
 
@@ -97,6 +98,7 @@ class LocalCluster:
         self.shuffle_memory = shuffle_memory
         self.pool = ClientPool(self.token)
         self.load = ClusterLoad()  # every query's tasks per worker (runtime.cluster_load)
+        self.shares = Shares()  # every running query's claim on the workers' slots (runtime.shares)
         self._own_log_dir = log_dir is None
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="qengine-logs-")
         # Each worker's spill directory is made here and removed on close as well as by the

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from qengine.errors import OperationalError
 from qengine.runtime.cluster_load import ClusterLoad
+from qengine.runtime.shares import Shares
 from qengine.transport.rpc import ClientPool
 
 log = logging.getLogger("qengine.runtime.coordinator")
@@ -46,6 +47,7 @@ class WorkerRegistry:
         self.heartbeat_timeout = heartbeat_timeout
         self.pool = ClientPool(token, tls_root)
         self.load = ClusterLoad()  # every query's tasks per worker (runtime.cluster_load)
+        self.shares = Shares()  # every running query's claim on the workers' slots (runtime.shares)
         self._members: dict[int, Member] = {}
         self._ids = itertools.count()
         self._lock = threading.Lock()
@@ -96,6 +98,12 @@ class WorkerRegistry:
     def addresses(self) -> list[str]:
         with self._lock:
             return [m.address for m in self._members.values() if m.alive]
+
+    def memory_budget(self) -> int | None:
+        """The live workers' memory budgets together; None when one has none (no limit)."""
+        with self._lock:
+            budgets = [m.memory_budget for m in self._members.values() if m.alive]
+        return None if not budgets or None in budgets else sum(budgets)
 
     def members(self) -> list[Member]:
         with self._lock:

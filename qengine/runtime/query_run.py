@@ -186,37 +186,8 @@ class QueryRun:
             if self.cancelled.is_set():  # before it started
                 raise OperationalError("query cancelled")
             self._find_slow()  # the first stages are placed by what earlier queries saw
-            while not runs[-1].done:
-                self._look_at_workers()
-                for run in runs:
-                    if not run.submitted and self._inputs_ready(run):
-                        self._submit(run)
-                    elif run.waiting and self._inputs_ready(run):
-                        for index in sorted(i for i in run.waiting if self._inputs_ready(run, i)):
-                            run.waiting.discard(index)
-                            self._launch(run, index)
-                self.dispatcher.dispatch()
-                if not self.futures:
-                    raise InternalError(f"query stalled, nothing runs (a qengine bug): {self._describe()}")
-                finished = self._wait()
-                if self.cancelled.is_set():
-                    raise OperationalError("query cancelled")
-                self._note_started()  # before the ends: an attempt's start comes first
-                for fut in finished:
-                    entry = self.futures.pop(fut, None)
-                    if entry is None:  # side work given up with its lost worker
-                        continue
-                    kind, run, extra = entry
-                    if kind == "task":
-                        self._task_done(run, *extra, fut)
-                    else:
-                        self._aux_done(run, kind, *extra, fut)
-                self.dispatcher.dispatch()  # the slots these ends freed take their next tasks at once
-                for run in runs:  # side work given up with a lost worker finishes stages too
-                    self._maybe_finish(run)
-                if time.monotonic() - self.looked_at >= STRAGGLER_EVERY or not finished:
-                    self.looked_at = time.monotonic()
-                    self._speculate(self._find_slow())
+            with self.cluster.shares.claim(state.query_id, state.options.user):
+                self._run_stages()
         except CancelledTaskError:
             raise OperationalError("query cancelled") from None
         except BaseException:
@@ -236,6 +207,42 @@ class QueryRun:
         shuffles = [r.shuffle for r in runs if r.shuffle is not None]
         stats = QueryStats([r.stats for r in runs], time.perf_counter() - started, shuffles, recovery=state.recovery)
         return [(state.addresses[w], o) for w, o in zip(result.placement, result.outputs, strict=True)], stats, state.query_id
+
+    def _run_stages(self) -> None:
+        """The scheduling loop: launch what is ready, send it, take in what ended, until the
+        result stage is done."""
+        runs = self.state.runs
+        while not runs[-1].done:
+            self._look_at_workers()
+            for run in runs:
+                if not run.submitted and self._inputs_ready(run):
+                    self._submit(run)
+                elif run.waiting and self._inputs_ready(run):
+                    for index in sorted(i for i in run.waiting if self._inputs_ready(run, i)):
+                        run.waiting.discard(index)
+                        self._launch(run, index)
+            self.dispatcher.dispatch()
+            if not self.futures:
+                raise InternalError(f"query stalled, nothing runs (a qengine bug): {self._describe()}")
+            finished = self._wait()
+            if self.cancelled.is_set():
+                raise OperationalError("query cancelled")
+            self._note_started()  # before the ends: an attempt's start comes first
+            for fut in finished:
+                entry = self.futures.pop(fut, None)
+                if entry is None:  # side work given up with its lost worker
+                    continue
+                kind, run, extra = entry
+                if kind == "task":
+                    self._task_done(run, *extra, fut)
+                else:
+                    self._aux_done(run, kind, *extra, fut)
+            self.dispatcher.dispatch()  # the slots these ends freed take their next tasks at once
+            for run in runs:  # side work given up with a lost worker finishes stages too
+                self._maybe_finish(run)
+            if time.monotonic() - self.looked_at >= STRAGGLER_EVERY or not finished:
+                self.looked_at = time.monotonic()
+                self._speculate(self._find_slow())
 
     def _describe(self) -> str:
         """Each unfinished stage's tasks by state, for a report of a run that cannot go on."""

@@ -23,6 +23,7 @@ from qengine.exchange.placement import Reducer
 from qengine.exchange.prediction import coalesce
 from qengine.planner.stages import Stage, StagePlan
 from qengine.runtime.cluster_load import ClusterLoad
+from qengine.runtime.shares import DEFAULT_USER, Shares
 from qengine.runtime.stats import RecoveryStats, StageStats
 from qengine.transport.rpc import ClientPool
 
@@ -34,6 +35,7 @@ SHUFFLE_KINDS = ("hash", "range", "roundrobin", "single")
 class Cluster(Protocol):
     pool: ClientPool
     load: ClusterLoad  # every query's tasks per worker
+    shares: Shares  # every running query's claim on the workers' slots
 
     @property
     def addresses(self) -> list[str]: ...
@@ -58,6 +60,7 @@ class ExecutionOptions:
     shuffle: str
     prefetch_fraction: float
     speculation: bool = True
+    user: str = DEFAULT_USER  # whose share of the cluster the session's queries run in
 
 
 @dataclass

@@ -7,10 +7,12 @@ Each call's tasks report back on that call as they go: a ``started`` event when 
 ``failed`` event when it ends. Events that are ready together travel in one message, so a
 burst of short tasks costs the coordinator one message, not one call each.
 
-A query's tasks queue in the order they arrive; tasks of different queries do not wait for
-each other (each query has its own slots, as on the coordinator). The coordinator may take
-back tasks that have not started (``withdraw``): an idle worker steals them, so that a busy
-worker's queue does not hold up the stage.
+A query's tasks queue in the order they arrive. The worker's slots are shared by the queries
+it holds: when one frees, ``runtime.fair_queue`` chooses whose task starts (by weighted slot
+time, or first come first served), and the worker runs at most as many tasks at once as the
+largest ``slots`` of those queries. The coordinator may take back tasks that have not started
+(``withdraw``): an idle worker steals them, so that a busy worker's queue does not hold up the
+stage.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from qengine.runtime.fair_queue import FairQueue, ShareTerms
 from qengine.transport.rpc import error_payload
 
 log = logging.getLogger("qengine.runtime.task_queue")
@@ -42,24 +45,30 @@ class TaskQueue:
 
     THREADS = 64  # tasks of every query running here at once, at most
 
-    def __init__(self, run: Callable[[dict], dict[str, Any]], quiet: tuple[type[BaseException], ...] = ()) -> None:
+    def __init__(
+        self, run: Callable[[dict], dict[str, Any]], quiet: tuple[type[BaseException], ...] = (), share: FairQueue | None = None
+    ) -> None:
         self._run = run
         self._quiet = quiet  # failures that are the query's own: not logged with a traceback
         self._lock = threading.Lock()
         self._queries: dict[str, _Query] = {}
+        self._share = share or FairQueue()
         self._pool = ThreadPoolExecutor(max_workers=self.THREADS, thread_name_prefix="task")
 
-    def run(self, query: str, slots: int, specs: list[dict]) -> Iterator[list[dict]]:
-        """Queue ``specs`` (tasks of ``query``, which runs ``slots`` tasks here at once), and
-        yield their events, in messages, until every one has ended."""
+    def run(self, query: str, slots: int, specs: list[dict], terms: ShareTerms | None = None) -> Iterator[list[dict]]:
+        """Queue ``specs`` (tasks of ``query``, which runs at most ``slots`` tasks here at
+        once, with ``terms`` for its share of the worker), and yield their events, in messages,
+        until every one has ended."""
         channel: queue.SimpleQueue[dict] = queue.SimpleQueue()
         with self._lock:
             mine = self._queries.get(query)
             if mine is None:
                 mine = self._queries[query] = _Query(slots)
             mine.slots = max(1, slots)
+            self._share.terms(query, terms or ShareTerms())
             mine.pending.extend((spec, channel) for spec in specs)
-            self._start(query, mine)
+            self._start()
+            self._drop_if_idle(query, mine)
         return self._events(channel, len(specs))
 
     def withdraw(self, query: str, keys: set[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
@@ -75,8 +84,7 @@ class TaskQueue:
             for spec, channel in mine.pending:
                 (taken if _names(spec) in keys else kept).append((spec, channel))
             mine.pending = kept
-            if not mine.running and not mine.pending:
-                del self._queries[query]
+            self._drop_if_idle(query, mine)
         for spec, channel in taken:
             stage, task, attempt = _names(spec)
             channel.put({"event": "withdrawn", "stage": stage, "task": task, "attempt": attempt})
@@ -93,14 +101,27 @@ class TaskQueue:
             left -= sum(1 for e in events if e["event"] != "started")
             yield events
 
-    def _start(self, query: str, mine: _Query) -> None:
-        """Start queued tasks while the query has free slots here (the lock is held)."""
-        while mine.running < mine.slots and mine.pending:
+    def _start(self) -> None:
+        """Start queued tasks while the worker has free slots, each of the query whose turn
+        it is (the lock is held)."""
+        while self._queries:
+            capacity = max(q.slots for q in self._queries.values())
+            if sum(q.running for q in self._queries.values()) >= capacity:
+                return
+            ready = [name for name, q in self._queries.items() if q.pending and q.running < q.slots]
+            if not ready:
+                return
+            query = self._share.pick(ready)
+            mine = self._queries[query]
             spec, channel = mine.pending.popleft()
             mine.running += 1
+            self._share.started(query, id(spec))
             self._pool.submit(self._one, query, mine, spec, channel)
-        if not mine.running and not mine.pending:
+
+    def _drop_if_idle(self, query: str, mine: _Query) -> None:
+        if not mine.running and not mine.pending and self._queries.get(query) is mine:
             del self._queries[query]
+            self._share.forget(query)
 
     def _one(self, query: str, mine: _Query, spec: dict, channel: queue.SimpleQueue) -> None:
         stage, task, attempt = _names(spec)
@@ -115,7 +136,9 @@ class TaskQueue:
         finally:
             with self._lock:
                 mine.running -= 1
-                self._start(query, mine)
+                self._share.ended(query, id(spec))
+                self._drop_if_idle(query, mine)
+                self._start()
 
 
 def _names(spec: dict) -> tuple[int, int, int]:

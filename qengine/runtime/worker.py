@@ -26,6 +26,7 @@ import pyarrow.flight as flight
 from qengine.catalog.access import AccessPolicy
 from qengine.errors import Error, input_lost
 from qengine.exchange.store import BlockStore, MissingBlocksError
+from qengine.runtime.fair_queue import ShareTerms
 from qengine.runtime.faults import FaultPlan
 from qengine.runtime.task import TaskRunner
 from qengine.runtime.task_queue import TaskQueue
@@ -65,7 +66,8 @@ class WorkerServer(ActionServer):
     def _handle(self, name: str, body: dict) -> Any:
         if name == "run_tasks":
             template = body.get("template") or {}  # what the batch's tasks share, sent once
-            return Streamed(self.queue.run(body["query"], int(body["slots"]), [dict(template, **task) for task in body["tasks"]]))
+            specs = [dict(template, **task) for task in body["tasks"]]
+            return Streamed(self.queue.run(body["query"], int(body["slots"]), specs, ShareTerms.of_json(body.get("share"))))
         if name == "withdraw_tasks":  # work stealing: tasks queued here and not started go elsewhere
             keys = {(int(s), int(t), int(a)) for s, t, a in body["tasks"]}
             return {"withdrawn": [list(k) for k in self.queue.withdraw(body["query"], keys)]}
