@@ -136,9 +136,16 @@ class NetCluster:
     """H host namespaces + a coordinator namespace on a bridge, each link shaped to ``rate``."""
 
     def __init__(
-        self, hosts: int, rate: str, workdir: str, memory_budget: str | None = None, data_roots: list[str] = ()
+        self,
+        hosts: int,
+        rate: str,
+        workdir: str,
+        memory_budget: str | None = None,
+        data_roots: list[str] = (),
+        coordinator_args: list[str] = (),
     ) -> None:
-        """Sessions may read below ``workdir`` and ``data_roots``, and COPY may write below ``workdir``."""
+        """Sessions may read below ``workdir`` and ``data_roots``, and COPY may write below
+        ``workdir``; ``coordinator_args`` go to ``qengine coordinator`` as they are."""
         if hosts < 1:
             raise qengine.ProgrammingError("--hosts must be at least 1")
         self.hosts = hosts
@@ -146,6 +153,7 @@ class NetCluster:
         self.workdir = workdir
         self.memory_budget = memory_budget
         self.data_roots = [workdir, *data_roots]
+        self.coordinator_args = list(coordinator_args)
         tag = f"{os.getpid() % 100000}"
         self.prefix = f"qe{tag}"
         self.subnet = SUBNET.format(os.getpid() % 200 + 20)
@@ -210,7 +218,7 @@ class NetCluster:
         _run("ip", "link", "set", self.bridge, "up")
         self._add_host("c", f"{self.subnet}.100", shaped=False)
         roots = [arg for root in self.data_roots for arg in ("--data-root", root)] + ["--output-root", self.workdir]
-        self._start(self.namespaces[0], ["coordinator", "--listen", self.address, "--heartbeat-timeout", "10", *roots], "coordinator")
+        self._start(self.namespaces[0], ["coordinator", "--listen", self.address, "--heartbeat-timeout", "10", *roots, *self.coordinator_args], "coordinator")
         for h in range(self.hosts):
             self._add_host(f"h{h}", f"{self.subnet}.{h + 1}", shaped=True)
             args = ["worker", "--join", self.address, "--listen", f"{self.subnet}.{h + 1}:{WORKER_PORT}",

@@ -93,7 +93,7 @@ def test_a_shuffle_whose_links_are_too_slow_for_the_map_work_left_is_fetched(tab
         cur = con.cursor()
         cur.execute(QUERY).fetch_arrow_table()
         assert max(s.pushed_tasks for s in cur.stats.shuffles) > 0  # unknown rates: it pushes to learn them
-        rates = con.session.coordinator.push_rates
+        rates = con._cluster.network.rates
         for address in con._cluster.addresses:
             rates.learn(address, 1000.0)
         got = cur.execute(QUERY).fetch_arrow_table()

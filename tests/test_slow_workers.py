@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from qengine.exchange.push_decision import PushRates
+from qengine.runtime.network_load import NetworkLoad
 from qengine.runtime.query_state import QueryState, ReducerPlacement, StageRun
 from qengine.runtime.shuffle_driver import ShuffleDriver
 from qengine.runtime.slow_workers import (
@@ -205,7 +205,7 @@ def test_blocks_pushed_after_their_reducer_moved_are_read_from_the_senders_copy(
     run = SimpleNamespace(stage=SimpleNamespace(id=0), blocks={0: {0: (2, 0, 100, 10)}, 1: {0: (2, 0, 50, 5)}}, backups={})
     run.read_backups = functools.partial(StageRun.read_backups, run)
     StageRun.record_backups(run, 0, 0, 0, [0, 1])
-    ShuffleDriver(state, aux=lambda *a: None, rates=PushRates()).read_moved_from_backups(run, {0: 2, 1: 2})
+    ShuffleDriver(state, aux=lambda *a: None, network=NetworkLoad()).read_moved_from_backups(run, {0: 2, 1: 2})
     assert run.blocks == {0: {0: (0, 0, 100, 10)}, 1: {0: (2, 0, 50, 5)}}
     assert state.recovery.from_backups == 1
 

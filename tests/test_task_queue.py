@@ -57,10 +57,10 @@ def test_a_failing_task_reports_its_error_and_the_others_run_on() -> None:
 
 
 def test_queries_share_the_worker_s_slots_and_do_not_wait_behind_each_other_s_queues() -> None:
-    """Two queries each queue eight tasks on a worker with two slots: the worker never runs
-    more than two at once, and the second query's tasks start long before the first's queue
-    has drained (with per-query slots it ran four at once; with one queue, all eight of the
-    first query's before any of the second's)."""
+    """Two queries each queue eight tasks on a worker with two slots: the worker runs at most
+    three at once (two slots, and one for the query that had none running), and the second
+    query's tasks start long before the first's queue has drained (with per-query slots it ran
+    four at once; with one queue, all eight of the first query's before any of the second's)."""
     running, peak, order, lock = 0, 0, [], threading.Lock()
 
     def run(spec: dict) -> dict:
@@ -78,8 +78,27 @@ def test_queries_share_the_worker_s_slots_and_do_not_wait_behind_each_other_s_qu
     first = queue.run("first", 2, [{"query": "first", "stage": 0, "task": i, "attempt": 0} for i in range(8)])
     second = queue.run("second", 2, [{"query": "second", "stage": 0, "task": i, "attempt": 0} for i in range(8)])
     assert len(events_of(first)) == len(events_of(second)) == 16
-    assert peak == 2
+    assert peak == 3
     assert "second" in order[:6], order
+
+
+def test_a_query_with_nothing_running_starts_a_task_beside_another_s_long_ones() -> None:
+    """Running tasks are not preempted: a query whose tasks hold every slot for a long time
+    does not keep another query's first task from starting."""
+    release = threading.Event()
+
+    def run(spec: dict) -> dict:
+        if spec["query"] == "long":
+            release.wait(30)
+        return {}
+
+    queue = TaskQueue(run)
+    long = queue.run("long", 2, [{"query": "long", "stage": 0, "task": i, "attempt": 0} for i in range(4)])
+    short = events_of(queue.run("short", 2, [{"query": "short", "stage": 0, "task": i, "attempt": 0} for i in range(3)]))
+    assert not release.is_set()
+    assert [e["event"] for e in short].count("done") == 3
+    release.set()
+    assert [e["event"] for e in events_of(long)].count("done") == 4
 
 
 @pytest.mark.parametrize("count", [1, 3])

@@ -119,7 +119,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     pair, root = tls_material(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s coordinator %(levelname)s %(message)s")
     policy = access_policy(args.data_root, args.output_root)
-    shares = Shares(args.scheduling, dict(args.user_weight or []))
+    shares = Shares(args.scheduling, dict(args.user_weight or []), nass=args.nass, samp=args.samp)
     server = CoordinatorServer(host, port, token, args.heartbeat_timeout, pair, root, policy, args.max_queries_per_user, shares)
     _stop_on_sigterm(server.shutdown)  # before saying so: a SIGTERM sent once it listens must stop it
     print(f"qengine coordinator listening on {server.address}", flush=True)
@@ -208,6 +208,12 @@ def add_parsers(sub: Any) -> None:
                     help="how queries share the workers' slots: fair (by user weight) or fifo (first come first served); default fair")
     co.add_argument("--user-weight", type=_user_weight, action="append", metavar="USER=WEIGHT",
                     help="a user's share of the cluster against others' (repeatable; default 1 each)")
+    co.add_argument("--nass", action=argparse.BooleanOptionalAction, default=True,
+                    help="ShuffleWatcher's NASS: while the network is saturated, fetch rather than push and hold "
+                         "reducers back (up to 2 s) for other queries' map work (default on)")
+    co.add_argument("--samp", action=argparse.BooleanOptionalAction, default=True,
+                    help="ShuffleWatcher's SAMP: keep a shuffle-heavy query that shares the cluster to as many hosts "
+                         "as its share, its reducers with its map output (default on)")
     add_security_arguments(co)
     co.set_defaults(func=cmd_coordinator)
 

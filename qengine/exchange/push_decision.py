@@ -50,10 +50,13 @@ class PushDecision:
     push: bool
     map_left: float  # seconds of map work left, on the slots
     transfer: float | None  # seconds the transfer is expected to take; None: no rate known yet
+    saturated: bool = False  # fetched because the network was saturated (ShuffleWatcher's NASS)
 
     def describe(self) -> str:
         """What EXPLAIN ANALYZE says about it."""
         verb = "pushed" if self.push else "fetched"
+        if self.saturated:
+            return f"{verb}: the network was saturated by other queries' shuffles (NASS delays this one)"
         if self.transfer is None:
             return f"{verb}: {self.map_left:.2f}s of map work left, link rate not yet measured"
         return f"{verb}: {self.map_left:.2f}s of map work left, transfer ≈ {self.transfer:.2f}s"

@@ -110,4 +110,6 @@ def explain_lines(plan: StagePlan, workers: int, split_bytes: int, stats: QueryS
             f"{stats.spilled_bytes} bytes spilled"
         )
         lines.append(stats.recovery.summary())
+        if stats.sharing.any():
+            lines.append(stats.sharing.summary())
     return lines

@@ -70,6 +70,10 @@ class Stage:
 COLUMN_BYTES = 16  # a column value's bytes in a block, for memory admission: 8 for a number, more for a string
 
 
+def _predicted_bytes(node: lp.Node) -> int:
+    return int(max(node.est_rows, 0.0) * COLUMN_BYTES * len(node.columns))
+
+
 @dataclass
 class StagePlan:
     stages: list[Stage]
@@ -84,16 +88,20 @@ class StagePlan:
         return self.stages[-1]
 
     def held_bytes(self, workers: int) -> int:
-        """What the workers are predicted to hold for this plan at once, at most: every
-        exchange's rows (a broadcast's once per worker) and the result's, from the planner's
-        row estimates at ``COLUMN_BYTES`` a column. Admission by memory weighs it against what
-        the workers' budgets have left (``api.admission``); it is a guess, like the estimates."""
-        total = 0.0
+        """What the workers are predicted to hold for this plan at once, at most: its
+        exchanges' bytes (:meth:`shuffle_bytes`) and its result's. Admission by memory weighs
+        it against what the workers' budgets have left (``api.admission``); it is a guess,
+        like the estimates it comes from."""
+        return self.shuffle_bytes(workers) + _predicted_bytes(self.result.root)
+
+    def shuffle_bytes(self, workers: int) -> int:
+        """Every exchange's rows (a broadcast's once per worker), from the planner's row
+        estimates at ``COLUMN_BYTES`` a column: whether a query is shuffle-heavy (SAMP)."""
+        total = 0
         for stage in self.stages:
-            node = stage.output if stage.output is not None else stage.root
-            copies = workers if stage.output is not None and stage.output.kind == "broadcast" else 1
-            total += max(node.est_rows, 0.0) * COLUMN_BYTES * len(node.columns) * copies
-        return int(total)
+            if stage.output is not None:
+                total += _predicted_bytes(stage.output) * (workers if stage.output.kind == "broadcast" else 1)
+        return total
 
     def scan_tasks(self, workers: int, split_bytes: int) -> list[tuple[list[dict] | None, int]]:
         """(scan splits or None, task count) per stage, before any run-time change: one task per

@@ -16,7 +16,6 @@ import duckdb
 import pyarrow as pa
 
 from qengine.errors import Error, error_class, first_line
-from qengine.exchange.push_decision import PushRates
 from qengine.planner.frontend import with_user_columns
 from qengine.planner.null_columns import null_columns
 from qengine.planner.render import render
@@ -51,7 +50,6 @@ class Coordinator:
         self.aux = ThreadPoolExecutor(max_workers=self.AUX_THREADS, thread_name_prefix="qengine-shuffle")
         self.key_ranges = KeyRanges()
         self.paces = PaceMemory()
-        self.push_rates = PushRates()  # what the workers' pushes reached: whether a shuffle pushes
         self._running: set[QueryRun] = set()
         self._lock = threading.Lock()
 
@@ -77,7 +75,7 @@ class Coordinator:
         try:
             with self.cluster.running_query():
                 run = QueryRun(
-                    self.cluster, self.options, (self.tasks, self.aux), self.key_ranges, (self.paces, self.push_rates), plan, output, progress, cancelled
+                    self.cluster, self.options, (self.tasks, self.aux), self.key_ranges, self.paces, plan, output, progress, cancelled
                 )
                 with self._lock:
                     self._running.add(run)

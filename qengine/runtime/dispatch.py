@@ -57,6 +57,10 @@ class Queued:
     fut: Future
 
 
+NASS_MIN_BYTES = 4 << 20  # a reducer fetching less from other hosts is never held back
+NASS_MAX_DELAY = 2.0  # seconds a reducer is held back at most while the network is saturated
+
+
 def resolve(fut: Future, result: Any) -> None:
     """End a task's future with its result, unless it has ended already (given up with a lost worker)."""
     with contextlib.suppress(InvalidStateError):
@@ -103,6 +107,11 @@ class Dispatcher:
         self.ahead_lock = threading.Lock()
         self.stealing: set[tuple[int, int, int]] = set()  # asked back, not answered yet
         self.returned: queue.SimpleQueue[Queued] = queue.SimpleQueue()  # taken back from a worker
+        # NASS (ShuffleWatcher): a task's count in the network's load while it fetches, and when
+        # a reducer was first held back for a saturated network
+        self.moving: dict[Future, int | None] = {}
+        self.held_since: dict[Future, float] = {}
+        self.moving_lock = threading.Lock()
 
     def add(self, item: Queued) -> None:
         """A task launched: it goes with the next :meth:`dispatch` its worker can take."""
@@ -125,6 +134,8 @@ class Dispatcher:
                 self.free.appendleft(item)
         for where, waiting in self.pinned.items():
             while waiting:
+                if self._nass_holds(waiting[0], where):
+                    break  # the network is saturated: its fetch waits while other queries map
                 try:
                     worker = self.slots.take(where)
                 except WorkerGoneError as e:  # its pinned worker was lost: placed again by the loop
@@ -144,6 +155,40 @@ class Dispatcher:
         for worker, batch in batches.items():
             self.calls.submit(self._stream, worker, batch)
         self._steal()
+
+    def _nass_holds(self, item: Queued, worker: int) -> bool:
+        """NASS: hold a reducer back while the network is saturated, another query shares the
+        cluster (its map work takes the slot meanwhile), and the reducer would fetch at least
+        ``NASS_MIN_BYTES`` from other hosts; for at most ``NASS_MAX_DELAY`` seconds."""
+        shares = self.cluster.shares
+        if not shares.nass or not item.run.shuffle_inputs or shares.running() < 2:
+            return False
+        now = time.monotonic()
+        since = self.held_since.get(item.fut)
+        if since is not None and now - since >= NASS_MAX_DELAY:
+            return False
+        moving = self.state.remote_input(item.run, item.index, worker)
+        if sum(b for _, _, b in moving) < NASS_MIN_BYTES:
+            return False
+        if not self.cluster.network.saturated([self.state.addresses[w] for w in self.state.live_hosts()]):
+            return False
+        if since is None:
+            self.held_since[item.fut] = now
+            self.state.sharing.nass_delays += 1
+        return True
+
+    def close(self) -> None:
+        """The query has ended: what its tasks still count in the network's load leaves it."""
+        with self.moving_lock:
+            handles, self.moving = list(self.moving.values()), {}
+        for handle in handles:
+            self.cluster.network.end(handle)
+
+    def _fetched(self, item: Queued) -> None:
+        """A task has ended: its fetches are over."""
+        with self.moving_lock:
+            handle = self.moving.pop(item.fut, None)
+        self.cluster.network.end(handle)
 
     def _steal(self) -> None:
         """Take free tasks back from workers that have not started them: all of them from a
@@ -205,6 +250,10 @@ class Dispatcher:
                 fail(item.fut, StaleAttemptError() if attempt not in run.wanted[index] else DeferredTaskError())
             return
         self.assigned[item.fut] = worker
+        if self.cluster.shares.nass and item.run.shuffle_inputs:
+            handle = self.cluster.network.begin(self.state.remote_input(run, index, worker))
+            with self.moving_lock:
+                self.moving[item.fut] = handle
         if not item.fut.running():  # a stolen task is running already
             item.fut.set_running_or_notify_cancel()  # sent: a failed query waits for it to end
         if item.where is None:
@@ -257,6 +306,7 @@ class Dispatcher:
                         continue
                     del open_items[key]
                     self.slots.release(worker)
+                    self._fetched(item)
                     if event["event"] == "withdrawn":  # stolen: sent again by the loop
                         self.returned.put(item)
                         self.wake()
@@ -273,11 +323,13 @@ class Dispatcher:
                 self.cluster.suspect(address)
             for item in open_items.values():
                 self.slots.release(worker)
+                self._fetched(item)
                 fail(item.fut, e)
         else:
             self._forget_ahead(worker, open_items.values())
             for item in open_items.values():  # a stream that ended early: the worker went away
                 self.slots.release(worker)
+                self._fetched(item)
                 fail(item.fut, WorkerUnreachableError(f"worker {address} stopped reporting its tasks"))
 
     def _forget_ahead(self, worker: int, items: Iterable[Queued]) -> None:

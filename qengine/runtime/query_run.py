@@ -31,7 +31,6 @@ from typing import Any
 
 from qengine.errors import Error, InputLostError, InternalError, OperationalError, WorkerUnreachableError, lost_input
 from qengine.exchange.metrics import ShuffleStats
-from qengine.exchange.push_decision import PushRates
 from qengine.planner import direct, estimates
 from qengine.planner import logical as lp
 from qengine.planner.null_columns import null_columns
@@ -47,6 +46,7 @@ from qengine.runtime.speculation import ProgressReports, straggler
 from qengine.runtime.stats import QueryStats, StageStats
 from qengine.runtime.task_specs import duckdb_builds
 
+SHUFFLE_HEAVY_BYTES = 64 << 20  # predicted shuffle bytes from which SAMP keeps a query to fewer hosts
 LIVENESS_POLL_SECONDS = 0.05  # how often lost workers and stragglers are looked for
 STRAGGLER_EVERY = 0.01  # seconds between two looks for slow workers and stragglers while calls end
 _WAKE: Future = Future()  # put on the loop's queue of ended calls to end its wait (QueryRun._wake)
@@ -66,7 +66,7 @@ class QueryRun:
         options: ExecutionOptions,
         calls: tuple[ThreadPoolExecutor, ThreadPoolExecutor],
         key_ranges: KeyRanges,
-        memory: tuple[PaceMemory, PushRates],
+        memory: PaceMemory,
         plan: StagePlan,
         output: dict | None,
         progress: Callable[[int, int], None] | None,
@@ -75,8 +75,7 @@ class QueryRun:
         self.cluster = cluster
         self.tasks, self.aux_calls = calls
         self.key_ranges = key_ranges
-        # what earlier queries saw: workers' paces, and the rates their pushes reached
-        self.memory, push_rates = memory
+        self.memory = memory  # the workers' paces earlier queries saw
         self.progress = progress
         addresses = list(cluster.addresses)
         if not addresses:
@@ -86,9 +85,11 @@ class QueryRun:
         self.slots = Slots(state.workers, options.slots, ahead=options.slots, load=cluster.load, addresses=state.addresses)
         self.failed = threading.Event()
         self.cancelled = cancelled if cancelled is not None else threading.Event()  # set: stop
-        self.shuffles = ShuffleDriver(state, self._aux, push_rates)
+        self.shuffles = ShuffleDriver(state, self._aux, cluster.network, cluster.shares.nass)
         self.dispatcher = Dispatcher(state, self.slots, cluster, self.tasks, self.failed, self._inputs_ready, self._wake)
         self.reports = ProgressReports(state, self._call, self.aux_calls)  # LATE's progress scores
+        self.plan = plan
+        self.moving: dict[int, int | None] = {}  # a push's body → its count in the network's load
         self.moved_off: set[int] = set()  # slow workers whose waiting reducers were placed elsewhere since found slow
         for stage, (splits, tasks) in zip(plan.stages, plan.scan_tasks(state.workers, options.split_bytes), strict=True):
             kind = stage.output.kind if stage.output is not None else (output or {}).get("kind", "result")
@@ -187,6 +188,7 @@ class QueryRun:
                 raise OperationalError("query cancelled")
             self._find_slow()  # the first stages are placed by what earlier queries saw
             with self.cluster.shares.claim(state.query_id, state.options.user):
+                self._keep_to_hosts()
                 self._run_stages()
         except CancelledTaskError:
             raise OperationalError("query cancelled") from None
@@ -200,13 +202,27 @@ class QueryRun:
         finally:
             self.memory.learn({state.addresses[w]: pace for w, pace in measured(state).items()})
             self.slots.close()
+            for handle in self.moving.values():  # a failed query's pushes that never landed
+                self.cluster.network.end(handle)
+            self.dispatcher.close()
         # Losing copies and abandoned attempts: cancelled on their workers, they end soon (one on
         # a worker that hangs never does, and is not waited for).
         wait(list(self.futures), timeout=CANCEL_TIMEOUT)
         result = runs[-1]
         shuffles = [r.shuffle for r in runs if r.shuffle is not None]
-        stats = QueryStats([r.stats for r in runs], time.perf_counter() - started, shuffles, recovery=state.recovery)
+        stats = QueryStats([r.stats for r in runs], time.perf_counter() - started, shuffles, recovery=state.recovery, sharing=state.sharing)
         return [(state.addresses[w], o) for w, o in zip(result.placement, result.outputs, strict=True)], stats, state.query_id
+
+    def _keep_to_hosts(self) -> None:
+        """SAMP: a shuffle-heavy query that shares the cluster keeps its map tasks, and so its
+        reducers, to the hosts ``runtime.shares`` chooses for its share."""
+        state = self.state
+        heavy = self.plan.shuffle_bytes(state.workers) >= SHUFFLE_HEAVY_BYTES
+        chosen = self.cluster.shares.samp_hosts(state.query_id, heavy, [state.addresses[w] for w in state.live_hosts()])
+        if chosen:
+            state.preferred = {state.addresses.index(a) for a in chosen}
+            state.sharing.samp_hosts = list(chosen)
+            self.slots.prefer(state.preferred)
 
     def _run_stages(self) -> None:
         """The scheduling loop: launch what is ready, send it, take in what ended, until the
@@ -313,6 +329,10 @@ class QueryRun:
         run.aux_pending += 1
         run.done = False
         run.carrying.update(self._carried(kind, body))
+        if kind == "push":  # under way between hosts until it lands (``runtime.network_load``)
+            sizes, sender = run.task_bytes.get(body["task"], []), self.state.addresses[worker]
+            moving = [(sender, to, sizes[int(p)]) for p, to in body["destinations"].items() if int(p) < len(sizes)]
+            self.moving[id(body)] = self.cluster.network.begin(moving)
         fut = self.aux_calls.submit(self._call, worker, kind, body)
         self.futures[fut] = (kind, run, (worker, body))
         fut.add_done_callback(self.ended.put)
@@ -329,6 +349,7 @@ class QueryRun:
         """A side call has ended (or was given up): its partitions are no longer on their way."""
         run.aux_pending -= 1
         run.carrying.subtract(self._carried(kind, body))
+        self.cluster.network.end(self.moving.pop(id(body), None))
 
     def _submit(self, run: StageRun) -> None:
         state = self.state

@@ -23,8 +23,9 @@ from qengine.exchange.placement import Reducer
 from qengine.exchange.prediction import coalesce
 from qengine.planner.stages import Stage, StagePlan
 from qengine.runtime.cluster_load import ClusterLoad
+from qengine.runtime.network_load import NetworkLoad
 from qengine.runtime.shares import DEFAULT_USER, Shares
-from qengine.runtime.stats import RecoveryStats, StageStats
+from qengine.runtime.stats import RecoveryStats, SharingStats, StageStats
 from qengine.transport.rpc import ClientPool
 
 RECENT_DURATIONS = 256  # finished tasks per stage that paces and LATE's estimates look at
@@ -36,6 +37,7 @@ class Cluster(Protocol):
     pool: ClientPool
     load: ClusterLoad  # every query's tasks per worker
     shares: Shares  # every running query's claim on the workers' slots
+    network: NetworkLoad  # the bytes under way between hosts, over every query
 
     @property
     def addresses(self) -> list[str]: ...
@@ -279,6 +281,9 @@ class QueryState:
     # them no copy (``runtime.speculation``); empty while speculation is off
     lagging: dict[int, float] = field(default_factory=dict)
     recovery: RecoveryStats = field(default_factory=RecoveryStats)
+    sharing: SharingStats = field(default_factory=SharingStats)
+    # SAMP's hosts for this query (``runtime.shares``): its reducers are placed there (SARP)
+    preferred: set[int] = field(default_factory=set)
 
     def live_hosts(self) -> list[int]:
         return [w for w in range(len(self.addresses)) if w not in self.lost]
@@ -287,11 +292,25 @@ class QueryState:
         """Slow, or lagging by its running tasks: LATE copies its tasks sooner and sends it none."""
         return worker in self.slow or worker in self.lagging
 
+    def remote_input(self, run: StageRun, index: int, worker: int) -> list[tuple[str, str, int]]:
+        """(sender, receiver, bytes) of the shuffled blocks task ``index`` of ``run`` reads from
+        hosts other than ``worker``: what it fetches when it runs (``runtime.network_load``)."""
+        partitions = run.groups[index] if run.groups is not None else [index]
+        moving = []
+        for source in (self.runs[r.shuffle_id] for r in run.partitioned_reads if r.kind in SHUFFLE_KINDS):
+            for p in partitions:
+                for holder, _, nbytes, _ in source.blocks.get(p, {}).values():
+                    if holder != worker:
+                        moving.append((self.addresses[holder], self.addresses[worker], nbytes))
+        return moving
+
     def placeable_hosts(self) -> list[int]:
         """The live workers reducers and single tasks are placed on: the slow ones are left
-        out, unless every live worker is slow."""
+        out, unless every live worker is slow; those SAMP chose, when it chose some that are
+        live and not slow (SARP: reducers where the map output is)."""
         live = self.live_hosts()
-        return [w for w in live if w not in self.slow] or live
+        fast = [w for w in live if w not in self.slow] or live
+        return [w for w in fast if w in self.preferred] or fast
 
     @property
     def mode(self) -> str:

@@ -22,10 +22,11 @@ import pyarrow as pa
 
 from qengine.exchange.placement import Reducer, accumulate, min_heap, round_robin
 from qengine.exchange.prediction import grouped, hash_prediction, range_prediction
-from qengine.exchange.push_decision import PushDecision, PushRates, decide
+from qengine.exchange.push_decision import PushDecision, decide
 from qengine.exchange.push_schedule import PIECE_BYTES, destination_order
 from qengine.exchange.sampling import weighted_bounds
 from qengine.planner import logical as lp
+from qengine.runtime.network_load import NetworkLoad
 from qengine.runtime.query_state import QueryState, ReducerPlacement, StageRun
 from qengine.transport.wire import schema_from_hex, table_from_hex, table_to_hex
 
@@ -36,10 +37,15 @@ AuxCall = Callable[[StageRun, str, int, dict], None]
 class ShuffleDriver:
     """Drives every shuffle of one query from its map tasks' results."""
 
-    def __init__(self, state: QueryState, aux: AuxCall, rates: PushRates) -> None:
+    def __init__(self, state: QueryState, aux: AuxCall, network: NetworkLoad, nass: bool = False) -> None:
+        """``network`` is the coordinator's count of bytes under way between hosts, with each
+        worker's push rate; with ``nass``, a shuffle placed while the network is saturated is
+        fetched rather than pushed (ShuffleWatcher delays it)."""
         self.state = state
         self.aux = aux
-        self.rates = rates  # each worker's push rate, as its pushes measured it
+        self.network = network
+        self.rates = network.rates  # each worker's push rate, as its pushes measured it
+        self.nass = nass
         self._seq = itertools.count()
 
     def map_finished(self, run: StageRun, index: int, result: dict, first: bool) -> None:
@@ -219,6 +225,8 @@ class ShuffleDriver:
         state = self.state
         durations = [seconds for source in inputs for _, seconds, _ in source.durations]
         remote = sum(sizes) * (1 - 1 / max(1, len(hosts)))
+        if self.nass and self.network.saturated([state.addresses[w] for w in state.live_hosts()]):
+            return PushDecision(False, 0.0, None, saturated=True)
         return decide(
             pending=sum(source.pending for source in inputs),
             slots=len(state.live_hosts()) * state.options.slots,

@@ -51,6 +51,7 @@ class Slots:
         self._probing: set[int] = set()  # slow workers only remembered as slow
         self._pace: dict[int, float] = {}  # worker → its pace (1 is typical), where known
         self._waiting = 0
+        self._preferred: set[int] = set()  # SAMP's hosts for the query's free tasks; empty: any
         self._lock = threading.Lock()
 
     def take(self, worker: int | None) -> int | None:
@@ -85,6 +86,12 @@ class Slots:
                 for worker, held in self._held.items():
                     for _ in range(held):
                         load.ended(self._addresses[worker])
+
+    def prefer(self, workers: set[int]) -> None:
+        """SAMP: free tasks go to ``workers``; to another only when no query runs anything
+        there (a free worker is never left idle for the choice)."""
+        with self._lock:
+            self._preferred = set(workers)
 
     def waiting(self, count: int) -> None:
         """How many free tasks wait for a slot now (a slow worker's share depends on it)."""
@@ -127,7 +134,7 @@ class Slots:
     def open_slots(self) -> dict[int, int]:
         """Live workers that are not slow with a slot nothing is sent to: worker → how many."""
         with self._lock:
-            return {w: self._free[w] for w in self._fast() if self._free[w] > 0}
+            return {w: self._free[w] for w in self._mine(self._fast()) if self._free[w] > 0}
 
     def total(self) -> int:
         """Slots on the live workers."""
@@ -136,10 +143,20 @@ class Slots:
 
     def least_busy(self) -> int:
         """The live worker that is not slow with the most free slots now (of equals, the one
-        with the lowest pace, then the lowest id): a single task on a worker just under the
-        slow line would be the whole query's critical path."""
+        with the lowest pace, then the lowest id), of SAMP's hosts if it chose some: a single
+        task on a worker just under the slow line would be the whole query's critical path."""
         with self._lock:
-            return self._most_free(self._fast())
+            return self._most_free(self._mine(self._fast()))
+
+    def _mine(self, among: list[int]) -> list[int]:
+        """Of ``among``, SAMP's hosts, if it chose any of them."""
+        return [w for w in among if w in self._preferred] or among
+
+    def _idle_elsewhere(self, among: list[int]) -> list[int]:
+        """Workers of ``among`` outside SAMP's hosts with a free slot that no query uses."""
+        if not self._preferred or self._load is None:
+            return []
+        return [w for w in among if w not in self._preferred and self._free[w] > 0 and self._load.order(self._addresses[w])[0] == 0]
 
     def _fast(self) -> list[int]:
         live = [w for w in range(len(self._free)) if w not in self._gone]
@@ -165,9 +182,12 @@ class Slots:
             if w not in self._gone and self._free[w] == self._per_worker:
                 return w
         fast = self._fast()
-        chosen = self._most_free(fast)
+        chosen = self._most_free(self._mine(fast))
         if chosen >= 0 and self._free[chosen] > 0:
             return chosen
+        idle = self._idle_elsewhere(fast)
+        if idle:
+            return self._most_free(idle)
         # The fast workers are busy. With W tasks waiting for F fast slots, the last would end
         # after about W / F + 1 task times there, and after r task times on a worker r times
         # slower: that worker takes one if it would finish it sooner.

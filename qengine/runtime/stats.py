@@ -79,12 +79,30 @@ class RecoveryStats:
 
 
 @dataclass
+class SharingStats:
+    """What ShuffleWatcher did to a query that shared the cluster (``runtime.shares``,
+    ``runtime.network_load``): EXPLAIN ANALYZE says so when it did anything."""
+
+    samp_hosts: list[str] = field(default_factory=list)  # the hosts SAMP kept its map tasks and reducers to
+    nass_delays: int = 0  # reducers held back while the network was saturated (NASS)
+
+    def any(self) -> bool:
+        return bool(self.samp_hosts or self.nass_delays)
+
+    def summary(self) -> str:
+        """One line for EXPLAIN ANALYZE."""
+        hosts = ", ".join(self.samp_hosts) if self.samp_hosts else "every host"
+        return f"Sharing: map tasks and reducers on {hosts} (SAMP); {self.nass_delays} reducers delayed while the network was saturated (NASS)"
+
+
+@dataclass
 class QueryStats:
     stages: list[StageStats]
     seconds: float
     shuffles: list[ShuffleStats] = field(default_factory=list)
     spilled_bytes: int = 0
     recovery: RecoveryStats = field(default_factory=RecoveryStats)
+    sharing: SharingStats = field(default_factory=SharingStats)
 
     @property
     def tasks(self) -> int:
@@ -106,4 +124,5 @@ class QueryStats:
             [ShuffleStats(**s) for s in data["shuffles"]],
             data["spilled_bytes"],
             RecoveryStats(**data.get("recovery", {})),
+            SharingStats(**data.get("sharing", {})),
         )

@@ -10,7 +10,9 @@ burst of short tasks costs the coordinator one message, not one call each.
 A query's tasks queue in the order they arrive. The worker's slots are shared by the queries
 it holds: when one frees, ``runtime.fair_queue`` chooses whose task starts (by weighted slot
 time, or first come first served), and the worker runs at most as many tasks at once as the
-largest ``slots`` of those queries. The coordinator may take back tasks that have not started
+largest ``slots`` of those queries. Beyond that, a query with no task running here may always
+start one (Spark's FAIR pools' minShare of one slot): there is no preempting a running task, and
+a short query must not wait for tasks of another that run for an hour. The coordinator may take back tasks that have not started
 (``withdraw``): an idle worker steals them, so that a busy worker's queue does not hold up the
 stage.
 """
@@ -106,9 +108,8 @@ class TaskQueue:
         it is (the lock is held)."""
         while self._queries:
             capacity = max(q.slots for q in self._queries.values())
-            if sum(q.running for q in self._queries.values()) >= capacity:
-                return
-            ready = [name for name, q in self._queries.items() if q.pending and q.running < q.slots]
+            full = sum(q.running for q in self._queries.values()) >= capacity
+            ready = [name for name, q in self._queries.items() if q.pending and q.running < q.slots and not (full and q.running)]
             if not ready:
                 return
             query = self._share.pick(ready)
