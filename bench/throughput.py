@@ -31,6 +31,7 @@ import contextlib
 import os
 import random
 import secrets
+import shutil
 import signal
 import statistics
 import subprocess
@@ -46,6 +47,7 @@ from chaos import Group, Job, terasort_data, terasort_group, tpcds_data, tpcds_g
 from netcluster import NetCluster, _signals_raise, missing_requirement
 
 import qengine
+from qengine.cli.common import cache_dir
 from qengine.transport.rpc import Client
 from sortbench.valsort import summarize as summarize_records
 from tpcds.report import write_json
@@ -74,6 +76,8 @@ class Record:
     ok: bool
     message: str = ""
     remote_bytes: int = 0
+    samp: bool = False  # SAMP kept it to fewer hosts
+    nass_delays: int = 0  # reducers NASS held back
 
 
 @dataclass
@@ -160,8 +164,9 @@ def peak_rss(pid: int) -> int:
     return 0
 
 
-def run_job(con: Any, job: Job) -> tuple[float, bool, str, int]:
-    """Run one job on ``con``: (seconds, correct, why not, bytes its shuffles moved between workers)."""
+def run_job(con: Any, job: Job) -> tuple[float, bool, str, dict[str, Any]]:
+    """Run one job on ``con``: (seconds, correct, why not, what its stats say: the bytes its
+    shuffles moved between workers and what ShuffleWatcher did)."""
     job.prepare()
     cur = con.cursor()
     started = time.perf_counter()
@@ -169,11 +174,14 @@ def run_job(con: Any, job: Job) -> tuple[float, bool, str, int]:
         cur.execute(job.sql)
         table = cur.fetch_arrow_table() if cur.description else None
     except qengine.Error as e:
-        return time.perf_counter() - started, False, f"{type(e).__name__}: {e}", 0
+        return time.perf_counter() - started, False, f"{type(e).__name__}: {e}", {}
     seconds = time.perf_counter() - started
     ok, message = job.check(table)
-    remote = sum(s.remote_bytes for s in cur.stats.shuffles) if cur.stats is not None else 0
-    return seconds, ok, message, remote
+    stats = cur.stats
+    if stats is None:
+        return seconds, ok, message, {}
+    facts = {"remote_bytes": sum(s.remote_bytes for s in stats.shuffles), "samp": bool(stats.sharing.samp_hosts), "nass_delays": stats.sharing.nass_delays}
+    return seconds, ok, message, facts
 
 
 def streams(connect: Callable[[int], Any], plans: list[list[Job]], policy: str, run: str) -> tuple[list[Record], float]:
@@ -187,9 +195,9 @@ def streams(connect: Callable[[int], Any], plans: list[list[Job]], policy: str, 
         try:
             with connect(i) as con:
                 for job in plans[i]:
-                    seconds, ok, message, remote = run_job(con, job)
+                    seconds, ok, message, facts = run_job(con, job)
                     with lock:
-                        records.append(Record(policy, run, i, job.name, seconds, ok, message, remote))
+                        records.append(Record(policy, run, i, job.name, seconds, ok, message, **facts))
         except BaseException as e:  # noqa: BLE001 - reported by the caller
             failures.append(e)
 
@@ -265,9 +273,9 @@ def mixed(connect: Callable[[int], Any], plans: list[list[Job]], policy: str) ->
             with connect(i) as con:
                 while True:
                     for job in plans[i]:
-                        seconds, ok, message, remote = run_job(con, job)
+                        seconds, ok, message, facts = run_job(con, job)
                         with lock:
-                            records.append(Record(policy, "mixed", i, job.name, seconds, ok, message, remote))
+                            records.append(Record(policy, "mixed", i, job.name, seconds, ok, message, **facts))
                     if i or done.is_set():
                         return
         except BaseException as e:  # noqa: BLE001 - reported by the caller
@@ -327,6 +335,8 @@ def summarize(outcomes: list[Outcome], with_mixed: bool) -> list[dict]:
             "tasks": [o.tasks for o in mine],
             "peak_rss": max(max(o.peak_rss, default=0) for o in mine),
             "budget": mine[0].budget,
+            "samp_queries": sum(r.samp for o in mine for r in o.records),
+            "nass_delays": sum(r.nass_delays for o in mine for r in o.records),
         }
         if with_mixed:
             mixed = [r for o in mine for r in o.records if r.run == "mixed" and r.stream]
@@ -359,6 +369,9 @@ def report(rows: list[dict], args: argparse.Namespace) -> None:
         for r in rows:
             print(f"{r['policy']:<8} {r['mixed_short_p95']:>23.2f}s {r['alone_short_p95']:>6.2f}s {r['mixed_ratio']:>6.2f} {r['terasorts']:>9}")
     by = {r["policy"]: r for r in rows}
+    for r in rows:
+        if r["samp_queries"] or r["nass_delays"]:
+            print(f"{r['policy']}: SAMP kept {r['samp_queries']} statements to fewer hosts; NASS held back {r['nass_delays']} reducers")
     print()
     wrong = [w for r in rows for w in r["wrong"]]
     print(f"every answer correct: {'met' if not wrong else 'NOT met'} ({sum(r['correct'] for r in rows)}/{sum(r['runs'] for r in rows)})")
@@ -436,7 +449,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"DuckDB's answers for {len(selection)} queries", flush=True)
     tpcds = tpcds_group(data, selection)
     outcomes: list[Outcome] = []
-    with tempfile.TemporaryDirectory(prefix="qengine-throughput-") as scratch, _signals_raise():
+    scratch = os.path.join(cache_dir(), "throughput-work")  # removed once the run succeeds; its logs kept otherwise
+    shutil.rmtree(scratch, ignore_errors=True)
+    os.makedirs(scratch)
+    with _signals_raise():
         records, inputs = None, None
         if args.terasort_records:
             records = terasort_data(args.terasort_records)
@@ -451,6 +467,7 @@ def main(argv: list[str] | None = None) -> int:
                 sort = terasort_group(records, args.terasort_records, workers, workdir, inputs) if records else None
                 with cluster_for(policy, args, data_roots, workdir) as cluster:
                     outcomes.append(measure(policy, cluster, tpcds, sort, args, repeat))
+    shutil.rmtree(scratch, ignore_errors=True)
     rows = summarize(outcomes, records is not None)
     report(rows, args)
     if args.json:

@@ -175,12 +175,16 @@ class CoordinatorServer(ActionServer):
                     self._cancel(statement)
                     return
 
-        threading.Thread(target=watch, name=f"watch-{statement}", daemon=True).start()
+        watcher = threading.Thread(target=watch, name=f"watch-{statement}", daemon=True)
+        watcher.start()
         try:
             with self.admission.admitted(self._users.get(str(body["session"]), DEFAULT_USER), statement):
                 result = session.execute(body["sql"], params, statement_id=statement)
         finally:
+            # The call's context is freed once this call returns: the watcher must not be
+            # looking at it then (it crashed the coordinator, one statement in thousands).
             ended.set()
+            watcher.join()
         reply: dict[str, Any] = {
             "rowcount": result.rowcount,
             "stats": result.stats.to_json() if result.stats is not None else None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import signal
@@ -118,6 +119,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     host, port = parse_listen(args.listen)
     pair, root = tls_material(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s coordinator %(levelname)s %(message)s")
+    faulthandler.enable()  # a crash in native code leaves the Python stacks in the log
     policy = access_policy(args.data_root, args.output_root)
     shares = Shares(args.scheduling, dict(args.user_weight or []), nass=args.nass, samp=args.samp)
     server = CoordinatorServer(host, port, token, args.heartbeat_timeout, pair, root, policy, args.max_queries_per_user, shares)

@@ -75,6 +75,8 @@ class ActionServer(flight.FlightServerBase):
             if not isinstance(e, self.quiet_errors):
                 logging.getLogger(type(self).__module__).exception("action %s failed", action.type)
             raise server_error(e) from e
+        finally:
+            self._call.context = None  # freed with the call: never looked at after it
         if isinstance(result, Streamed):  # each message goes as soon as it is made
             return (flight.Result(json.dumps(item).encode()) for item in result.items)
         return [flight.Result(json.dumps(result).encode())]
