@@ -195,3 +195,13 @@ def test_a_query_that_does_not_fit_beside_a_running_one_waits_for_memory(tmp_pat
         assert len(endless_errors) == 1 and "query cancelled" in str(endless_errors[0])
         assert not errors, errors
         assert sorted(rows, key=repr) == sorted(oracle.execute(JOIN).fetchall(), key=repr)
+
+
+@pytest.mark.parametrize(("rows", "expected"), [(10.0, 10 * 16 * 2), (0.0, 0), (float("nan"), 0), (float("inf"), 1 << 60), (1e300, 1 << 60)])
+def test_a_prediction_is_a_finite_number_of_bytes_whatever_the_estimate(rows: float, expected: int) -> None:
+    """A cross join's row estimate can overflow, or be undefined: admission still gets bytes."""
+    from types import SimpleNamespace
+
+    from qengine.planner.stages import _predicted_bytes
+
+    assert _predicted_bytes(SimpleNamespace(est_rows=rows, columns=["a", "b"])) == expected

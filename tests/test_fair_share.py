@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+import qengine
 from qengine.runtime.fair_queue import FairQueue, ShareTerms
 from qengine.runtime.shares import Shares
 from tests.test_cli import run_cli
@@ -162,3 +163,9 @@ def test_weighted_users_on_one_cluster_get_right_answers(tmp_path, data_paths, o
         finally:
             for con in connections:
                 con.close()
+
+
+@pytest.mark.parametrize(("policy", "weights", "message"), [("lottery", {}, "must be one of fair, fifo"), ("fair", {"bob": 0}, "positive number")])
+def test_bad_shares_are_refused_with_a_programming_error(policy: str, weights: dict, message: str) -> None:
+    with pytest.raises(qengine.ProgrammingError, match=message):
+        Shares(policy, weights)

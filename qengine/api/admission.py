@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from qengine.errors import OperationalError
+from qengine.errors import OperationalError, ProgrammingError
 
 POLL_SECONDS = 0.2  # a waiting statement looks for a cancel at least this often
 
@@ -44,7 +44,7 @@ class Admission:
 
     def __init__(self, per_user: int | None = None) -> None:
         if per_user is not None and (not isinstance(per_user, int) or per_user < 1):
-            raise ValueError(f"per_user must be a positive integer or None, not {per_user!r}")
+            raise ProgrammingError(f"per_user must be a positive integer or None, not {per_user!r}")
         self.per_user = per_user
         self._cond = threading.Condition()
         self._queues: dict[str, collections.deque[_Waiting]] = collections.defaultdict(collections.deque)

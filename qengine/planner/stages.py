@@ -68,10 +68,13 @@ class Stage:
 
 
 COLUMN_BYTES = 16  # a column value's bytes in a block, for memory admission: 8 for a number, more for a string
+MAX_PREDICTED_BYTES = float(1 << 60)
 
 
 def _predicted_bytes(node: lp.Node) -> int:
-    return int(max(node.est_rows, 0.0) * COLUMN_BYTES * len(node.columns))
+    """An estimate's bytes, capped: a cross join's estimate can be astronomically large."""
+    estimate = node.est_rows * COLUMN_BYTES * len(node.columns)
+    return int(min(estimate, MAX_PREDICTED_BYTES)) if estimate > 0 else 0
 
 
 @dataclass

@@ -161,7 +161,7 @@ class Dispatcher:
         cluster (its map work takes the slot meanwhile), and the reducer would fetch at least
         ``NASS_MIN_BYTES`` from other hosts; for at most ``NASS_MAX_DELAY`` seconds."""
         shares = self.cluster.shares
-        if not shares.nass or not item.run.shuffle_inputs or shares.running() < 2:
+        if not shares.nass or not item.run.shuffle_inputs or shares.running() < 2 or worker in self.state.lost:
             return False
         now = time.monotonic()
         since = self.held_since.get(item.fut)

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from qengine.errors import ProgrammingError
 from qengine.runtime.fair_queue import POLICIES, ShareTerms
 
 DEFAULT_USER = "default"  # a query that names no user (a local connection's)
@@ -34,10 +35,10 @@ class Shares:
         """``nass`` and ``samp`` switch ShuffleWatcher's two mechanisms on (see
         ``runtime.network_load`` and :meth:`samp_hosts`)."""
         if policy not in POLICIES:
-            raise ValueError(f"scheduling policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+            raise ProgrammingError(f"scheduling policy must be one of {', '.join(POLICIES)}, not {policy!r}")
         for user, weight in (weights or {}).items():
             if not weight > 0:
-                raise ValueError(f"the weight of user {user!r} must be a positive number, not {weight!r}")
+                raise ProgrammingError(f"the weight of user {user!r} must be a positive number, not {weight!r}")
         self.policy = policy
         self.weights = dict(weights or {})
         self.nass, self.samp = nass, samp
