@@ -232,17 +232,7 @@ class NetCluster:
 
     def close(self) -> None:
         """Stop every process, then delete the namespaces and links; never raises."""
-        for p in self.procs:
-            with contextlib.suppress(ProcessLookupError):
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-            if p.stdout:
-                p.stdout.close()
+        stop_processes(self.procs)
         for ns in self.namespaces:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         for link in self.links:
@@ -251,6 +241,21 @@ class NetCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def stop_processes(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM each process, then wait for it (SIGKILL after 10 s); never raises."""
+    for p in procs:
+        with contextlib.suppress(ProcessLookupError):
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        if p.stdout:
+            p.stdout.close()
 
 
 @contextlib.contextmanager

@@ -32,7 +32,6 @@ import os
 import random
 import secrets
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -44,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from chaos import Group, Job, terasort_data, terasort_group, tpcds_data, tpcds_group
-from netcluster import NetCluster, _signals_raise, missing_requirement
+from netcluster import NetCluster, _signals_raise, missing_requirement, stop_processes
 
 import qengine
 from qengine.cli.common import cache_dir
@@ -131,17 +130,7 @@ class LoopbackCluster:
         return qengine.connect(f"qengine://{self.address}", token=self.token, **options)
 
     def close(self) -> None:
-        for p in self.procs:
-            with contextlib.suppress(ProcessLookupError):
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-            if p.stdout:
-                p.stdout.close()
+        stop_processes(self.procs)
         self.procs = []
 
 

@@ -23,7 +23,8 @@ CHECK = "SELECT store_id, count(*) AS n FROM sales GROUP BY store_id"
 BOUND = 60.0  # seconds; only guards against hangs
 
 
-def _run_in_thread(cur) -> tuple[threading.Thread, list[BaseException]]:
+def run_endless(cur) -> tuple[threading.Thread, list[BaseException]]:
+    """Run the endless statement on ``cur`` in a thread of its own, once its tasks run; its error lands in the list."""
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -41,7 +42,7 @@ def _run_in_thread(cur) -> tuple[threading.Thread, list[BaseException]]:
 
 def test_a_query_is_cancelled_from_another_thread_by_its_id(default_engine, oracle) -> None:
     cur = default_engine.cursor()
-    thread, errors = _run_in_thread(cur)
+    thread, errors = run_endless(cur)
     started = time.monotonic()
     assert default_engine.cancel(cur.query_id) is True
     thread.join(BOUND)
@@ -63,7 +64,7 @@ def test_a_query_is_cancelled_from_another_connection_of_a_standalone_cluster(tm
         register(mine, data_paths)
         register(other, data_paths)
         cur = mine.cursor()
-        thread, errors = _run_in_thread(cur)
+        thread, errors = run_endless(cur)
         assert [s["query"] for s in c.client().action("statements")] == [cur.query_id]
         assert other.cancel(cur.query_id) is True
         thread.join(BOUND)

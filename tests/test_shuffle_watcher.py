@@ -5,8 +5,6 @@ the network is saturated (``runtime.dispatch``)."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 import qengine
@@ -16,7 +14,7 @@ from qengine.runtime.shares import Shares
 from qengine.runtime.slots import Slots
 from tests.conftest import wait_until
 from tests.test_admission import JOIN
-from tests.test_cancellation import ENDLESS
+from tests.test_cancellation import run_endless
 
 BOUND = 60.0  # seconds; only guards against hangs
 
@@ -95,17 +93,8 @@ def test_a_query_sharing_the_cluster_keeps_to_its_hosts_and_waits_for_the_networ
     network = con._cluster.network
     addresses = con._cluster.addresses
     loading = network.begin([(addresses[0], address, 10) for address in addresses[1:]])
-    errors: list[BaseException] = []
     endless = con.cursor()
-
-    def run() -> None:
-        try:
-            endless.execute(ENDLESS).fetchall()
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            errors.append(e)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    thread, errors = run_endless(endless)
     wait_until(lambda: con._cluster.shares.running() == 1, BOUND, "the endless query to run")
     try:
         cur = con.cursor()
