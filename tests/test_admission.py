@@ -186,6 +186,7 @@ def test_a_query_that_does_not_fit_beside_a_running_one_waits_for_memory(tmp_pat
         listed = json.loads(ok(run_cli("queries", "--cluster", c.address, "--token-file", c.token_file, "--format", "json")))
         by_id = {row["query"]: row for row in listed}
         assert (by_id[endless.cur.query_id]["state"], by_id[endless.cur.query_id]["user"]) == ("running", "alice")
+        assert by_id[endless.cur.query_id]["weight"] == 1.0  # no --user-weight: every user weighs 1
         assert (by_id[waiting.cur.query_id]["state"], by_id[waiting.cur.query_id]["waits_for"]) == ("queued", "memory")
         assert waiting.is_alive()
         assert bob.cancel(endless.cur.query_id) is True

@@ -172,7 +172,7 @@ def cmd_queries(args: argparse.Namespace) -> int:
     root = read_pem(args.tls_ca) if args.tls_ca else None
     with qengine.connect(f"qengine://{args.cluster}", token=read_token(args.token_file), tls_root_certs=root) as con:
         rows = con.queries()
-    columns = ["query", "user", "state", "waits_for", "position", "needs_bytes"]
+    columns = ["query", "user", "weight", "state", "waits_for", "position", "needs_bytes"]
     write_result(pa.table({c: [row.get(c) for row in rows] for c in columns}), args.format, None)
     return 0
 
