@@ -266,9 +266,10 @@ class Connection:
     def queries(self) -> list[dict]:
         """The statements running now, each with its ``query`` id and ``state``: this
         connection's on a local cluster; on a standalone one every connection's, with their
-        ``user`` and the user's ``weight`` (``--user-weight``), and those waiting with what they wait for (``waits_for``: "turn", behind
-        their user's earlier statements, or "memory", for room in the workers' budgets, with
-        the ``needs_bytes`` predicted) and their ``position`` in that queue."""
+        ``user`` and the user's ``weight`` (``--user-weight``), and those waiting with what
+        they wait for (``waits_for``: "turn", behind their user's earlier statements, or
+        "memory", for room in the workers' budgets, with the ``needs_bytes`` predicted) and
+        their ``position`` in that queue."""
         self._check()
         return self._session.running_statements()
 
