@@ -84,7 +84,8 @@ class Outcome:
     """What one policy's cluster did in one repeat."""
 
     policy: str
-    alone: dict[str, float] = field(default_factory=dict)  # job → seconds alone (warm-up)
+    alone: dict[str, float] = field(default_factory=dict)  # job → seconds alone
+    short: list[str] = field(default_factory=list)  # the jobs its mixed run ran beside the TeraSort
     records: list[Record] = field(default_factory=list)
     wall: dict[str, float] = field(default_factory=dict)  # run → seconds
     tasks: list[int] = field(default_factory=list)  # per worker, over the throughput run
@@ -234,6 +235,7 @@ def measure(policy: str, cluster: Any, tpcds: Group, sort: Group | None, args: a
     if sort is not None:
         cutoff = statistics.median(outcome.alone.values())
         short = [job for job in tpcds.jobs if outcome.alone[job.name] <= cutoff]
+        outcome.short = [job.name for job in short]
         plans = [sort.jobs] + [permutation(short, 2000 * repeat + i) for i in range(1, args.streams)]
 
         def connect_mixed(i: int) -> Any:
@@ -296,16 +298,17 @@ def p95(values: list[float]) -> float:
 
 def summarize(outcomes: list[Outcome], with_mixed: bool) -> list[dict]:
     rows = []
+    # The query classes, the same for every policy: short at most the median time alone
+    alone: dict[str, list[float]] = {}
+    for o in outcomes:
+        for job, seconds in o.alone.items():
+            alone.setdefault(job, []).append(seconds)
+    cutoff = statistics.median(statistics.median(v) for v in alone.values())
+    short = {job for job, v in alone.items() if statistics.median(v) <= cutoff}
     for policy in POLICIES:
         mine = [o for o in outcomes if o.policy == policy]
         if not mine:
             continue
-        alone: dict[str, list[float]] = {}
-        for o in outcomes:
-            for job, seconds in o.alone.items():
-                alone.setdefault(job, []).append(seconds)
-        cutoff = statistics.median(statistics.median(v) for v in alone.values())
-        short = {job for job, v in alone.items() if statistics.median(v) <= cutoff}
         thr = [r for o in mine for r in o.records if r.run == "throughput"]
         qph = [3600 * len([r for r in o.records if r.run == "throughput"]) / o.wall["throughput"] for o in mine]
         row = {
@@ -329,7 +332,7 @@ def summarize(outcomes: list[Outcome], with_mixed: bool) -> list[dict]:
         }
         if with_mixed:
             mixed = [r for o in mine for r in o.records if r.run == "mixed" and r.stream]
-            alone_short = [s for job in short for s in alone[job]]
+            alone_short = [o.alone[job] for o in mine for job in o.short]  # the jobs the mixed run ran
             row["mixed_short_p95"] = p95([r.seconds for r in mixed])
             row["alone_short_p95"] = p95(alone_short)
             row["mixed_ratio"] = row["mixed_short_p95"] / row["alone_short_p95"]

@@ -20,6 +20,7 @@ import pyarrow as pa
 from qengine.api.options import SessionSettings
 from qengine.api.result_stream import ResultStream
 from qengine.api.session import Result
+from qengine.api.statements import checked_sql
 from qengine.errors import Error, NotSupportedError, ProgrammingError
 from qengine.runtime.stats import QueryStats
 from qengine.transport.rpc import Client
@@ -59,9 +60,7 @@ class RemoteSession:
         progress: Callable[[int, int], None] | None = None,
         statement_id: str | None = None,
     ) -> Result:
-        if not isinstance(sql, str):
-            raise ProgrammingError(f"SQL must be a string, not {type(sql).__name__}")
-        body: dict[str, Any] = {"sql": sql, "statement": statement_id}
+        body: dict[str, Any] = {"sql": checked_sql(sql), "statement": statement_id}
         if params:
             try:
                 body["params"] = table_to_hex(pa.table({f"p{i}": [v] for i, v in enumerate(params)}))

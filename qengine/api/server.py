@@ -66,7 +66,6 @@ class CoordinatorServer(ActionServer):
         if shares is not None:
             self.registry.shares = shares
         self._sessions: dict[str, Session] = {}
-        self._users: dict[str, str] = {}  # session → the user it runs statements for
         self.admission = Admission(max_queries_per_user)
         # Results not fetched yet, by id: the session they belong to, and their rows.
         self._results: dict[str, tuple[str, ResultStream]] = {}
@@ -100,17 +99,15 @@ class CoordinatorServer(ActionServer):
                 raise ProgrammingError("user must be a name of at most 128 characters")
             execution = dataclasses.replace(settings.execution_options(), user=user)
             session = Session(self.registry, settings.plan_options(workers), execution, Catalog(self.policy, extendable=False))
-            session.gate = functools.partial(self._admit_by_memory, session, user)
+            session.gate = functools.partial(self._admit_by_memory, session)
             sid = secrets.token_hex(8)
             with self._lock:
                 self._sessions[sid] = session
-                self._users[sid] = user
             return {"session": sid, "workers": workers}
         if name == "close_session":
             sid = str(body.get("session"))
             with self._lock:
                 session = self._sessions.pop(sid, None)
-                self._users.pop(sid, None)
                 unread = [rid for rid, (owner, _) in self._results.items() if owner == sid]
                 streams = [self._results.pop(rid)[1] for rid in unread]
             for stream in streams:
@@ -127,12 +124,12 @@ class CoordinatorServer(ActionServer):
             return {"cancelled": self._cancel(str(body["query"]))}
         if name == "statements":
             with self._lock:
-                sessions = [(sid, self._users[sid], session) for sid, session in self._sessions.items()]
+                sessions = list(self._sessions.values())
             waiting = self.admission.waiting()
             queued = {w["query"] for w in waiting}
             running = [
-                {"query": q, "user": user, "state": "running", "weight": self.registry.shares.user_weight(user)}
-                for _, user, session in sessions
+                {"query": q, "user": session.user, "state": "running", "weight": self.registry.shares.user_weight(session.user)}
+                for session in sessions
                 for q in session.statements.ids()
                 if q not in queued
             ]
@@ -178,7 +175,7 @@ class CoordinatorServer(ActionServer):
         watcher = threading.Thread(target=watch, name=f"watch-{statement}", daemon=True)
         watcher.start()
         try:
-            with self.admission.admitted(self._users.get(str(body["session"]), DEFAULT_USER), statement):
+            with self.admission.admitted(session.user, statement):
                 result = session.execute(body["sql"], params, statement_id=statement)
         finally:
             # The call's context is freed once this call returns: the watcher must not be
@@ -197,11 +194,11 @@ class CoordinatorServer(ActionServer):
             reply["result"] = rid
         return reply
 
-    def _admit_by_memory(self, session: Session, user: str, plan: StagePlan) -> contextlib.AbstractContextManager[None]:
+    def _admit_by_memory(self, session: Session, plan: StagePlan) -> contextlib.AbstractContextManager[None]:
         """Hold a planned query until its predicted memory fits what the workers have left."""
         statement = session.statements.current_id() or new_statement_id()
         needs = plan.held_bytes(max(1, len(self.registry.addresses)))
-        return self.admission.memory(user, statement, needs, self.registry.memory_budget, session.statements.current())
+        return self.admission.memory(session.user, statement, needs, self.registry.memory_budget, session.statements.current())
 
     def _cancel(self, statement: str) -> bool:
         """Cancel a statement waiting for its turn or running, in any session."""

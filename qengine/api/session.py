@@ -22,7 +22,7 @@ from qengine.api import result_stream
 from qengine.api.prepared import Prepared
 from qengine.api.replicas import Replicas
 from qengine.api.result_stream import ResultStream
-from qengine.api.statements import Statements, new_statement_id
+from qengine.api.statements import Statements, checked_sql, new_statement_id
 from qengine.catalog.access import claim_output, record_output
 from qengine.catalog.catalog import Catalog, View
 from qengine.catalog.sources import CsvSource, MemorySource, ParquetSource, Partition, RecordSource, Source
@@ -86,6 +86,11 @@ class Session:
         self.gate: Callable[[StagePlan], contextlib.AbstractContextManager[None]] | None = None
         self._lock = threading.Lock()
 
+    @property
+    def user(self) -> str:
+        """Whose share of the cluster the session's queries run in (``connect(user=...)``)."""
+        return self.coordinator.options.user
+
     # ---- statements --------------------------------------------------------------------
 
     def execute(
@@ -97,8 +102,7 @@ class Session:
     ) -> Result:
         """Run ``sql``; ``statement_id`` (one is made when none is given) is what
         :meth:`cancel_statement` knows it by while it runs."""
-        if not isinstance(sql, str):
-            raise ProgrammingError(f"SQL must be a string, not {type(sql).__name__}")
+        checked_sql(sql)
         with self.statements.running(statement_id or new_statement_id()):
             return self._execute(sql, params, progress)
 

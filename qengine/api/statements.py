@@ -14,9 +14,18 @@ import secrets
 import threading
 from collections.abc import Iterator
 
+from qengine.errors import ProgrammingError
+
 
 def new_statement_id() -> str:
     return secrets.token_hex(8)
+
+
+def checked_sql(sql: object) -> str:
+    """``sql`` if it is a string; the user error every door gives otherwise."""
+    if not isinstance(sql, str):
+        raise ProgrammingError(f"SQL must be a string, not {type(sql).__name__}")
+    return sql
 
 
 class Statements:

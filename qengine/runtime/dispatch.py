@@ -55,6 +55,10 @@ class Queued:
     where: int | None  # the worker it is pinned to; None: any worker's free slot
     speculative: bool
     fut: Future
+    # A reducer's fetches from other hosts, worked out once (NASS), and their count in the
+    # network's load while it runs (``runtime.network_load``)
+    fetches: list[tuple[str, str, int]] | None = None
+    fetching: int | None = None
 
 
 NASS_MIN_BYTES = 4 << 20  # a reducer fetching less from other hosts is never held back
@@ -107,11 +111,7 @@ class Dispatcher:
         self.ahead_lock = threading.Lock()
         self.stealing: set[tuple[int, int, int]] = set()  # asked back, not answered yet
         self.returned: queue.SimpleQueue[Queued] = queue.SimpleQueue()  # taken back from a worker
-        # NASS (ShuffleWatcher): a task's count in the network's load while it fetches, and when
-        # a reducer was first held back for a saturated network
-        self.moving: dict[Future, int | None] = {}
-        self.held_since: dict[Future, float] = {}
-        self.moving_lock = threading.Lock()
+        self.held_since: dict[Future, float] = {}  # NASS: when a reducer was first held back
 
     def add(self, item: Queued) -> None:
         """A task launched: it goes with the next :meth:`dispatch` its worker can take."""
@@ -167,28 +167,26 @@ class Dispatcher:
         since = self.held_since.get(item.fut)
         if since is not None and now - since >= NASS_MAX_DELAY:
             return False
-        moving = self.state.remote_input(item.run, item.index, worker)
-        if sum(b for _, _, b in moving) < NASS_MIN_BYTES:
-            return False
         if not self.cluster.network.saturated([self.state.addresses[w] for w in self.state.live_hosts()]):
+            return False
+        if sum(b for _, _, b in self._fetches(item, worker)) < NASS_MIN_BYTES:
             return False
         if since is None:
             self.held_since[item.fut] = now
             self.state.sharing.nass_delays += 1
         return True
 
-    def close(self) -> None:
-        """The query has ended: what its tasks still count in the network's load leaves it."""
-        with self.moving_lock:
-            handles, self.moving = list(self.moving.values()), {}
-        for handle in handles:
-            self.cluster.network.end(handle)
+    def _fetches(self, item: Queued, worker: int) -> list[tuple[str, str, int]]:
+        """What a reducer pinned to ``worker`` fetches from other hosts, worked out once."""
+        if item.fetches is None:
+            item.fetches = self.state.remote_input(item.run, item.index, worker)
+        return item.fetches
 
     def _fetched(self, item: Queued) -> None:
         """A task has ended: its fetches are over."""
-        with self.moving_lock:
-            handle = self.moving.pop(item.fut, None)
-        self.cluster.network.end(handle)
+        if item.fetching is not None:
+            self.cluster.network.end(item.fetching)
+            item.fetching = None
 
     def _steal(self) -> None:
         """Take free tasks back from workers that have not started them: all of them from a
@@ -251,9 +249,7 @@ class Dispatcher:
             return
         self.assigned[item.fut] = worker
         if self.cluster.shares.nass and item.run.shuffle_inputs:
-            handle = self.cluster.network.begin(self.state.remote_input(run, index, worker))
-            with self.moving_lock:
-                self.moving[item.fut] = handle
+            item.fetching = self.cluster.network.begin(self._fetches(item, worker), owner=self.state.query_id)
         if not item.fut.running():  # a stolen task is running already
             item.fut.set_running_or_notify_cancel()  # sent: a failed query waits for it to end
         if item.where is None:

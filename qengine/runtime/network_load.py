@@ -29,18 +29,19 @@ class NetworkLoad:
         self.rates = PushRates()
         self._lock = threading.Lock()
         self._ids = itertools.count()
-        self._transfers: dict[int, list[tuple[str, str, int]]] = {}
+        self._transfers: dict[int, tuple[str | None, list[tuple[str, str, int]]]] = {}  # handle → (owner, transfers)
         self._pending: collections.Counter[str] = collections.Counter()
 
-    def begin(self, transfers: list[tuple[str, str, int]]) -> int | None:
+    def begin(self, transfers: list[tuple[str, str, int]], owner: str | None = None) -> int | None:
         """Count (sender, receiver, bytes) transfers as under way until :meth:`end` is given
-        the handle returned; None when no byte changes hosts."""
+        the handle returned, or :meth:`release` their ``owner`` (a query); None when no byte
+        changes hosts."""
         moving = [(s, r, b) for s, r, b in transfers if b > 0 and s != r]
         if not moving:
             return None
         with self._lock:
             handle = next(self._ids)
-            self._transfers[handle] = moving
+            self._transfers[handle] = (owner, moving)
             for sender, receiver, nbytes in moving:
                 self._pending[sender] += nbytes
                 self._pending[receiver] += nbytes
@@ -50,11 +51,22 @@ class NetworkLoad:
         if handle is None:
             return
         with self._lock:
-            for sender, receiver, nbytes in self._transfers.pop(handle, []):
-                for host in (sender, receiver):
-                    self._pending[host] -= nbytes
-                    if self._pending[host] <= 0:
-                        del self._pending[host]
+            self._forget(handle)
+
+    def release(self, owner: str) -> None:
+        """End every transfer ``owner`` still counts: a query that has ended, whose failed
+        calls may never report theirs."""
+        with self._lock:
+            for handle in [h for h, (o, _) in self._transfers.items() if o == owner]:
+                self._forget(handle)
+
+    def _forget(self, handle: int) -> None:
+        _, moving = self._transfers.pop(handle, (None, []))
+        for sender, receiver, nbytes in moving:
+            for host in (sender, receiver):
+                self._pending[host] -= nbytes
+                if self._pending[host] <= 0:
+                    del self._pending[host]
 
     def seconds(self, address: str) -> float:
         """The traffic under way at ``address``, in seconds of its link (0 when its rate is unknown)."""

@@ -88,7 +88,6 @@ class QueryRun:
         self.shuffles = ShuffleDriver(state, self._aux, cluster.network, cluster.shares.nass)
         self.dispatcher = Dispatcher(state, self.slots, cluster, self.tasks, self.failed, self._inputs_ready, self._wake)
         self.reports = ProgressReports(state, self._call, self.aux_calls)  # LATE's progress scores
-        self.plan = plan
         self.moving: dict[int, int | None] = {}  # a push's body → its count in the network's load
         self.moved_off: set[int] = set()  # slow workers whose waiting reducers were placed elsewhere since found slow
         for stage, (splits, tasks) in zip(plan.stages, plan.scan_tasks(state.workers, options.split_bytes), strict=True):
@@ -202,9 +201,7 @@ class QueryRun:
         finally:
             self.memory.learn({state.addresses[w]: pace for w, pace in measured(state).items()})
             self.slots.close()
-            for handle in self.moving.values():  # a failed query's pushes that never landed
-                self.cluster.network.end(handle)
-            self.dispatcher.close()
+            self.cluster.network.release(state.query_id)  # what a failed query's calls never reported
         # Losing copies and abandoned attempts: cancelled on their workers, they end soon (one on
         # a worker that hangs never does, and is not waited for).
         wait(list(self.futures), timeout=CANCEL_TIMEOUT)
@@ -217,7 +214,7 @@ class QueryRun:
         """SAMP: a shuffle-heavy query that shares the cluster keeps its map tasks, and so its
         reducers, to the hosts ``runtime.shares`` chooses for its share."""
         state = self.state
-        heavy = self.plan.shuffle_bytes(state.workers) >= SHUFFLE_HEAVY_BYTES
+        heavy = state.plan.shuffle_bytes(state.workers) >= SHUFFLE_HEAVY_BYTES
         chosen = self.cluster.shares.samp_hosts(state.query_id, heavy, [state.addresses[w] for w in state.live_hosts()])
         if chosen:
             state.preferred = {state.addresses.index(a) for a in chosen}
@@ -332,7 +329,7 @@ class QueryRun:
         if kind == "push":  # under way between hosts until it lands (``runtime.network_load``)
             sizes, sender = run.task_bytes.get(body["task"], []), self.state.addresses[worker]
             moving = [(sender, to, sizes[int(p)]) for p, to in body["destinations"].items() if int(p) < len(sizes)]
-            self.moving[id(body)] = self.cluster.network.begin(moving)
+            self.moving[id(body)] = self.cluster.network.begin(moving, owner=self.state.query_id)
         fut = self.aux_calls.submit(self._call, worker, kind, body)
         self.futures[fut] = (kind, run, (worker, body))
         fut.add_done_callback(self.ended.put)

@@ -297,7 +297,7 @@ class QueryState:
         hosts other than ``worker``: what it fetches when it runs (``runtime.network_load``)."""
         partitions = run.groups[index] if run.groups is not None else [index]
         moving = []
-        for source in (self.runs[r.shuffle_id] for r in run.partitioned_reads if r.kind in SHUFFLE_KINDS):
+        for source in (self.runs[s] for s in run.shuffle_inputs):
             for p in partitions:
                 for holder, _, nbytes, _ in source.blocks.get(p, {}).values():
                     if holder != worker:

@@ -71,7 +71,7 @@ class Shares:
             return ShareTerms(self._weight(user), order, self.policy)
 
     def _weight(self, user: str) -> float:
-        return self.weights.get(user, 1.0) / max(1, self._per_user[user])
+        return self.user_weight(user) / max(1, self._per_user[user])
 
     def samp_hosts(self, query: str, heavy: bool, hosts: list[str]) -> list[str] | None:
         """SAMP: the hosts a shuffle-heavy query's map tasks and reducers are kept to, or None
@@ -80,7 +80,7 @@ class Shares:
             if not (self.samp and heavy and len(self._queries) > 1 and len(hosts) > 1 and query in self._queries):
                 return None
             user, order = self._queries[query]
-            total = sum(self.weights.get(u, 1.0) for u in self._per_user)
+            total = sum(self.user_weight(u) for u in self._per_user)
             count = max(1, min(len(hosts), round(len(hosts) * self._weight(user) / total)))
             if count == len(hosts):
                 return None

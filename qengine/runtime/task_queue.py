@@ -47,14 +47,12 @@ class TaskQueue:
 
     THREADS = 64  # tasks of every query running here at once, at most
 
-    def __init__(
-        self, run: Callable[[dict], dict[str, Any]], quiet: tuple[type[BaseException], ...] = (), share: FairQueue | None = None
-    ) -> None:
+    def __init__(self, run: Callable[[dict], dict[str, Any]], quiet: tuple[type[BaseException], ...] = ()) -> None:
         self._run = run
         self._quiet = quiet  # failures that are the query's own: not logged with a traceback
         self._lock = threading.Lock()
         self._queries: dict[str, _Query] = {}
-        self._share = share or FairQueue()
+        self._share = FairQueue()
         self._pool = ThreadPoolExecutor(max_workers=self.THREADS, thread_name_prefix="task")
 
     def run(self, query: str, slots: int, specs: list[dict], terms: ShareTerms | None = None) -> Iterator[list[dict]]:
