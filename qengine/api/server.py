@@ -16,16 +16,18 @@ import json
 import logging
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
 from qengine.api.admission import Admission
+from qengine.api.flight_sql import ACTIONS as FLIGHT_SQL_ACTIONS
+from qengine.api.flight_sql import FlightSqlError, FlightSqlService, flight_error, is_flight_sql
 from qengine.api.options import SessionSettings
 from qengine.api.result_stream import ResultStream
-from qengine.api.session import Session
+from qengine.api.session import Result, Session
 from qengine.api.statements import new_statement_id
 from qengine.catalog.access import AccessPolicy
 from qengine.catalog.catalog import Catalog
@@ -39,6 +41,7 @@ from qengine.transport.wire import load_converters, schema_to_hex, table_from_he
 log = logging.getLogger("qengine.runtime.coordinator")
 
 CLIENT_POLL_SECONDS = 0.2  # how often a running statement's client is looked for
+FLIGHT_SQL_USER = "flightsql"  # whose share Flight SQL statements run in (a bearer token names no user)
 
 
 class CoordinatorServer(ActionServer):
@@ -55,9 +58,11 @@ class CoordinatorServer(ActionServer):
         policy: AccessPolicy | None = None,
         max_queries_per_user: int | None = None,
         shares: Shares | None = None,
+        served_tables: list[tuple[str, str, str]] | None = None,
     ) -> None:
         """``shares`` is how the workers' slots are shared between users' queries
-        (``runtime.shares``; by default fairly, every user weighing the same)."""
+        (``runtime.shares``; by default fairly, every user weighing the same).
+        ``served_tables`` (name, kind, path) are the tables Flight SQL clients find."""
         super().__init__(host, port, token, tls)
         load_converters()
         # Where every session may read and write; none given, nothing at all.
@@ -70,6 +75,10 @@ class CoordinatorServer(ActionServer):
         # Results not fetched yet, by id: the session they belong to, and their rows.
         self._results: dict[str, tuple[str, ResultStream]] = {}
         self._lock = threading.Lock()
+        self.served_tables = served_tables or []
+        self.flight_sql = FlightSqlService(self._flight_sql_session, self._run_flight_sql)
+        self._shared: Session | None = None  # Flight SQL's session
+        self._flight_sql_lock = threading.Lock()
 
     # ---- actions ------------------------------------------------------------------------------
 
@@ -92,18 +101,14 @@ class CoordinatorServer(ActionServer):
                 for m in self.registry.members()
             ]
         if name == "open_session":
-            settings = SessionSettings(**body.get("settings", {})).validated()
-            workers = len(self.registry.addresses)
             user = body.get("user") or DEFAULT_USER
             if not isinstance(user, str) or len(user) > 128:
                 raise ProgrammingError("user must be a name of at most 128 characters")
-            execution = dataclasses.replace(settings.execution_options(), user=user)
-            session = Session(self.registry, settings.plan_options(workers), execution, Catalog(self.policy, extendable=False))
-            session.gate = functools.partial(self._admit_by_memory, session)
+            session = self._new_session(SessionSettings(**body.get("settings", {})), user)
             sid = secrets.token_hex(8)
             with self._lock:
                 self._sessions[sid] = session
-            return {"session": sid, "workers": workers}
+            return {"session": sid, "workers": len(self.registry.addresses)}
         if name == "close_session":
             sid = str(body.get("session"))
             with self._lock:
@@ -135,16 +140,7 @@ class CoordinatorServer(ActionServer):
             ]
             return running + [dict(w, state="queued") for w in waiting]
         if name == "register_table":
-            session = self._session(body)
-            kind, table, path = body["kind"], body["name"], body["path"]
-            if kind == "parquet":
-                session.register_parquet(table, path)
-            elif kind == "csv":
-                session.register_csv(table, path, body.get("delimiter", ","), body.get("header", True))
-            elif kind == "records":
-                session.register_records(table, path)
-            else:
-                raise ProgrammingError(f"unknown table kind {kind!r}")
+            self._session(body).register_file(body["kind"], body["name"], body["path"], body.get("delimiter"), body.get("header", True))
             return {"ok": True}
         if name == "allow_root":
             self._session(body).allow_root(body["directory"])
@@ -159,11 +155,29 @@ class CoordinatorServer(ActionServer):
         raise ProgrammingError(f"unknown action {name!r}")
 
     def _execute(self, session: Session, body: dict) -> dict:
-        """Run a statement for a client. A client that goes away while it runs (its process
-        ended, its connection broke, it gave up the call) cancels it."""
+        """Run a statement for a qengine client, keeping its result for the client's ``do_get``."""
         params = list(table_from_hex(body["params"]).to_pylist()[0].values()) if body.get("params") else None
         statement = str(body.get("statement") or new_statement_id())
-        context, ended = self.call_context(), threading.Event()
+        result = self._run_watched(self.call_context(), session, body["sql"], params, statement)
+        reply: dict[str, Any] = {
+            "rowcount": result.rowcount,
+            "stats": result.stats.to_json() if result.stats is not None else None,
+            "result": None,
+        }
+        if result.rows is not None:
+            rid = secrets.token_hex(8)
+            with self._lock:
+                self._results[rid] = (str(body["session"]), result.rows)
+            reply["result"] = rid
+        return reply
+
+    def _run_watched(
+        self, context: flight.ServerCallContext, session: Session, sql: str, params: Sequence[Any] | None, statement: str
+    ) -> Result:
+        """Run a statement for the client of a call, admitted as its user's statements are. A
+        client that goes away while it runs (its process ended, its connection broke, it gave up
+        the call) cancels it."""
+        ended = threading.Event()
 
         def watch() -> None:
             while not ended.wait(CLIENT_POLL_SECONDS):
@@ -176,23 +190,70 @@ class CoordinatorServer(ActionServer):
         watcher.start()
         try:
             with self.admission.admitted(session.user, statement):
-                result = session.execute(body["sql"], params, statement_id=statement)
+                return session.execute(sql, params, statement_id=statement)
         finally:
             # The call's context is freed once this call returns: the watcher must not be
             # looking at it then (it crashed the coordinator, one statement in thousands).
             ended.set()
             watcher.join()
-        reply: dict[str, Any] = {
-            "rowcount": result.rowcount,
-            "stats": result.stats.to_json() if result.stats is not None else None,
-            "result": None,
-        }
-        if result.rows is not None:
-            rid = secrets.token_hex(8)
-            with self._lock:
-                self._results[rid] = (str(body["session"]), result.rows)
-            reply["result"] = rid
-        return reply
+
+    def _new_session(self, settings: SessionSettings, user: str) -> Session:
+        """A session over the registry's workers, its queries admitted by memory."""
+        settings = settings.validated()
+        execution = dataclasses.replace(settings.execution_options(), user=user)
+        plan_options = settings.plan_options(len(self.registry.addresses))
+        session = Session(self.registry, plan_options, execution, Catalog(self.policy, extendable=False))
+        session.gate = functools.partial(self._admit_by_memory, session)
+        return session
+
+    def _flight_sql_session(self) -> Session:
+        """The session Flight SQL statements run in, over the served tables; made on first use,
+        once workers have joined (a plan's partitions follow their number)."""
+        with self._flight_sql_lock:
+            if self._shared is None:
+                if not self.registry.addresses:
+                    raise OperationalError("no worker has joined this coordinator yet")
+                session = self._new_session(SessionSettings(), FLIGHT_SQL_USER)
+                for name, kind, path in self.served_tables:
+                    session.register_file(kind, name, path)
+                self._shared = session
+            return self._shared
+
+    def _run_flight_sql(self, context: flight.ServerCallContext, sql: str, params: Sequence[Any] | None) -> Result:
+        return self._run_watched(context, self._flight_sql_session(), sql, params, new_statement_id())
+
+    def _flight_sql_call(self, call: Callable[[], Any]) -> Any:
+        """Make a Flight SQL call, its failures as Flight SQL clients read them."""
+        try:
+            return call()
+        except (Error, FlightSqlError) as e:
+            if not isinstance(e, self.quiet_errors + (FlightSqlError,)):
+                log.warning("Flight SQL call failed", exc_info=e)
+            # Without its chain: a Flight SQL client is sent the traceback of what is raised here.
+            raise flight_error(e) from None
+
+    def get_flight_info(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
+        return self._flight_sql_call(lambda: self.flight_sql.get_flight_info(context, descriptor))
+
+    def get_schema(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor) -> flight.SchemaResult:
+        return self._flight_sql_call(lambda: self.flight_sql.get_schema(context, descriptor))
+
+    def do_put(
+        self,
+        context: flight.ServerCallContext,
+        descriptor: flight.FlightDescriptor,
+        reader: flight.MetadataRecordBatchReader,
+        writer: flight.FlightMetadataWriter,
+    ) -> None:
+        self._flight_sql_call(lambda: self.flight_sql.do_put(context, descriptor, reader, writer))
+
+    def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterable[flight.Result]:
+        if action.type in FLIGHT_SQL_ACTIONS:
+            return self._flight_sql_call(lambda: self.flight_sql.do_action(context, action))
+        return super().do_action(context, action)
+
+    def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
+        return [(name, "Flight SQL") for name in FLIGHT_SQL_ACTIONS]
 
     def _admit_by_memory(self, session: Session, plan: StagePlan) -> contextlib.AbstractContextManager[None]:
         """Hold a planned query until its predicted memory fits what the workers have left."""
@@ -208,8 +269,10 @@ class CoordinatorServer(ActionServer):
             sessions = list(self._sessions.values())
         return any([session.cancel_statement(statement) for session in sessions])
 
-    def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.GeneratorStream:
+    def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.FlightDataStream:
         """A result's rows, read from the workers as the client takes them."""
+        if is_flight_sql(ticket.ticket):
+            return self._flight_sql_call(lambda: self.flight_sql.do_get(context, ticket))
         rid = json.loads(ticket.ticket).get("result")
         with self._lock:
             _, stream = self._results.pop(str(rid), (None, None))
@@ -229,8 +292,11 @@ class CoordinatorServer(ActionServer):
     def release(self) -> None:
         """Close every session and stop the workers that joined (a clean coordinator shutdown
         leaves no worker behind). Safe to call twice."""
+        self.flight_sql.close()
+        with self._flight_sql_lock:
+            shared, self._shared = self._shared, None
         with self._lock:
-            sessions = list(self._sessions.values())
+            sessions = list(self._sessions.values()) + ([shared] if shared is not None else [])
             self._sessions.clear()
             streams = [stream for _, stream in self._results.values()]
             self._results.clear()

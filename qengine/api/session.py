@@ -416,6 +416,18 @@ class Session:
     def register_csv(self, name: str, path: str, delimiter: str = ",", header: bool = True) -> None:
         self._add(CsvSource(name, self._resolve(path, (".csv", ".tsv", ".txt")), delimiter, header), path)
 
+    def register_file(self, kind: str, name: str, path: str, delimiter: str | None = None, header: bool = True) -> None:
+        """Register a table by its kind: "parquet", "csv", "tsv" (tab-delimited CSV) or
+        "records" (how servers name what a client or a data directory asks for)."""
+        if kind == "parquet":
+            self.register_parquet(name, path)
+        elif kind in ("csv", "tsv"):
+            self.register_csv(name, path, delimiter or ("\t" if kind == "tsv" else ","), header)
+        elif kind == "records":
+            self.register_records(name, path)
+        else:
+            raise ProgrammingError(f"unknown table kind {kind!r}")
+
     def allow_root(self, directory: str) -> None:
         """Let SQL's read_parquet()/read_csv() read under ``directory``."""
         self.catalog.add_root(directory)

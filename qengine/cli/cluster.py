@@ -60,9 +60,10 @@ def tls_material(args: argparse.Namespace) -> tuple[tuple[bytes, bytes] | None, 
     return pair, root
 
 
-def add_security_arguments(parser: argparse.ArgumentParser) -> None:
-    """The token, TLS and health flags, shared so ``coordinator`` and ``worker`` accept the same ones."""
-    parser.add_argument("--token-file", required=True, help="file holding the cluster token")
+def add_security_arguments(parser: argparse.ArgumentParser, token_required: bool = True) -> None:
+    """The token, TLS and health flags, shared so ``coordinator``, ``worker`` and ``serve`` accept the same ones."""
+    parser.add_argument("--token-file", required=token_required,
+                        help="file holding the cluster token" + ("" if token_required else " (default: a new one in the cache directory)"))
     parser.add_argument("--tls-cert", help="PEM certificate to serve TLS with")
     parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
     parser.add_argument("--tls-ca", help="PEM root certificates to verify peers with (default: --tls-cert)")
@@ -70,7 +71,7 @@ def add_security_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also serve the standard grpc.health.v1 service here, for orchestrators' probes (token required)")
 
 
-def _stop_on_sigterm(stop: Any) -> None:
+def stop_on_sigterm(stop: Any) -> None:
     """SIGTERM and SIGINT stop the server cleanly (from a thread: a handler must not block)."""
     def handler(signum: int, frame: Any) -> None:
         threading.Thread(target=stop, daemon=True).start()
@@ -79,7 +80,7 @@ def _stop_on_sigterm(stop: Any) -> None:
     signal.signal(signal.SIGINT, handler)
 
 
-def _health(args: argparse.Namespace, token: str, pair: tuple[bytes, bytes] | None, role: str) -> Any:
+def health_endpoint(args: argparse.Namespace, token: str, pair: tuple[bytes, bytes] | None, role: str) -> Any:
     """The grpc.health.v1 endpoint ``--health`` asks for (service ``qengine.Coordinator`` or
     ``qengine.Worker`` for ``role``), or None."""
     if not args.health:
@@ -113,6 +114,7 @@ def access_policy(data_roots: list[str] | None, output_roots: list[str] | None) 
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
     from qengine.api.server import CoordinatorServer
+    from qengine.cli.common import directory_tables
     from qengine.runtime.shares import Shares
 
     token = read_token(args.token_file)
@@ -122,10 +124,13 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     faulthandler.enable()  # a crash in native code leaves the Python stacks in the log
     policy = access_policy(args.data_root, args.output_root)
     shares = Shares(args.scheduling, dict(args.user_weight or []), nass=args.nass, samp=args.samp)
-    server = CoordinatorServer(host, port, token, args.heartbeat_timeout, pair, root, policy, args.max_queries_per_user, shares)
-    _stop_on_sigterm(server.shutdown)  # before saying so: a SIGTERM sent once it listens must stop it
+    tables = [table for directory in args.data or [] for table in directory_tables(directory)]
+    server = CoordinatorServer(
+        host, port, token, args.heartbeat_timeout, pair, root, policy, args.max_queries_per_user, shares, served_tables=tables
+    )
+    stop_on_sigterm(server.shutdown)  # before saying so: a SIGTERM sent once it listens must stop it
     print(f"qengine coordinator listening on {server.address}", flush=True)
-    health = _health(args, token, pair, "coordinator")
+    health = health_endpoint(args, token, pair, "coordinator")
     try:
         if health is not None:
             health.set_serving(True)
@@ -147,10 +152,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     budget = parse_size(args.memory_budget, "--memory-budget")
     log_file = args.log or os.path.join(cache_dir(), "logs", f"worker-{os.getpid()}.log")
     os.makedirs(os.path.dirname(os.path.abspath(log_file)), exist_ok=True)
-    health = _health(args, token, pair, "worker")
+    health = health_endpoint(args, token, pair, "worker")
 
     def started(stop: Any) -> None:  # registered with the coordinator: ready for tasks
-        _stop_on_sigterm(stop)
+        stop_on_sigterm(stop)
         if health is not None:
             health.set_serving(True)
 
@@ -202,6 +207,9 @@ def add_parsers(sub: Any) -> None:
                     help=f"seconds without a heartbeat before a worker is marked dead (default {DEFAULT_HEARTBEAT_TIMEOUT:g})")
     co.add_argument("--data-root", action="append", metavar="DIR",
                     help="a directory sessions may read tables from (repeatable; required: / allows every file)")
+    co.add_argument("-d", "--data", action="append", metavar="DIR",
+                    help="serve every Parquet/CSV file or directory under DIR (inside a --data-root) as a table to "
+                         "Flight SQL clients (repeatable)")
     co.add_argument("--output-root", action="append", metavar="DIR",
                     help="a directory COPY may write below (repeatable; default: none, COPY is refused)")
     co.add_argument("--max-queries-per-user", type=_positive_int, default=None, metavar="N",

@@ -32,29 +32,37 @@ def prepare_output_dir(out: str, force: bool) -> None:
     os.makedirs(out, exist_ok=True)
 
 
-def register_directory(con: Any, directory: str) -> list[str]:
-    """Register every Parquet/CSV file or directory of Parquet files under ``directory`` as a table."""
+def directory_tables(directory: str) -> list[tuple[str, str, str]]:
+    """The tables under ``directory`` as (name, kind, path): every Parquet or CSV file, and every
+    directory holding Parquet files, named after it (kind "parquet", "csv" or "tsv")."""
     if not os.path.isdir(directory):
         raise qengine.ProgrammingError(f"data directory {directory} does not exist")
-    names = []
-    con.session.allow_root(directory)
+    tables = []
     for entry in sorted(os.listdir(directory)):
         path = os.path.join(directory, entry)
         stem, ext = os.path.splitext(entry)
         if entry.startswith((".", "_")):
             continue
         if os.path.isdir(path):
-            has_parquet = any(f.endswith((".parquet", ".parq")) for _, _, files in os.walk(path) for f in files)
-            if has_parquet:
-                con.register_parquet(entry, path)
-                names.append(entry)
+            if any(f.endswith((".parquet", ".parq")) for _, _, files in os.walk(path) for f in files):
+                tables.append((entry, "parquet", path))
         elif ext in (".parquet", ".parq"):
-            con.register_parquet(stem, path)
-            names.append(stem)
+            tables.append((stem, "parquet", path))
         elif ext in (".csv", ".tsv"):
-            con.register_csv(stem, path, delimiter="\t" if ext == ".tsv" else ",")
-            names.append(stem)
-    return names
+            tables.append((stem, ext[1:], path))
+    return tables
+
+
+def register_directory(con: Any, directory: str) -> list[str]:
+    """Register every table under ``directory`` (:func:`directory_tables`) with a connection."""
+    tables = directory_tables(directory)
+    con.session.allow_root(directory)
+    for name, kind, path in tables:
+        if kind == "parquet":
+            con.register_parquet(name, path)
+        else:
+            con.register_csv(name, path, delimiter="\t" if kind == "tsv" else ",")
+    return [name for name, _, _ in tables]
 
 
 def connection_options(args: argparse.Namespace) -> dict[str, Any]:

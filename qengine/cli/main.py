@@ -11,7 +11,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 import qengine
-from qengine.cli import cluster
+from qengine.cli import cluster, serve
 from qengine.cli.common import add_cluster_arguments, connection_options, register_directory
 from qengine.cli.repl import repl, run_statement
 from qengine.errors import Error
@@ -66,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     sql.set_defaults(func=cmd_sql)
 
     cluster.add_parsers(sub)
+    serve.add_parser(sub)
     for command in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
         command.load()(sub)
     return parser
