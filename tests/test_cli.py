@@ -281,7 +281,7 @@ def _repl(con, lines: list[str], monkeypatch, tmp_path) -> int:
 
     monkeypatch.setattr("builtins.input", fake_input)
     monkeypatch.setattr(qengine.cli.repl, "HISTORY", str(tmp_path / "history"))
-    args = argparse.Namespace(format="table", output=None, no_progress=True)
+    args = argparse.Namespace(format="table", output=None, no_progress=True, trace=None)
     return qengine.cli.repl.repl(con, args)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ from qengine.api.prepared import Prepared
 from qengine.api.replicas import Replicas
 from qengine.api.result_stream import ResultStream
 from qengine.api.statements import Statements, checked_sql, new_statement_id
+from qengine.api.trace import chrome_trace
 from qengine.catalog.access import claim_output, record_output
 from qengine.catalog.catalog import Catalog, View
 from qengine.catalog.sources import CsvSource, MemorySource, ParquetSource, Partition, RecordSource, Source
@@ -47,7 +49,8 @@ from qengine.runtime.stats import QueryStats
 from qengine.sandbox.connection import scratch_connection
 from qengine.transport.wire import schema_from_hex, schema_to_hex
 
-_EXPLAIN = re.compile(r"^\s*EXPLAIN(\s+ANALYZE)?\s+(.*)$", re.IGNORECASE | re.DOTALL)
+# EXPLAIN [ANALYZE] query, or EXPLAIN (option, ...) query with options ANALYZE and FORMAT text|trace
+_EXPLAIN = re.compile(r"^\s*EXPLAIN(?:(\s+ANALYZE)|\s*\(([^()]*)\))?\s+(.*)$", re.IGNORECASE | re.DOTALL)
 _table_ids = itertools.count(1)
 RESULT_TRIES = 3  # runs of a query whose result partitions a lost worker took with it
 
@@ -118,9 +121,10 @@ class Session:
         match = _EXPLAIN.match(sql)
         with user_terms(sql, self.plan_options.dialect):
             if match:  # EXPLAIN blanked out rather than cut off: syntax errors give the user's positions
-                query = re.sub(r"[^\n]", " ", sql[: match.start(2)]) + match.group(2)
+                query = re.sub(r"[^\n]", " ", sql[: match.start(3)]) + match.group(3)
+                analyze, trace = _explain_options(match.group(1), match.group(2))
                 self._heal()
-                return self._explain(query, params, analyze=bool(match.group(1)))
+                return self._explain(query, params, analyze, trace)
             params = list(params or [])
             plan = self.prepared.plan(sql, params, self.catalog.version, self.templates, self.plan_options.dialect)
             if plan is not None:
@@ -247,7 +251,7 @@ class Session:
         )
         return ResultStream(named, batches, sum(output["rows"] for _, output in placement), release)
 
-    def _explain(self, sql: str, params: Sequence[Any] | None, analyze: bool) -> Result:
+    def _explain(self, sql: str, params: Sequence[Any] | None, analyze: bool, trace: bool = False) -> Result:
         statements = parse(sql, self.plan_options.dialect)
         if len(statements) != 1 or not isinstance(statements[0], exp.Query):
             raise ProgrammingError("EXPLAIN takes a single query")
@@ -258,6 +262,8 @@ class Session:
             plan, stats = result.plan, result.stats
         else:
             plan, stats = self.plan(query), None
+        if trace:  # one row: the run's Chrome trace, as JSON text
+            return Result.of_table(pa.table({"trace": [json.dumps(chrome_trace(stats))]}), stats, plan)
         workers = len(self.cluster.addresses)
         lines = explain_lines(plan, workers, self.coordinator.options.split_bytes, stats)
         return Result.of_table(pa.table({"plan": lines}), stats, plan)
@@ -468,6 +474,24 @@ class Session:
             self.coordinator.release(f"table/{uid}/")
             raise
         self.catalog.add_table(source)
+
+
+def _explain_options(analyze_word: str | None, options: str | None) -> tuple[bool, bool]:
+    """(analyze, trace) from ``EXPLAIN ANALYZE`` or ``EXPLAIN (ANALYZE, FORMAT trace)``."""
+    if options is None:
+        return bool(analyze_word), False
+    analyze, fmt = False, "text"
+    for option in filter(None, (o.strip() for o in options.split(","))):
+        words = option.split()
+        if [w.upper() for w in words] in (["ANALYZE"], ["ANALYZE", "TRUE"]):
+            analyze = True
+        elif len(words) == 2 and words[0].upper() == "FORMAT" and words[1].lower() in ("text", "trace"):
+            fmt = words[1].lower()
+        else:
+            raise ProgrammingError(f"unknown EXPLAIN option {option!r}: ANALYZE and FORMAT text|trace are")
+    if fmt == "trace" and not analyze:
+        raise ProgrammingError("EXPLAIN (FORMAT trace) needs ANALYZE: a trace is of a run")
+    return analyze, fmt == "trace"
 
 
 def _partitions(key: str, placement: list[tuple[str, dict]]) -> list[Partition]:

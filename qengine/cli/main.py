@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument("-d", "--data", action="append", help="register every Parquet/CSV file or directory under DIR")
     sql.add_argument("--format", choices=["table", "csv", "json", "parquet"], default="table")
     sql.add_argument("-o", "--output", help="write the result to FILE")
+    sql.add_argument("--trace", metavar="FILE",
+                     help="write the statement's run as a Chrome trace (chrome://tracing, Perfetto): tasks per worker slot")
     sql.add_argument("--output-root", action="append", metavar="DIR",
                      help="a directory COPY may write below (repeatable; default: the current directory)")
     sql.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 from typing import Any
 
+from qengine.api.trace import chrome_trace
 from qengine.catalog.types import type_code
 from qengine.cli.common import progress_bar
 from qengine.cli.output import write_result
-from qengine.errors import Error
+from qengine.errors import Error, ProgrammingError
 
 HISTORY = os.path.expanduser("~/.qengine_history")
 
@@ -26,6 +28,11 @@ def run_statement(con: Any, sql: str, args: argparse.Namespace) -> None:
     stats = cur.stats
     if stats is not None and stats.recovery.any():  # a statement that survived a failure says so
         print(stats.recovery.summary(), file=sys.stderr)
+    if args.trace:  # the last statement's run, as a Chrome trace
+        if stats is None:
+            raise ProgrammingError("--trace: the statement ran no query to trace")
+        with open(args.trace, "w") as f:
+            json.dump(chrome_trace(stats), f)
 
 
 def repl(con: Any, args: argparse.Namespace) -> int:

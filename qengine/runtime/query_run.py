@@ -43,7 +43,7 @@ from qengine.runtime.shuffle_driver import ShuffleDriver
 from qengine.runtime.slots import Slots, WorkerGoneError
 from qengine.runtime.slow_workers import PaceMemory, measured, paces, settled_paces, slow
 from qengine.runtime.speculation import ProgressReports, straggler
-from qengine.runtime.stats import QueryStats, StageStats
+from qengine.runtime.stats import QueryStats, StageStats, TaskSpan
 from qengine.runtime.task_specs import duckdb_builds
 
 SHUFFLE_HEAVY_BYTES = 64 << 20  # predicted shuffle bytes from which SAMP keeps a query to fewer hosts
@@ -92,7 +92,7 @@ class QueryRun:
         self.moved_off: set[int] = set()  # slow workers whose waiting reducers were placed elsewhere since found slow
         for stage, (splits, tasks) in zip(plan.stages, plan.scan_tasks(state.workers, options.split_bytes), strict=True):
             kind = stage.output.kind if stage.output is not None else (output or {}).get("kind", "result")
-            run = StageRun(stage, tasks, splits, StageStats(stage.id, kind, tasks))
+            run = StageRun(stage, tasks, splits, StageStats(stage.id, kind, tasks, parents=stage.parents))
             if stage.output is not None and stage.output.kind in SHUFFLE_KINDS:
                 run.shuffle = ShuffleStats(stage.id, stage.output.kind, state.mode, tasks, stage.output.partitions)
             run.null_columns = null_columns(stage.root, {r.stage.id: r.null_columns for r in state.runs})
@@ -103,6 +103,8 @@ class QueryRun:
                     state.consumer_of[read.shuffle_id] = stage.id
         state.total_tasks = sum(r.tasks for r in state.runs)
         self.done_tasks = 0
+        self.began = time.monotonic()  # what the task spans count from
+        self.spans: list[TaskSpan] = []
         self.futures: dict[Future, tuple[str, StageRun, Any]] = {}
         # Calls put themselves here as they end: the loop takes them in O(1) each, where
         # waiting on every outstanding future cost O(futures) a pass, and a stage of thousands
@@ -207,7 +209,9 @@ class QueryRun:
         wait(list(self.futures), timeout=CANCEL_TIMEOUT)
         result = runs[-1]
         shuffles = [r.shuffle for r in runs if r.shuffle is not None]
-        stats = QueryStats([r.stats for r in runs], time.perf_counter() - started, shuffles, recovery=state.recovery, sharing=state.sharing)
+        stats = QueryStats(
+            [r.stats for r in runs], time.perf_counter() - started, shuffles, recovery=state.recovery, sharing=state.sharing, spans=self.spans
+        )
         return [(state.addresses[w], o) for w, o in zip(result.placement, result.outputs, strict=True)], stats, state.query_id
 
     def _keep_to_hosts(self) -> None:
@@ -414,31 +418,42 @@ class QueryRun:
     def _task_done(self, run: StageRun, index: int, attempt: int, speculative: bool, fut: Future) -> None:
         """Take a finished task attempt: commit it, run it again, or fail the query."""
         running = run.running.get(index, {})
-        worker = running.pop(attempt, (None,))[0]
+        started = running.pop(attempt, None)
         if not running:  # looked at on every pass (LATE): only tasks with attempts running stay
             run.running.pop(index, None)
         sent_to = self.dispatcher.sent_to(fut)
-        worker = sent_to if worker is None else worker  # one still queued on its worker has not started
+        worker = sent_to if started is None else started[0]  # one still queued on its worker has not started
+        outcome, read_seconds = "cancelled", 0.0
         try:
-            worker, result, seconds = fut.result()
-        except (StaleAttemptError, CancelledTaskError):
-            return
-        except WorkerGoneError:  # its pinned worker was lost while it waited for a slot
-            if attempt in run.wanted[index] and index not in run.completed:
+            try:
+                worker, result, seconds = fut.result()
+            except (StaleAttemptError, CancelledTaskError):
+                return
+            except WorkerGoneError:  # its pinned worker was lost while it waited for a slot
+                if attempt in run.wanted[index] and index not in run.completed:
+                    run.wanted[index].discard(attempt)
+                    if not run.wanted[index]:
+                        run.waiting.add(index)  # placed again by the loop, once its inputs are there
+                return
+            except DeferredTaskError:
                 run.wanted[index].discard(attempt)
-                if not run.wanted[index]:
-                    run.waiting.add(index)  # placed again by the loop, once its inputs are there
-            return
-        except DeferredTaskError:
-            run.wanted[index].discard(attempt)
-            if not run.wanted[index] and index not in run.completed:
-                run.waiting.add(index)
-            return
-        except Error as e:
-            self._task_failed(run, index, attempt, speculative, worker, e)
-            return
-        if attempt in run.wanted[index] and index not in run.completed:
-            self._commit(run, index, attempt, worker, result, speculative, seconds)
+                if not run.wanted[index] and index not in run.completed:
+                    run.waiting.add(index)
+                return
+            except Error as e:
+                outcome = "lost" if isinstance(e, WorkerUnreachableError | InputLostError) else "failed"
+                self._task_failed(run, index, attempt, speculative, worker, e)
+                return
+            read_seconds, outcome = result.get("read_seconds") or 0.0, "outrun"
+            if attempt in run.wanted[index] and index not in run.completed:
+                self._commit(run, index, attempt, worker, result, speculative, seconds)
+                outcome = "done"
+        finally:
+            if started is not None:  # a task that never started has no span
+                self.spans.append(TaskSpan(
+                    run.stage.id, index, attempt, self.state.addresses[started[0]], started[1] - self.began,
+                    time.monotonic() - self.began, outcome, speculative, read_seconds,
+                ))
 
     def _task_failed(self, run: StageRun, index: int, attempt: int, speculative: bool, worker: int | None, error: Error) -> None:
         """A task attempt failed: run it again if its worker or its inputs were lost; any other

@@ -26,6 +26,7 @@ class StageStats:
     seconds: float = 0.0
     task_seconds: float = 0.0
     stolen: int = 0  # tasks taken back from a busy worker's queue for an idle one (work stealing)
+    parents: list[int] = field(default_factory=list)  # the stages it reads from
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -96,6 +97,22 @@ class SharingStats:
 
 
 @dataclass
+class TaskSpan:
+    """One task attempt as it ran: where, from when to when (seconds from the query's start),
+    and how it ended. A query's spans draw its timeline (a Chrome trace, the web UI)."""
+
+    stage: int
+    task: int
+    attempt: int
+    worker: str
+    start: float
+    end: float
+    outcome: str  # "done", "outrun" (a copy finished first), "failed", "lost" (its worker was), "cancelled"
+    speculative: bool = False
+    read_seconds: float = 0.0  # of its time, waiting for its input blocks
+
+
+@dataclass
 class QueryStats:
     stages: list[StageStats]
     seconds: float
@@ -103,6 +120,7 @@ class QueryStats:
     spilled_bytes: int = 0
     recovery: RecoveryStats = field(default_factory=RecoveryStats)
     sharing: SharingStats = field(default_factory=SharingStats)
+    spans: list[TaskSpan] = field(default_factory=list)
 
     @property
     def tasks(self) -> int:
@@ -125,4 +143,5 @@ class QueryStats:
             data["spilled_bytes"],
             RecoveryStats(**data.get("recovery", {})),
             SharingStats(**data.get("sharing", {})),
+            [TaskSpan(**t) for t in data.get("spans", [])],
         )
