@@ -106,8 +106,11 @@ class Session:
         """Run ``sql``; ``statement_id`` (one is made when none is given) is what
         :meth:`cancel_statement` knows it by while it runs."""
         checked_sql(sql)
-        with self.statements.running(statement_id or new_statement_id()):
-            return self._execute(sql, params, progress)
+        statement_id = statement_id or new_statement_id()
+        with self.statements.running(statement_id), self.cluster.history.statement(statement_id, sql, self.user) as record:
+            result = self._execute(sql, params, progress)
+            record.rows = result.rowcount
+            return result
 
     def cancel_statement(self, statement_id: str) -> bool:
         """Cancel the statement running under ``statement_id``; whether one was."""

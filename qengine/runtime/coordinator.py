@@ -72,6 +72,7 @@ class Coordinator:
         cancelled). The caller collects the result blocks, then calls :meth:`release`.
         """
         run = None
+        record = self.cluster.history.current()  # the statement this query runs for, if recorded
         try:
             with self.cluster.running_query():
                 run = QueryRun(
@@ -79,13 +80,20 @@ class Coordinator:
                 )
                 with self._lock:
                     self._running.add(run)
-                return run.execute()
+                if record is not None:
+                    record.plan, record.run = plan, run
+                placement, stats, query_id = run.execute()
+                if record is not None:
+                    record.stats = stats
+                return placement, stats, query_id
         except Error as e:  # a worker's DuckDB names the fragment's columns, which the user never wrote
             e.args = (with_user_columns(str(e), plan),)
             raise
         finally:
             with self._lock:
                 self._running.discard(run)
+            if record is not None:
+                record.run = None
 
     def run_here(self, plan: StagePlan) -> tuple[pa.Table, QueryStats]:
         """Run a plan that reads no data (``stages.reads_no_data``) in this process, in the

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from qengine.errors import OperationalError
 from qengine.runtime.cluster_load import ClusterLoad
 from qengine.runtime.network_load import NetworkLoad
+from qengine.runtime.query_history import QueryHistory
 from qengine.runtime.shares import Shares
 from qengine.transport.rpc import ClientPool
 from qengine.transport.wire import load_converters
@@ -101,6 +102,7 @@ class LocalCluster:
         self.load = ClusterLoad()  # every query's tasks per worker (runtime.cluster_load)
         self.shares = Shares()  # every running query's claim on the workers' slots (runtime.shares)
         self.network = NetworkLoad()  # the bytes under way between hosts (runtime.network_load)
+        self.history = QueryHistory()  # the statements run and running (runtime.query_history)
         self._own_log_dir = log_dir is None
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="qengine-logs-")
         # Each worker's spill directory is made here and removed on close as well as by the

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from qengine.errors import OperationalError
 from qengine.runtime.cluster_load import ClusterLoad
 from qengine.runtime.network_load import NetworkLoad
+from qengine.runtime.query_history import QueryHistory
 from qengine.runtime.shares import Shares
 from qengine.transport.rpc import ClientPool
 
@@ -50,6 +51,7 @@ class WorkerRegistry:
         self.load = ClusterLoad()  # every query's tasks per worker (runtime.cluster_load)
         self.shares = Shares()  # every running query's claim on the workers' slots (runtime.shares)
         self.network = NetworkLoad()  # the bytes under way between hosts (runtime.network_load)
+        self.history = QueryHistory()  # the statements run and running (runtime.query_history)
         self._members: dict[int, Member] = {}
         self._ids = itertools.count()
         self._lock = threading.Lock()

@@ -24,6 +24,7 @@ from qengine.exchange.prediction import coalesce
 from qengine.planner.stages import Stage, StagePlan
 from qengine.runtime.cluster_load import ClusterLoad
 from qengine.runtime.network_load import NetworkLoad
+from qengine.runtime.query_history import QueryHistory
 from qengine.runtime.shares import DEFAULT_USER, Shares
 from qengine.runtime.stats import RecoveryStats, SharingStats, StageStats
 from qengine.transport.rpc import ClientPool
@@ -38,6 +39,7 @@ class Cluster(Protocol):
     load: ClusterLoad  # every query's tasks per worker
     shares: Shares  # every running query's claim on the workers' slots
     network: NetworkLoad  # the bytes under way between hosts, over every query
+    history: QueryHistory  # the statements run and running, for the web UI
 
     @property
     def addresses(self) -> list[str]: ...
