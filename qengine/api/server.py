@@ -161,7 +161,8 @@ class CoordinatorServer(ActionServer):
     def _execute(self, session: Session, body: dict) -> dict:
         """Run a statement for a client. A client that goes away while it runs (its process
         ended, its connection broke, it gave up the call) cancels it."""
-        params = list(table_from_hex(body["params"]).to_pylist()[0].values()) if body.get("params") else None
+        row = table_from_hex(body["params"]).to_pylist()[0] if body.get("params") else None
+        params = row if row is None or body.get("named") else list(row.values())  # by name: a dict
         statement = str(body.get("statement") or new_statement_id())
         context, ended = self.call_context(), threading.Event()
 
