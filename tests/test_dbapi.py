@@ -530,7 +530,8 @@ def test_connection_context_manager_and_closed_connection(data_paths, oracle) ->
         con.commit()
     with pytest.raises(qengine.InterfaceError):
         con.register_parquet("c2", data_paths["customers"])
-    con.close()  # closing twice is fine
+    with pytest.raises(qengine.InterfaceError):
+        con.close()  # closing a closed connection is an error (PEP 249); leaving the with block was not
 
 
 def test_connection_context_manager_closes_when_the_body_raises() -> None:

@@ -146,10 +146,12 @@ class Relation(ScopedQuery):
     def _rendered(self, rows: int) -> str:
         cursor = self._run()
         reader = cursor.fetch_record_batch(rows)
-        first = next(iter(reader), None)
-        table = pa.Table.from_batches([first] if first is not None else [], schema=reader.schema)
+        batches: list[pa.RecordBatch] = []
+        while sum(b.num_rows for b in batches) < rows and (batch := next(reader, None)) is not None:
+            batches.append(batch)
+        table = pa.Table.from_batches(batches, schema=reader.schema).slice(0, rows)
         out = io.StringIO()
-        print_table(table, out, total=max(cursor.rowcount, table.num_rows))
+        print_table(table, out, total=cursor.rowcount)
         cursor.close()
         return out.getvalue()
 
