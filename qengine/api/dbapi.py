@@ -13,7 +13,7 @@ import pyarrow as pa
 import sqlglot.expressions as exp
 
 from qengine import errors
-from qengine.api.frames import arrow_table, polars_frame
+from qengine.api.frames import arrow_table, pandas_frame, polars_frame
 from qengine.api.relation import Relation, relation_or_run
 from qengine.api.replacement_scans import caller_scope, scans_for
 from qengine.api.result_stream import ResultStream
@@ -200,11 +200,15 @@ class Cursor:
 
         return rest()
 
+    def _rest_table(self) -> pa.Table:
+        """The rows not fetched yet, the DuckDB types Arrow does not carry still tagged."""
+        schema = self._stream().schema
+        return pa.Table.from_batches(list(self._rest()), schema=schema)
+
     @_user_errors
     def fetch_arrow_table(self) -> pa.Table:
         """The rows not fetched yet, as an Arrow table (all of them for a result not read from)."""
-        schema = self._stream().schema
-        return untagged(pa.Table.from_batches(list(self._rest()), schema=schema))
+        return untagged(self._rest_table())
 
     @_user_errors
     def fetch_record_batch(self, rows_per_batch: int = 1_000_000) -> pa.RecordBatchReader:
@@ -229,9 +233,10 @@ class Cursor:
         fields (``sandbox.carried_types``)."""
         return self._stream().schema
 
+    @_user_errors
     def fetchdf(self) -> Any:
-        """The rows not fetched yet, as a pandas DataFrame."""
-        return self.fetch_arrow_table().to_pandas()
+        """The rows not fetched yet, as a pandas DataFrame of the dtypes DuckDB's gives."""
+        return pandas_frame(self._rest_table())
 
     df = fetchdf
     arrow = fetch_arrow_table

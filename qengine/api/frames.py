@@ -9,6 +9,8 @@ from typing import Any
 import pyarrow as pa
 
 from qengine.errors import InterfaceError
+from qengine.sandbox.carried_types import restoring_query
+from qengine.sandbox.connection import scratch_connection
 
 
 def arrow_table(data: Any) -> pa.Table | None:
@@ -28,6 +30,18 @@ def arrow_table(data: Any) -> pa.Table | None:
     if polars is not None and isinstance(data, polars.DataFrame):
         return data.to_arrow()
     return None
+
+
+def pandas_frame(table: pa.Table) -> Any:
+    """A result (its carried DuckDB types tagged, ``sandbox.carried_types``) as the pandas
+    DataFrame DuckDB's ``df()`` makes of it: DuckDB converts by its types (a DECIMAL or HUGEINT
+    to float64, a DATE to datetime64), not as Arrow does, so DuckDB converts it here too."""
+    con = scratch_connection()
+    try:
+        con.register("result", table)
+        return con.sql(restoring_query("result", table.schema) or "SELECT * FROM result").df()
+    finally:
+        con.close()
 
 
 def polars_frame(table: pa.Table) -> Any:

@@ -90,8 +90,8 @@ class Relation(ScopedQuery):
         return self._run().fetch_arrow_table()
 
     def df(self) -> Any:
-        """The rows as a pandas DataFrame."""
-        return self.arrow().to_pandas()
+        """The rows as a pandas DataFrame, of the dtypes DuckDB's has."""
+        return self._run().fetchdf()
 
     def pl(self) -> Any:
         """The rows as a polars DataFrame (polars must be installed)."""
