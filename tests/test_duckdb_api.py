@@ -313,3 +313,22 @@ def test_connection_attributes_and_close() -> None:
                  lambda: con.table("t")):
         with pytest.raises(qengine.InterfaceError):
             call()
+
+
+def test_a_standalone_cluster_binds_names_and_gives_relations(tmp_path, data_paths: dict[str, str], oracle) -> None:
+    from tests.test_multihost import cluster, data_root, register
+
+    sql = "SELECT count(*) AS n FROM sales WHERE qty > $lo AND note = $note"
+    params = {"lo": 40, "note": "gift"}
+    with cluster(tmp_path, 1, data_roots=data_root(data_paths)) as c, c.connect() as remote:
+        register(remote, data_paths)
+        assert remote.execute(sql, params).fetchall() == oracle.execute(sql, params).fetchall()
+        with pytest.raises(qengine.ProgrammingError, match=r"no value for parameter \$note"):
+            remote.execute(sql, {"lo": 1})
+        rel = remote.sql("SELECT city, count(*) AS n FROM customers GROUP BY city")
+        expected = oracle.sql("SELECT city, count(*) AS n FROM customers GROUP BY city")
+        same_frames(rel.df(), expected.df())
+        assert (rel.columns, rel.types, rel.shape) == (expected.columns, [str(t) for t in expected.types], expected.shape)
+        assert remote.sql("CREATE TABLE remote_t AS SELECT 1 AS x") is None
+        with pytest.raises(qengine.NotSupportedError, match="standalone"):
+            rel.query("r", "SELECT * FROM r")

@@ -20,17 +20,17 @@ import pyarrow as pa
 import sqlglot.expressions as exp
 
 from qengine.api.frames import polars_frame
-from qengine.api.replacement_scans import ScopedQuery, caller_scope
+from qengine.api.replacement_scans import ScopedQuery, caller_scope, reads_variables
 from qengine.api.statements import checked_sql
 from qengine.cli.output import print_table
-from qengine.errors import ProgrammingError
+from qengine.errors import NotSupportedError, ProgrammingError
 from qengine.planner.frontend import parse
 from qengine.sandbox.carried_types import restoring_query
 from qengine.sandbox.connection import scratch_connection
 
 SHOWN_ROWS = 40  # rows show() and repr() print of a longer result
 _EXPLAIN = re.compile(r"^\s*EXPLAIN\b", re.IGNORECASE)
-_SELF = "__relation"  # the name a relation is read by in the queries it runs on itself
+_SELF = "__relation"  # a relation's name in the queries it runs over itself, and a materialized one's rows
 
 
 def relation_or_run(connection: Any, sql: str, scope: Mapping[str, Any]) -> Relation | None:
@@ -40,8 +40,11 @@ def relation_or_run(connection: Any, sql: str, scope: Mapping[str, Any]) -> Rela
     if _EXPLAIN.match(checked_sql(sql)):
         return Relation(connection, sql, scope)
     statements = parse(sql, connection.session.dialect)
-    if len(statements) == 1 and isinstance(statements[0], exp.Query | exp.Values):
+    query_last = isinstance(statements[-1], exp.Query | exp.Values)
+    if len(statements) == 1 and query_last:
         return Relation(connection, sql, scope)
+    if query_last and not reads_variables(connection):
+        raise NotSupportedError("on a standalone cluster sql() takes one query, or statements that return no rows")
     cursor = connection.cursor().execute_scoped(sql, scope)
     if cursor.description is None:
         return None
@@ -59,9 +62,11 @@ class Relation(ScopedQuery):
     def _run(self) -> Any:
         return self.connection.cursor().execute_scoped(self.sql, self.scope)
 
-    def _run_over(self, sql: str) -> Any:
-        """Run ``sql``, which reads this relation as ``__relation``."""
-        return self.connection.cursor().execute_scoped(sql, {_SELF: self})
+    def _run_over(self, outer: exp.Select) -> Any:
+        """Run ``outer`` with this relation as what it reads FROM."""
+        dialect = self.connection.session.dialect
+        inner = exp.Subquery(this=parse(self.sql, dialect)[0], alias=exp.TableAlias(this=exp.to_identifier(_SELF)))
+        return self.connection.cursor().execute_scoped(outer.from_(inner).sql(dialect=dialect), self.scope)
 
     @property
     def _explains(self) -> bool:
@@ -108,7 +113,7 @@ class Relation(ScopedQuery):
 
     def _result_schema(self) -> pa.Schema:
         if self._schema is None:
-            cursor = self._run() if self._explains else self._run_over(f"SELECT * FROM {_SELF} LIMIT 0")
+            cursor = self._run() if self._explains else self._run_over(exp.select("*").limit(0))
             self._schema = cursor.result_schema
         return self._schema
 
@@ -130,13 +135,15 @@ class Relation(ScopedQuery):
     @property
     def shape(self) -> tuple[int, int]:
         """(rows, columns); the rows are counted by running it."""
-        rows = self.arrow().num_rows if self._explains else self._run_over(f"SELECT count(*) FROM {_SELF}").fetchone()[0]
+        rows = self.arrow().num_rows if self._explains else self._run_over(exp.select("count(*)")).fetchone()[0]
         return rows, len(self.columns)
 
     def query(self, name: str, sql: str) -> Relation | None:
         """Run ``sql``, in which ``name`` is this relation: a relation again if it is a query."""
         if not isinstance(name, str) or not name:
             raise ProgrammingError(f"a relation's name must be a non-empty string, not {name!r}")
+        if not reads_variables(self.connection):
+            raise NotSupportedError("on a standalone cluster a statement cannot read a relation by name")
         if name.lower() in (t.lower() for t in self.connection.tables()):
             raise ProgrammingError(f"{name!r} is already a table or view of the connection: give the relation another name")
         return relation_or_run(self.connection, sql, {**caller_scope(sql), name: self})

@@ -118,11 +118,14 @@ class ReplacementScans:
             return expand_sources(bind(statements[0], None), self._session.catalog, self._session.dialect)
 
 
+def reads_variables(connection: Any) -> bool:
+    """Whether ``connection``'s statements can read Python variables: not a standalone
+    cluster's, whose coordinator resolves every name alone."""
+    return hasattr(connection.session, "catalog")
+
+
 def scans_for(connection: Any, scope: Mapping[str, Any]) -> contextlib.AbstractContextManager[None]:
-    """The replacement scans of a statement ``connection`` runs with the variables ``scope``:
-    none where there are no variables, or the session cannot hold in-memory tables (a
-    standalone cluster's, whose coordinator resolves names alone)."""
-    session = connection.session
-    if not scope or not hasattr(session, "catalog"):
+    """The replacement scans of a statement ``connection`` runs with the variables ``scope``."""
+    if not scope or not reads_variables(connection):
         return contextlib.nullcontext()
-    return ReplacementScans(session, connection, scope).active()
+    return ReplacementScans(connection.session, connection, scope).active()
