@@ -332,3 +332,15 @@ def test_a_standalone_cluster_binds_names_and_gives_relations(tmp_path, data_pat
         assert remote.sql("CREATE TABLE remote_t AS SELECT 1 AS x") is None
         with pytest.raises(qengine.NotSupportedError, match="standalone"):
             rel.query("r", "SELECT * FROM r")
+
+
+def test_the_same_text_reads_what_the_variable_holds_now(con, oracle) -> None:
+    """Plans of a statement that read a variable are not reused for the same text later."""
+    sql = "SELECT count(*) AS n, sum(v) AS s FROM vals WHERE v > 1"
+    for vals in (pd.DataFrame({"v": [1, 2, 3]}), pd.DataFrame({"v": [5, 6]}), pa.table({"v": [0.5, 7.5, 9.0]})):  # noqa: B007
+        assert con.sql(sql).fetchall() == oracle.sql(sql).fetchall()
+        assert con.execute(sql).fetchall() == oracle.execute(sql).fetchall()
+    outer = "SELECT count(*) AS n FROM picked WHERE cust_id > 2"
+    for bound in (10, 20):
+        picked = con.sql(f"SELECT cust_id FROM customers WHERE cust_id < {bound}")  # noqa: F841
+        assert con.sql(outer).fetchall() == [(bound - 3,)]
