@@ -241,6 +241,7 @@ class Cursor:
     df = fetchdf
     arrow = fetch_arrow_table
 
+    @_user_errors
     def pl(self) -> Any:
         """The rows not fetched yet, as a polars DataFrame (polars must be installed)."""
         return polars_frame(self.fetch_arrow_table())
