@@ -332,6 +332,9 @@ def test_a_standalone_cluster_binds_names_and_gives_relations(tmp_path, data_pat
         assert remote.sql("CREATE TABLE remote_t AS SELECT 1 AS x") is None
         with pytest.raises(qengine.NotSupportedError, match="standalone"):
             rel.query("r", "SELECT * FROM r")
+        frame = pd.DataFrame({"x": [1]})  # noqa: F841
+        with pytest.raises(qengine.NotSupportedError, match="'frame'"):
+            remote.sql("SELECT * FROM frame").fetchall()
 
 
 def test_the_same_text_reads_what_the_variable_holds_now(con, oracle) -> None:

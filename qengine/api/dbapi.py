@@ -121,7 +121,7 @@ class Cursor:
             raise InterfaceError("parameters must be a sequence for ? placeholders, e.g. [5] or (5, 'x'), or a dict for $name ones")
         self._discard()
         self.query_id = new_statement_id()
-        with scans_for(self.connection, scope):
+        with scans_for(self.connection, operation, scope):
             self._result = self.connection._session.execute(operation, parameters, progress, self.query_id)
         return self
 

@@ -13,6 +13,16 @@ from qengine.sandbox.carried_types import restoring_query
 from qengine.sandbox.connection import scratch_connection
 
 
+def is_data(value: Any) -> bool:
+    """Whether ``value`` is something :func:`arrow_table` turns into a table (without reading it)."""
+    import pandas as pd
+
+    polars = sys.modules.get("polars")  # a polars DataFrame exists only once polars is imported
+    return isinstance(value, pa.Table | pa.RecordBatchReader | pa.RecordBatch | pd.DataFrame) or (
+        polars is not None and isinstance(value, polars.DataFrame)
+    )
+
+
 def arrow_table(data: Any) -> pa.Table | None:
     """``data`` as an Arrow table, if it is data: an Arrow table, record batch or reader, a
     pandas or polars DataFrame; None for anything else."""
@@ -26,7 +36,7 @@ def arrow_table(data: Any) -> pa.Table | None:
 
     if isinstance(data, pd.DataFrame):
         return pa.Table.from_pandas(data, preserve_index=False)
-    polars = sys.modules.get("polars")  # a polars DataFrame exists only once polars is imported
+    polars = sys.modules.get("polars")
     if polars is not None and isinstance(data, polars.DataFrame):
         return data.to_arrow()
     return None

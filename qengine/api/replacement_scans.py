@@ -20,8 +20,8 @@ from typing import Any
 
 import sqlglot.expressions as exp
 
-from qengine.api.frames import arrow_table
-from qengine.errors import ProgrammingError
+from qengine.api.frames import arrow_table, is_data
+from qengine.errors import NotSupportedError, ProgrammingError
 from qengine.planner.frontend import bind, expand_sources, parse
 
 _WORDS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -124,8 +124,22 @@ def reads_variables(connection: Any) -> bool:
     return hasattr(connection.session, "catalog")
 
 
-def scans_for(connection: Any, scope: Mapping[str, Any]) -> contextlib.AbstractContextManager[None]:
-    """The replacement scans of a statement ``connection`` runs with the variables ``scope``."""
-    if not scope or not reads_variables(connection):
+def scans_for(connection: Any, sql: str, scope: Mapping[str, Any]) -> contextlib.AbstractContextManager[None]:
+    """The replacement scans of statement ``sql``, which ``connection`` runs with the
+    variables ``scope``. A standalone cluster's coordinator cannot read them: a statement
+    there that names one in FROM is refused rather than told the table does not exist."""
+    if not scope:
         return contextlib.nullcontext()
-    return ReplacementScans(connection.session, connection, scope).active()
+    if reads_variables(connection):
+        return ReplacementScans(connection.session, connection, scope).active()
+    held = {name for name, value in scope.items() if is_data(value) or isinstance(value, ScopedQuery)}
+    if held:
+        named = {t.name for statement in parse(sql, connection.session.dialect) for t in statement.find_all(exp.Table)}
+        tables = {t.lower() for t in connection.tables()}
+        read = sorted(name for name in held & named if name.lower() not in tables)
+        if read:
+            raise NotSupportedError(
+                f"a standalone cluster cannot read the Python variable {read[0]!r}: write it to Parquet on a shared path "
+                "and register_parquet it"
+            )
+    return contextlib.nullcontext()
