@@ -24,7 +24,7 @@ from qengine.api.frames import arrow_table, is_data
 from qengine.errors import NotSupportedError, ProgrammingError
 from qengine.planner.frontend import bind, expand_sources, parse
 
-_WORDS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_WORDS = re.compile(r"[^\W\d]\w*")  # Python identifiers, Unicode ones too
 _scan_ids = itertools.count(1)
 MAX_NESTING = 32  # relations read in relations, as views nest
 
