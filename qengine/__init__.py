@@ -46,7 +46,8 @@ __all__ = [
     "BINARY", "DATETIME", "NUMBER", "ROWID", "STRING", "Binary", "Connection", "Cursor", "DataError",
     "DatabaseError", "Date", "DateFromTicks", "Error", "IntegrityError", "InterfaceError", "InternalError",
     "NotSupportedError", "OperationalError", "ProgrammingError", "Time", "TimeFromTicks", "Timestamp",
-    "TimestampFromTicks", "Warning", "apilevel", "connect", "paramstyle", "threadsafety",
+    "TimestampFromTicks", "Warning", "apilevel", "connect", "default_connection", "execute", "paramstyle", "sql",
+    "threadsafety",
 ]
 
 
@@ -154,6 +155,25 @@ def connect(
     cluster = LocalCluster(workers, shuffle_memory=memory, lazy=lazy_start, **({"hang_timeout": hang_timeout} if hang_timeout else {}))
     session = Session(cluster, settings.plan_options(workers), settings.execution_options(), catalog)
     return Connection(session, cluster)
+
+
+def default_connection() -> Any:
+    """The connection :func:`sql` and :func:`execute` run on: a local cluster
+    (``qengine.connect()``) started on first use and stopped when the interpreter exits."""
+    from qengine.api.default_connection import default_connection as connection
+
+    return connection()
+
+
+def sql(query: str) -> Any:
+    """``default_connection().sql(query)``: a relation for a query, as ``duckdb.sql``; any
+    other statement runs at once and gives None."""
+    return default_connection().sql(query)
+
+
+def execute(operation: str, parameters: Any = None) -> Any:
+    """``default_connection().execute(operation, parameters)``: a cursor with the statement run."""
+    return default_connection().execute(operation, parameters)
 
 
 def __getattr__(name: str) -> Any:

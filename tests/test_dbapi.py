@@ -472,14 +472,14 @@ def test_fetchdf(default_engine, oracle) -> None:
     sql = "SELECT sale_id, qty, amount, note FROM sales WHERE sale_id < 200 ORDER BY sale_id"
     df = default_engine.execute(sql).fetchdf()
     assert isinstance(df, pd.DataFrame)
-    expected = oracle.execute(sql).to_arrow_table().to_pandas()
+    expected = oracle.execute(sql).df()
     assert list(df.columns) == list(expected.columns)
-    pd.testing.assert_frame_equal(df, expected, check_dtype=False)
+    pd.testing.assert_frame_equal(df, expected)
 
 
-def test_sql_shortcut_returns_arrow(default_engine, oracle) -> None:
+def test_sql_gives_a_relation(default_engine, oracle) -> None:
     sql = "SELECT city, count(cust_id) AS n FROM customers GROUP BY city"
-    got = default_engine.sql(sql)
+    got = default_engine.sql(sql).arrow()
     assert isinstance(got, pa.Table)
     same_table(got, oracle.execute(sql).to_arrow_table(), sql)
 
@@ -530,7 +530,8 @@ def test_connection_context_manager_and_closed_connection(data_paths, oracle) ->
         con.commit()
     with pytest.raises(qengine.InterfaceError):
         con.register_parquet("c2", data_paths["customers"])
-    con.close()  # closing twice is fine
+    with pytest.raises(qengine.InterfaceError):
+        con.close()  # closing a closed connection is an error (PEP 249); leaving the with block was not
 
 
 def test_connection_context_manager_closes_when_the_body_raises() -> None:

@@ -1,14 +1,21 @@
-"""PEP 249 connections and cursors, plus the DuckDB-style extras (Arrow, pandas, register)."""
+"""PEP 249 connections and cursors, plus the DuckDB-style extras: Arrow, pandas and polars
+results, relations (``con.sql``), registered data, and DataFrames found by their variable's
+name (``api.replacement_scans``)."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+import sqlglot.expressions as exp
 
+from qengine import errors
+from qengine.api.frames import arrow_table, pandas_frame, polars_frame
+from qengine.api.relation import Relation, relation_or_run
+from qengine.api.replacement_scans import caller_scope, scans_for
 from qengine.api.result_stream import ResultStream
 from qengine.api.session import Result, Session
 from qengine.api.statements import new_statement_id
@@ -89,14 +96,33 @@ class Cursor:
             self._result.close()
         self._result, self._batch, self._rest_of_batch, self._rows, self._pos = None, None, None, [], 0
 
+    def execute(
+        self,
+        operation: str,
+        parameters: Sequence[Any] | Mapping[str, Any] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Cursor:
+        """Run a statement; ``parameters`` bind its ``?``/``$n`` placeholders (a sequence) or
+        its ``$name`` ones (a dict). A table name the catalog lacks may name a DataFrame, Arrow
+        table or relation in the caller's variables."""
+        return self.execute_scoped(operation, caller_scope(operation), parameters, progress)
+
     @_user_errors
-    def execute(self, operation: str, parameters: Sequence[Any] | None = None, progress: Callable[[int, int], None] | None = None) -> Cursor:
+    def execute_scoped(
+        self,
+        operation: str,
+        scope: Mapping[str, Any],
+        parameters: Sequence[Any] | Mapping[str, Any] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Cursor:
+        """:meth:`execute` with the variables a table name may name given as ``scope``."""
         self._check()
-        if parameters is not None and (isinstance(parameters, str | bytes) or not isinstance(parameters, Sequence)):
-            raise InterfaceError("parameters must be a sequence (qmark style), e.g. [5] or (5, 'x')")
+        if parameters is not None and (isinstance(parameters, str | bytes) or not isinstance(parameters, Sequence | Mapping)):
+            raise InterfaceError("parameters must be a sequence for ? placeholders, e.g. [5] or (5, 'x'), or a dict for $name ones")
         self._discard()
         self.query_id = new_statement_id()
-        self._result = self.connection._session.execute(operation, parameters, progress, self.query_id)
+        with scans_for(self.connection, operation, scope):
+            self._result = self.connection._session.execute(operation, parameters, progress, self.query_id)
         return self
 
     @_user_errors
@@ -174,11 +200,15 @@ class Cursor:
 
         return rest()
 
+    def _rest_table(self) -> pa.Table:
+        """The rows not fetched yet, the DuckDB types Arrow does not carry still tagged."""
+        schema = self._stream().schema
+        return pa.Table.from_batches(list(self._rest()), schema=schema)
+
     @_user_errors
     def fetch_arrow_table(self) -> pa.Table:
         """The rows not fetched yet, as an Arrow table (all of them for a result not read from)."""
-        schema = self._stream().schema
-        return untagged(pa.Table.from_batches(list(self._rest()), schema=schema))
+        return untagged(self._rest_table())
 
     @_user_errors
     def fetch_record_batch(self, rows_per_batch: int = 1_000_000) -> pa.RecordBatchReader:
@@ -197,9 +227,24 @@ class Cursor:
 
         return pa.RecordBatchReader.from_batches(plain, batches())
 
-    def fetchdf(self):
-        """The rows not fetched yet, as a pandas DataFrame."""
-        return self.fetch_arrow_table().to_pandas()
+    @property
+    def result_schema(self) -> pa.Schema:
+        """The result's Arrow schema, the DuckDB types Arrow does not carry tagged on their
+        fields (``sandbox.carried_types``)."""
+        return self._stream().schema
+
+    @_user_errors
+    def fetchdf(self) -> Any:
+        """The rows not fetched yet, as a pandas DataFrame of the dtypes DuckDB's gives."""
+        return pandas_frame(self._rest_table())
+
+    df = fetchdf
+    arrow = fetch_arrow_table
+
+    @_user_errors
+    def pl(self) -> Any:
+        """The rows not fetched yet, as a polars DataFrame (polars must be installed)."""
+        return polars_frame(self.fetch_arrow_table())
 
     def __iter__(self) -> Iterator[tuple]:
         while (row := self.fetchone()) is not None:
@@ -225,6 +270,18 @@ class Cursor:
 class Connection:
     """A connection to a qengine cluster; closing it stops a local cluster it started."""
 
+    # PEP 249's optional extension: the exception classes, for code that holds only a connection.
+    Warning = errors.Warning
+    Error = errors.Error
+    InterfaceError = errors.InterfaceError
+    DatabaseError = errors.DatabaseError
+    DataError = errors.DataError
+    OperationalError = errors.OperationalError
+    IntegrityError = errors.IntegrityError
+    InternalError = errors.InternalError
+    ProgrammingError = errors.ProgrammingError
+    NotSupportedError = errors.NotSupportedError
+
     def __init__(self, session: Session, cluster: Any = None) -> None:
         """``cluster`` is the local cluster this connection started (stopped on close); with
         none, the session lives in a remote coordinator and closing ends it there."""
@@ -237,6 +294,10 @@ class Connection:
             raise InterfaceError("connection is closed")
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def session(self) -> Session:
         return self._session
 
@@ -244,13 +305,53 @@ class Connection:
         self._check()
         return Cursor(self)
 
-    def execute(self, operation: str, parameters: Sequence[Any] | None = None) -> Cursor:
+    def execute(self, operation: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None) -> Cursor:
         """Shortcut: a new cursor with the statement executed (as in DuckDB and sqlite3)."""
         return self.cursor().execute(operation, parameters)
 
-    def sql(self, operation: str) -> pa.Table:
-        """Run a query and return its Arrow table."""
-        return self.execute(operation).fetch_arrow_table()
+    @_user_errors
+    def sql(self, query: str) -> Relation | None:
+        """A relation for a query, run when its rows are asked for (``api.relation``); any
+        other statement runs at once and gives None, as in DuckDB."""
+        self._check()
+        return relation_or_run(self, query, caller_scope(query))
+
+    def read_parquet(self, path: str | Sequence[str], **options: Any) -> Relation:
+        """A relation over Parquet files: a file, directory, glob or list of them."""
+        return self._read("read_parquet", path, options)
+
+    def read_csv(self, path: str | Sequence[str], **options: Any) -> Relation:
+        """A relation over CSV files (a header row, comma-separated: ``register_csv`` takes
+        other delimiters)."""
+        return self._read("read_csv", path, options)
+
+    def read_json(self, path: str | Sequence[str], **options: Any) -> Relation:
+        """A relation over JSON files."""
+        return self._read("read_json", path, options)
+
+    @_user_errors
+    def _read(self, function: str, path: str | Sequence[str], options: dict[str, Any]) -> Relation:
+        """A relation over ``SELECT * FROM function('path')``: the SQL table function, whose
+        files the catalog checks as it does the same call written in SQL."""
+        self._check()
+        if options:
+            raise NotSupportedError(f"{function}() takes no options here ({', '.join(options)}): give only the path")
+        paths = [path] if isinstance(path, str) else path
+        if isinstance(paths, bytes) or not isinstance(paths, Sequence) or not paths or not all(isinstance(p, str) and p for p in paths):
+            raise ProgrammingError(f"{function}() takes a path or a list of paths, not {path!r}")
+        strings = [exp.Literal.string(p) for p in paths]
+        argument = strings[0] if isinstance(path, str) else exp.Array(expressions=strings)
+        source = exp.Table(this=exp.Anonymous(this=function, expressions=[argument]))
+        return Relation(self, exp.select("*").from_(source).sql(dialect=self._session.dialect), {})
+
+    @_user_errors
+    def table(self, name: str) -> Relation:
+        """A relation over a registered table or view."""
+        self._check()
+        if not isinstance(name, str) or name.lower() not in (t.lower() for t in self.tables()):
+            raise ProgrammingError(f"Table {name!r} does not exist")
+        query = exp.select("*").from_(exp.Table(this=exp.to_identifier(name, quoted=True)))
+        return Relation(self, query.sql(dialect=self._session.dialect), {})
 
     @_user_errors
     def cancel(self, query_id: str) -> bool:
@@ -300,21 +401,12 @@ class Connection:
 
     @_user_errors
     def register(self, name: str, data: Any) -> None:
-        """Register an Arrow table, record batch reader or pandas DataFrame as a session table."""
+        """Register an Arrow table, record batch (reader), pandas or polars DataFrame as a session table."""
         self._check()
-        if isinstance(data, pa.RecordBatchReader):
-            data = data.read_all()
-        elif isinstance(data, pa.RecordBatch):
-            data = pa.Table.from_batches([data])
-        elif not isinstance(data, pa.Table):
-            try:
-                import pandas as pd
-            except ImportError:  # pragma: no cover - pandas is a dependency
-                pd = None
-            if pd is None or not isinstance(data, pd.DataFrame):
-                raise InterfaceError(f"cannot register a {type(data).__name__}: pass an Arrow table or a pandas DataFrame")
-            data = pa.Table.from_pandas(data, preserve_index=False)
-        self._session.register_arrow(name, data)
+        table = arrow_table(data)
+        if table is None:
+            raise InterfaceError(f"cannot register a {type(data).__name__}: pass an Arrow table, a pandas or polars DataFrame")
+        self._session.register_arrow(name, table)
 
     def tables(self) -> list[str]:
         """Names of the registered tables and views."""
@@ -322,6 +414,11 @@ class Connection:
         return self._session.table_names()
 
     def close(self) -> None:
+        """Close the connection; closing a closed one is an error, as PEP 249 has it."""
+        self._check()
+        self._close()
+
+    def _close(self) -> None:
         if self._closed:
             return
         self._closed = True
@@ -335,8 +432,8 @@ class Connection:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        self._close()  # the block may have closed it already
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # interpreter shutdown
-            self.close()
+            self._close()

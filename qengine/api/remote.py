@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -49,6 +49,7 @@ class RemoteSession:
         body = {"settings": dataclasses.asdict(settings), "user": user}
         reply = self._client.action("open_session", body, timeout=30)
         self._id = reply["session"]
+        self.dialect = settings.dialect  # what the statements are read in
 
     def _call(self, name: str, body: dict | None = None) -> Any:
         return self._client.action(name, {"session": self._id, **(body or {})})
@@ -56,14 +57,18 @@ class RemoteSession:
     def execute(
         self,
         sql: str,
-        params: Sequence[Any] | None = None,
+        params: Sequence[Any] | Mapping[str, Any] | None = None,
         progress: Callable[[int, int], None] | None = None,
         statement_id: str | None = None,
     ) -> Result:
         body: dict[str, Any] = {"sql": checked_sql(sql), "statement": statement_id}
         if params:
+            named = isinstance(params, Mapping)  # sent as the columns' names, bound by name there
+            if named and not all(isinstance(name, str) for name in params):
+                raise ProgrammingError(f"parameter names must be strings, not {next(n for n in params if not isinstance(n, str))!r}")
+            columns = {name: [v] for name, v in params.items()} if named else {f"p{i}": [v] for i, v in enumerate(params)}
             try:
-                body["params"] = table_to_hex(pa.table({f"p{i}": [v] for i, v in enumerate(params)}))
+                body["params"], body["named"] = table_to_hex(pa.table(columns)), named
             except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
                 raise ProgrammingError(f"cannot send these parameters: {e}") from e
         reply = self._interruptible(functools.partial(self._call, "execute", body))

@@ -16,7 +16,7 @@ import json
 import logging
 import secrets
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -156,7 +156,8 @@ class CoordinatorServer(ActionServer):
 
     def _execute(self, session: Session, body: dict) -> dict:
         """Run a statement for a qengine client, keeping its result for the client's ``do_get``."""
-        params = list(table_from_hex(body["params"]).to_pylist()[0].values()) if body.get("params") else None
+        row = table_from_hex(body["params"]).to_pylist()[0] if body.get("params") else None
+        params = row if row is None or body.get("named") else list(row.values())  # by name: a dict
         statement = str(body.get("statement") or new_statement_id())
         result = self._run_watched(self.call_context(), session, body["sql"], params, statement)
         reply: dict[str, Any] = {
@@ -172,7 +173,7 @@ class CoordinatorServer(ActionServer):
         return reply
 
     def _run_watched(
-        self, context: flight.ServerCallContext, session: Session, sql: str, params: Sequence[Any] | None, statement: str
+        self, context: flight.ServerCallContext, session: Session, sql: str, params: Sequence[Any] | Mapping[str, Any] | None, statement: str
     ) -> Result:
         """Run a statement for the client of a call, admitted as its user's statements are. A
         client that goes away while it runs (its process ended, its connection broke, it gave up

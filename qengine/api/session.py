@@ -11,7 +11,7 @@ import itertools
 import json
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +90,11 @@ class Session:
         self._lock = threading.Lock()
 
     @property
+    def dialect(self) -> str:
+        """The SQL dialect statements are read in."""
+        return self.plan_options.dialect
+
+    @property
     def user(self) -> str:
         """Whose share of the cluster the session's queries run in (``connect(user=...)``)."""
         return self.coordinator.options.user
@@ -99,11 +104,12 @@ class Session:
     def execute(
         self,
         sql: str,
-        params: Sequence[Any] | None = None,
+        params: Sequence[Any] | Mapping[str, Any] | None = None,
         progress: Callable[[int, int], None] | None = None,
         statement_id: str | None = None,
     ) -> Result:
-        """Run ``sql``; ``statement_id`` (one is made when none is given) is what
+        """Run ``sql`` with ``params`` for its ``?``/``$n`` (a sequence) or ``$name`` (a
+        mapping) placeholders; ``statement_id`` (one is made when none is given) is what
         :meth:`cancel_statement` knows it by while it runs."""
         checked_sql(sql)
         statement_id = statement_id or new_statement_id()
@@ -120,7 +126,7 @@ class Session:
         """The statements this session runs now."""
         return [{"query": q, "state": "running"} for q in self.statements.ids()]
 
-    def _execute(self, sql: str, params: Sequence[Any] | None, progress: Callable[[int, int], None] | None) -> Result:
+    def _execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None, progress: Callable[[int, int], None] | None) -> Result:
         match = _EXPLAIN.match(sql)
         with user_terms(sql, self.plan_options.dialect):
             if match:  # EXPLAIN blanked out rather than cut off: syntax errors give the user's positions
@@ -128,8 +134,11 @@ class Session:
                 analyze, trace = _explain_options(match.group(1), match.group(2))
                 self._heal()
                 return self._explain(query, params, analyze, trace)
-            params = list(params or [])
-            plan = self.prepared.plan(sql, params, self.catalog.version, self.templates, self.plan_options.dialect)
+            # Parameters by name skip the prepared-statement cache (it knows them by position);
+            # their shapes' templates still serve.
+            named = isinstance(params, Mapping)
+            params = params if named else list(params or [])
+            plan = None if named else self.prepared.plan(sql, params, self.catalog.version, self.templates, self.plan_options.dialect)
             if plan is not None:
                 self._heal()
                 return self._run(plan, progress)
@@ -143,7 +152,8 @@ class Session:
                 if len(statements) == 1 and isinstance(bound, exp.Query | exp.Values):
                     version = self.catalog.version
                     shape, plan = self._shaped_plan(bound)
-                    self.prepared.learn(sql, params, version, shape)
+                    if not named:
+                        self.prepared.learn(sql, params, version, shape)
                     return self._run(plan, progress)
                 result.close()  # only the last statement's rows are read
                 result = self._execute_one(bound, progress)
@@ -254,7 +264,7 @@ class Session:
         )
         return ResultStream(named, batches, sum(output["rows"] for _, output in placement), release)
 
-    def _explain(self, sql: str, params: Sequence[Any] | None, analyze: bool, trace: bool = False) -> Result:
+    def _explain(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None, analyze: bool, trace: bool = False) -> Result:
         statements = parse(sql, self.plan_options.dialect)
         if len(statements) != 1 or not isinstance(statements[0], exp.Query):
             raise ProgrammingError("EXPLAIN takes a single query")
@@ -394,6 +404,10 @@ class Session:
         for target in targets:
             self._forget(target.name, kind, bool(st.args.get("exists")))
         return Result(None, -1)
+
+    def forget_table(self, name: str) -> None:
+        """Drop the session table ``name`` if it is there, freeing its blocks."""
+        self._forget(name, "TABLE", True)
 
     def _forget(self, name: str, kind: str, if_exists: bool) -> None:
         """Drop a table or view from the catalog and free a session table's blocks."""

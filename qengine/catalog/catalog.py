@@ -6,9 +6,11 @@ expanded by the planner's frontend.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import sqlglot.expressions as exp
@@ -40,6 +42,25 @@ class Catalog:
     # Bumped by every change a plan could depend on: plans are reused only within one version.
     version: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # What the calling thread's statement finds a table the catalog lacks by (``finding``).
+    _finders: threading.local = field(default_factory=threading.local)
+
+    @contextlib.contextmanager
+    def finding(self, find: Callable[[str], exp.Query | None]) -> Iterator[None]:
+        """While the block runs, let the calling thread's statement read a table the catalog
+        does not have as the query ``find`` gives for its name (sources already expanded), or
+        fail as unknown where it gives None: DuckDB's replacement scans (``api.replacement_scans``)."""
+        outer = getattr(self._finders, "find", None)
+        self._finders.find = find
+        try:
+            yield
+        finally:
+            self._finders.find = outer
+
+    def unknown_table(self, name: str) -> exp.Query | None:
+        """What the calling thread's statement reads for ``name``, a table the catalog lacks."""
+        find = getattr(self._finders, "find", None)
+        return None if find is None else find(name)
 
     def add_root(self, spec: str) -> None:
         """Let SQL table functions (read_parquet, read_csv) read a registered file, or below a

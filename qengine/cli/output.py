@@ -46,7 +46,9 @@ def _open_output(output: str | None) -> Iterator[Any]:
         yield sys.stdout
 
 
-def print_table(table: pa.Table, out: Any) -> None:
+def print_table(table: pa.Table, out: Any, total: int | None = None) -> None:
+    """``table`` as a box table, at most 1000 rows of it; ``total`` is the rows of the whole
+    result when ``table`` holds only its first ones."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -59,5 +61,6 @@ def print_table(table: pa.Table, out: Any) -> None:
     for row in zip(*[c.to_pylist() for c in shown.columns], strict=True):
         view.add_row(*[Text("NULL" if v is None else str(v)) for v in row])
     console.print(view)
-    more = f" (first {shown.num_rows} shown)" if shown.num_rows < table.num_rows else ""
-    console.print(f"{table.num_rows} row(s){more}")
+    total = table.num_rows if total is None else total
+    more = f" (first {shown.num_rows} shown)" if shown.num_rows < total else ""
+    console.print(f"{total} row(s){more}")

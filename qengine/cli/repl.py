@@ -20,7 +20,7 @@ HISTORY = os.path.expanduser("~/.qengine_history")
 
 def run_statement(con: Any, sql: str, args: argparse.Namespace) -> None:
     with progress_bar(sys.stderr.isatty() and not args.no_progress) as progress:
-        cur = con.cursor().execute(sql, progress=progress)
+        cur = con.cursor().execute_scoped(sql, {}, progress=progress)  # no Python variables to read in FROM
     if cur.description is not None:
         write_result(cur.fetch_arrow_table(), args.format, args.output)
     elif cur.rowcount >= 0:

@@ -16,7 +16,7 @@ import functools
 import inspect
 import itertools
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -542,10 +542,12 @@ def _numbered_placeholders(tokens: list[Token]) -> list[Token]:
     return out
 
 
-def bind(statement: exp.Expression, params: Sequence[Any] | None) -> exp.Expression:
+def bind(statement: exp.Expression, params: Sequence[Any] | Mapping[str, Any] | None) -> exp.Expression:
     """Replace ``$n`` placeholders (``?`` is numbered by ``parse``) with literals, checking the
-    count."""
+    count; with a mapping, ``$name`` placeholders by name."""
     holders = list(statement.find_all(exp.Placeholder, exp.Parameter))
+    if isinstance(params, Mapping):
+        return _bind_names(statement, holders, params)
     params = list(params or [])
     if not holders:
         if params:
@@ -565,6 +567,30 @@ def bind(statement: exp.Expression, params: Sequence[Any] | None) -> exp.Express
         raise ProgrammingError(f"statement takes {_count(max(numbers), 'parameter')} but {len(params)} were given")
     for holder, number in zip(holders, numbers, strict=True):
         holder.replace(_bound(params[number - 1], number - 1))
+    return statement
+
+
+def _bind_names(statement: exp.Expression, holders: list[exp.Expression], params: Mapping[str, Any]) -> exp.Expression:
+    """Bind ``$name`` placeholders as DuckDB does: names match regardless of case, and every
+    name written needs a value and every value a name written."""
+    if statement.meta.get(_QUESTION_MARKS):
+        raise ProgrammingError("a dict of parameters binds $name placeholders, not ?: pass a list for ?")
+    named = {}
+    for index, (name, value) in enumerate(params.items()):
+        if not isinstance(name, str):
+            raise ProgrammingError(f"parameter names must be strings, not {name!r}")
+        if name.lower() in named:
+            raise ProgrammingError(f"parameter ${name} is given twice")
+        named[name.lower()] = (index, value)
+    written = {holder.name.lower() for holder in holders}
+    missing = [holder.name for holder in holders if holder.name.lower() not in named]
+    if missing:
+        raise ProgrammingError(f"no value for parameter ${missing[0]}")
+    extra = [name for name in params if name.lower() not in written]
+    if extra:
+        raise ProgrammingError(f"parameter ${extra[0]} is not in the statement")
+    for holder in holders:
+        holder.replace(_bound(named[holder.name.lower()][1], named[holder.name.lower()][0]))
     return statement
 
 
@@ -625,7 +651,8 @@ def normalize_null_ordering(statement: exp.Expression, dialect: str) -> None:
 
 
 def expand_sources(statement: exp.Expression, catalog: Catalog, dialect: str, depth: int = 0) -> exp.Expression:
-    """Inline views and turn read_parquet()/read_csv() in FROM into catalog tables."""
+    """Inline views and turn read_parquet()/read_csv() in FROM into catalog tables; a name the
+    catalog does not have is the query ``catalog.unknown_table`` finds for it, if any."""
     if depth > 32:
         raise ProgrammingError("views nest more than 32 deep (a view that refers to itself?)")
     if any(isinstance(u.parent, exp.From | exp.Join) for u in statement.find_all(exp.Unnest)):
@@ -658,9 +685,15 @@ def expand_sources(statement: exp.Expression, catalog: Catalog, dialect: str, de
         if table.args.get("db") or not isinstance(table.this, exp.Identifier):
             continue
         view = catalog.views.get(table.name.lower())
-        if view is None or _is_cte_reference(table):
+        if view is not None and not _is_cte_reference(table):
+            body = expand_sources(view.query.copy(), catalog, dialect, depth + 1)
+        elif (
+            view is not None
+            or table.name.lower() in catalog.tables
+            or _is_cte_reference(table)
+            or (body := catalog.unknown_table(table.name)) is None  # a DataFrame the caller holds, or none
+        ):
             continue
-        body = expand_sources(view.query.copy(), catalog, dialect, depth + 1)
         alias = table.alias or table.name
         table.replace(exp.Subquery(this=body, alias=exp.TableAlias(this=exp.to_identifier(alias))))
     return statement
