@@ -34,6 +34,7 @@ from qengine.exchange.metrics import ShuffleStats
 from qengine.planner import direct, estimates
 from qengine.planner import logical as lp
 from qengine.planner.null_columns import null_columns
+from qengine.planner.partition_pruning import prune_plan
 from qengine.planner.render import join_sides, render
 from qengine.planner.stages import StagePlan
 from qengine.runtime.dispatch import CancelledTaskError, DeferredTaskError, Dispatcher, Queued, StaleAttemptError
@@ -90,6 +91,7 @@ class QueryRun:
         self.reports = ProgressReports(state, self._call, self.aux_calls)  # LATE's progress scores
         self.moving: dict[int, int | None] = {}  # a push's body → its count in the network's load
         self.moved_off: set[int] = set()  # slow workers whose waiting reducers were placed elsewhere since found slow
+        prune_plan(plan)
         for stage, (splits, tasks) in zip(plan.stages, plan.scan_tasks(state.workers, options.split_bytes), strict=True):
             kind = stage.output.kind if stage.output is not None else (output or {}).get("kind", "result")
             run = StageRun(stage, tasks, splits, StageStats(stage.id, kind, tasks))
