@@ -12,7 +12,7 @@ type, and the worker turns them back into constant columns (:func:`constant_sql`
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import duckdb
 import pyarrow as pa
@@ -74,7 +74,7 @@ def detect(spelled: list[str], resolved: list[str], options: HiveOptions) -> Hiv
     """The partitions of the files ``spelled`` as the user's path or glob named them (DuckDB
     reads partitions from the path as written), ``resolved`` their real paths in the same
     order; None when the dataset is not read as partitioned."""
-    if options.partitioning is False or not spelled:
+    if not spelled or (options.partitioning is False and not options.types):
         return None
     first = set(_keys(spelled[0]))
     if options.partitioning is None and not options.types:
@@ -83,17 +83,18 @@ def detect(spelled: list[str], resolved: list[str], options: HiveOptions) -> Hiv
         depth = len(spelled[0].split(os.sep))
         if not first or any(len(p.split(os.sep)) != depth or not set(_keys(p)) <= first for p in spelled):
             return None
-    if not first:
-        raise ProgrammingError(f"hive_partitioning: {spelled[0]} is not below a key=value directory")
+    if not first and not options.types:  # partitioned, but by nothing: DuckDB reads the files alone
+        return None
     files = ", ".join(string_literal(p) for p in spelled)
-    source = (
-        f"read_parquet([{files}], hive_partitioning = true, {options.sql()}, "
-        f"filename = {string_literal(FILE_COLUMN)}, file_row_number = true)"
-    )
+    # hive_types without hive_partitioning means partitioned; with it false, DuckDB says why not.
+    on = replace(options, partitioning=options.partitioning is not False)
+    source = f"read_parquet([{files}], {on.sql()}, filename = {string_literal(FILE_COLUMN)}, file_row_number = true)"
     con = safe_connection(readable=tuple(sorted(set(resolved) | set(spelled))))
     try:
+        # DuckDB's order: a partition column named like a file column takes its place.
         names = [n for n in con.sql(f"SELECT * FROM {source} LIMIT 0").columns if n.lower() in {k.lower() for k in first}]
-        names = sorted(names)
+        if not names:
+            return None
         typed = con.sql(f"SELECT {', '.join(identifier(n) for n in names)} FROM {source} LIMIT 0")
         schema, types = typed.arrow().schema, [str(t) for t in typed.types]
         texts = ", ".join(f"CAST({identifier(n)} AS VARCHAR)" for n in names)

@@ -33,19 +33,29 @@ def prepare_output_dir(out: str, force: bool) -> None:
 
 
 def register_directory(con: Any, directory: str) -> list[str]:
-    """Register every Parquet/CSV file or directory of Parquet files under ``directory`` as a table."""
+    """Register every Parquet/CSV file or directory of Parquet files under ``directory`` as a table.
+
+    A directory of Parquet files is one table, a hive-partitioned dataset (``sales/y=2024/...``)
+    included; ``directory`` itself is one, named after it, where its own subdirectories are
+    partitions (``key=value``).
+    """
     if not os.path.isdir(directory):
         raise qengine.ProgrammingError(f"data directory {directory} does not exist")
     names = []
     con.session.allow_root(directory)
-    for entry in sorted(os.listdir(directory)):
+    entries = [e for e in sorted(os.listdir(directory)) if not e.startswith((".", "_"))]
+    partitions = {e for e in entries if "=" in e and _has_parquet(os.path.join(directory, e))}
+    if partitions:
+        name = os.path.basename(os.path.normpath(os.path.abspath(directory)))
+        con.register_parquet(name, directory)
+        names.append(name)
+    for entry in entries:
         path = os.path.join(directory, entry)
         stem, ext = os.path.splitext(entry)
-        if entry.startswith((".", "_")):
+        if entry in partitions:
             continue
         if os.path.isdir(path):
-            has_parquet = any(f.endswith((".parquet", ".parq")) for _, _, files in os.walk(path) for f in files)
-            if has_parquet:
+            if _has_parquet(path):
                 con.register_parquet(entry, path)
                 names.append(entry)
         elif ext in (".parquet", ".parq"):
@@ -55,6 +65,10 @@ def register_directory(con: Any, directory: str) -> list[str]:
             con.register_csv(stem, path, delimiter="\t" if ext == ".tsv" else ",")
             names.append(stem)
     return names
+
+
+def _has_parquet(path: str) -> bool:
+    return os.path.isdir(path) and any(f.endswith((".parquet", ".parq")) for _, _, files in os.walk(path) for f in files)
 
 
 def connection_options(args: argparse.Namespace) -> dict[str, Any]:

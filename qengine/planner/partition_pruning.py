@@ -36,12 +36,14 @@ def prune_plan(plan: StagePlan) -> None:
 def prune_scans(fragment: lp.Node) -> None:
     """Set ``pruned`` on every scan of a hive-partitioned table in ``fragment`` that its filters
     keep to fewer files (and clear it on the others: a plan run again is pruned afresh)."""
-    filters = _scan_filters(fragment)
-    for node in lp.walk(fragment):
-        if isinstance(node, lp.Scan):
-            node.pruned = None
-            if isinstance(node.source, ParquetSource) and node.source.hive is not None:
-                node.pruned = _pruned(node, node.source, filters.get(id(node), []))
+    scans = [node for node in lp.walk(fragment) if isinstance(node, lp.Scan)]
+    hive = [s for s in scans if isinstance(s.source, ParquetSource) and s.source.hive is not None]
+    for scan in scans:
+        scan.pruned = None
+    if hive:
+        filters = _scan_filters(fragment)
+        for scan in hive:
+            scan.pruned = _pruned(scan, scan.source, filters.get(id(scan), []))  # type: ignore[arg-type]
 
 
 def _scan_filters(fragment: lp.Node) -> dict[int, list[tuple[exp.Expression, dict[str, str]]]]:

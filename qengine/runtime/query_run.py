@@ -408,7 +408,7 @@ class QueryRun:
                 rows = self.state.runs[node.shuffle_id].stats.rows
                 node.est_rows = float(rows if node.kind in ("broadcast", "whole") else rows / tasks)
             elif isinstance(node, lp.Scan) and run.splits and not node.replicated:
-                node.est_rows = node.source.rows / len(run.splits)
+                node.est_rows = node.read_source.rows / len(run.splits)
         estimates.refresh(run.stage.root)
 
     # ---- task outcomes -----------------------------------------------------------------
