@@ -16,7 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import qengine
+from qengine.catalog import scan
 from qengine.cli.common import register_directory
+from qengine.sandbox.connection import safe_connection
 from tests.conftest import assert_same
 
 ROWS = 6_000
@@ -117,6 +119,8 @@ def test_schema_has_the_partition_columns_typed_as_duckdb_types_them(con, oracle
     "SELECT day, kind, count(*) AS n, sum(weight) AS w FROM events GROUP BY day, kind",
     "SELECT grp, count(*) AS n, sum(id) AS s FROM tagged GROUP BY grp",
     "SELECT * FROM sales WHERE id % 997 = 0",
+    "SELECT region, year, id FROM sales ORDER BY id",  # read as Arrow by the task, not by DuckDB
+    "SELECT grp, id FROM tagged ORDER BY id DESC",
     "SELECT * FROM events WHERE id % 101 = 0",
 ])
 def test_group_bys_and_scans_match_duckdb(con, oracle, sql: str) -> None:
@@ -171,11 +175,31 @@ def test_a_filter_ruling_out_every_file_gives_no_rows(con, oracle) -> None:
     "WHERE s.year = 2024 AND e.day = DATE '2024-01-02' GROUP BY s.region, e.kind",
     "SELECT t.grp, count(*) AS n FROM tagged t JOIN sales s ON t.id = s.id AND t.grp = s.year - 2021 "
     "WHERE t.grp = 1 GROUP BY t.grp",
+    "SELECT s.region, count(*) AS n, sum(s.qty) AS q FROM sales s JOIN plain p ON s.year = p.shop + 2020 "
+    "WHERE p.big AND s.year > 2021 GROUP BY s.region",
 ])
 def test_joins_prune_through_pushed_down_filters(con, oracle, sql: str) -> None:
     assert_same(con, oracle, sql)
     found = _files(con, sql)
     assert found and all(skipped > 0 for _, _, skipped in found)
+
+
+def test_a_split_reads_the_same_as_arrow_and_as_duckdb_sql(con) -> None:
+    """Both readers of a split (the task's Arrow read, the fragment's SQL) give each file's
+    rows its partition values, a file column of a partition's name included."""
+    for table, columns in (("sales", ["region", "id", "year"]), ("tagged", ["grp", "id"])):
+        source = con.session.catalog.table(table)
+        pairs = [(c, f"c{i}") for i, c in enumerate(columns)]
+        for split in source.splits(2, 4_000):
+            arrow = scan.read_split(split, pairs, lambda _: None)
+            sql = scan.parquet_sql(split, pairs)
+            db = safe_connection(1, scan.split_files(split))
+            try:
+                duck = db.execute(sql).to_arrow_table()
+            finally:
+                db.close()
+            assert arrow.schema == duck.schema
+            assert sorted(arrow.to_pylist(), key=str) == sorted(duck.to_pylist(), key=str)
 
 
 def test_parameters_prune_each_run_by_its_own_values(con, oracle) -> None:

@@ -66,8 +66,10 @@ class HivePartitions:
 
 
 def _keys(path: str) -> list[str]:
-    """The ``key=value`` directory names of ``path``, as DuckDB splits them."""
-    return [seg.split("=")[0] for seg in path.split(os.sep)[:-1] if len([s for s in seg.split("=") if s]) == 2]
+    """The keys of the ``key=value`` directories of ``path``, as DuckDB splits them (empty
+    pieces dropped)."""
+    pieces = ([s for s in seg.split("=") if s] for seg in path.split(os.sep)[:-1])
+    return [p[0] for p in pieces if len(p) == 2]
 
 
 def detect(spelled: list[str], resolved: list[str], options: HiveOptions) -> HivePartitions | None:
