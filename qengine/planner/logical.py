@@ -96,7 +96,7 @@ class Scan(Node):
     replicated: bool = False
     # Read in one task, the table making one split (see PhysicalPlanner._scan).
     single: bool = False
-    # Set as a run's splits are made, from the run's own filter values (StagePlan.scan_tasks).
+    # Set before a run's splits are made, from the run's own filter values (partition_pruning.prune_plan).
     pruned: PrunedScan | None = None
 
     @property
