@@ -246,8 +246,12 @@ def test_read_parquet_refuses_what_it_does_not_model(con, root: str, tmp_path) -
         con.execute(f"SELECT count(*) FROM read_parquet('{sales}', hive_partitioning = false, hive_types = {{'year': 'INTEGER'}})")
     with pytest.raises(qengine.ProgrammingError, match="true or false"):
         con.execute(f"SELECT count(*) FROM read_parquet('{sales}', hive_partitioning = 'yes')")
-    with pytest.raises(qengine.ProgrammingError, match="mismatch"):  # explicit partitioning over files that disagree
-        con.execute(f"SELECT count(*) FROM read_parquet(['{sales}', '{root}/plain.parquet'], hive_partitioning = true)")
+    for files in (f"'{sales}', '{root}/plain.parquet'", f"'{root}/plain.parquet', '{sales}'"):
+        with pytest.raises(qengine.ProgrammingError, match="mismatch"):  # explicit partitioning over files that disagree
+            con.execute(f"SELECT count(*) FROM read_parquet([{files}], hive_partitioning = true)")
+    oracle = duckdb.connect()  # partitioned by nothing: the file's own columns, as in DuckDB
+    assert_same(con, oracle, f"SELECT * FROM read_parquet('{root}/plain.parquet', hive_partitioning = true)")
+    oracle.close()
     outside = tmp_path / "elsewhere" / "y=1"
     outside.mkdir(parents=True)
     pq.write_table(pa.table({"v": [1]}), outside / "f.parquet")

@@ -78,14 +78,15 @@ def detect(spelled: list[str], resolved: list[str], options: HiveOptions) -> Hiv
     order; None when the dataset is not read as partitioned."""
     if not spelled or (options.partitioning is False and not options.types):
         return None
-    first = set(_keys(spelled[0]))
+    keys = [set(_keys(p)) for p in spelled]
+    first = keys[0]
     if options.partitioning is None and not options.types:
         # DuckDB's detection: the first file has ``key=value`` directories, and every file as
         # many path segments with no other key.
         depth = len(spelled[0].split(os.sep))
-        if not first or any(len(p.split(os.sep)) != depth or not set(_keys(p)) <= first for p in spelled):
+        if not first or any(len(p.split(os.sep)) != depth or not k <= first for p, k in zip(spelled, keys, strict=True)):
             return None
-    if not first and not options.types:  # partitioned, but by nothing: DuckDB reads the files alone
+    if not any(keys) and not options.types:  # partitioned, but by nothing: DuckDB reads the files alone
         return None
     files = ", ".join(string_literal(p) for p in spelled)
     # hive_types without hive_partitioning means partitioned; with it false, DuckDB says why not.

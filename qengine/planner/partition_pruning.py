@@ -34,8 +34,8 @@ def prune_plan(plan: StagePlan) -> None:
 
 
 def prune_scans(fragment: lp.Node) -> None:
-    """Set ``pruned`` on every scan of a hive-partitioned table in ``fragment`` that its filters
-    keep to fewer files (and clear it on the others: a plan run again is pruned afresh)."""
+    """Set ``pruned`` on every scan of a hive-partitioned table in ``fragment``: the files its
+    filters keep (and clear it on the other scans: a plan run again is pruned afresh)."""
     scans = [node for node in lp.walk(fragment) if isinstance(node, lp.Scan)]
     hive = [s for s in scans if isinstance(s.source, ParquetSource) and s.source.hive is not None]
     for scan in scans:
