@@ -119,6 +119,13 @@ def test_schema_has_the_partition_columns_typed_as_duckdb_types_them(con, oracle
     "SELECT day, kind, count(*) AS n, sum(weight) AS w FROM events GROUP BY day, kind",
     "SELECT grp, count(*) AS n, sum(id) AS s FROM tagged GROUP BY grp",
     "SELECT * FROM sales WHERE id % 997 = 0",
+    "SELECT count(*) AS n, sum(qty) AS q FROM sales WHERE year = (SELECT max(year) FROM sales WHERE region = 'west')",
+    "SELECT region, count(*) AS n FROM sales WHERE year IN (SELECT grp + 2021 FROM tagged WHERE id < 2) GROUP BY region",
+    "SELECT year, count(*) AS n FROM sales WHERE (year = 2022 AND qty > 25) OR (year = 2024 AND region IS NULL) GROUP BY year",
+    "SELECT k, count(*) AS n, sum(qty) AS q FROM (SELECT 'a' AS k, qty FROM sales WHERE year = 2021 "
+    "UNION ALL SELECT 'b' AS k, qty FROM sales WHERE year = 2024 AND region = 'west') u GROUP BY k",
+    "WITH w AS (SELECT * FROM sales WHERE region = 'west') "
+    "SELECT a.year, count(*) AS n FROM w a JOIN w b ON a.id = b.id + 1 WHERE a.year > 2022 GROUP BY a.year",
     "SELECT region, year, id FROM sales ORDER BY id",  # read as Arrow by the task, not by DuckDB
     "SELECT grp, id FROM tagged ORDER BY id DESC",
     "SELECT * FROM events WHERE id % 101 = 0",
