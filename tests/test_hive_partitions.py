@@ -168,6 +168,13 @@ def test_explain_shows_the_files_skipped_before_the_run(con) -> None:
     assert re.search(r"Scan sales .* files: 2 of 32 \(30 skipped by partition filter\)", text), text
 
 
+def test_the_run_stats_count_the_files_skipped(con) -> None:
+    cur = con.cursor()
+    cur.execute("SELECT region, count(*) AS n FROM sales WHERE year = 2023 GROUP BY region")
+    scans = [s for s in cur.stats.stages if s.files]
+    assert [(s.files, s.files_skipped) for s in scans] == [(32, 24)]
+
+
 def test_filters_on_other_columns_skip_nothing(con, oracle) -> None:
     sql = "SELECT year, count(*) AS n FROM sales WHERE qty > 40 OR year = 2022 GROUP BY year"
     assert_same(con, oracle, sql)

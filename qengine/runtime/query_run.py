@@ -94,7 +94,9 @@ class QueryRun:
         prune_plan(plan)
         for stage, (splits, tasks) in zip(plan.stages, plan.scan_tasks(state.workers, options.split_bytes), strict=True):
             kind = stage.output.kind if stage.output is not None else (output or {}).get("kind", "result")
-            run = StageRun(stage, tasks, splits, StageStats(stage.id, kind, tasks))
+            pruned = [n.pruned for n in lp.walk(stage.root) if isinstance(n, lp.Scan) and n.pruned is not None]
+            stats = StageStats(stage.id, kind, tasks, files=sum(p.files for p in pruned), files_skipped=sum(p.skipped for p in pruned))
+            run = StageRun(stage, tasks, splits, stats)
             if stage.output is not None and stage.output.kind in SHUFFLE_KINDS:
                 run.shuffle = ShuffleStats(stage.id, stage.output.kind, state.mode, tasks, stage.output.partitions)
             run.null_columns = null_columns(stage.root, {r.stage.id: r.null_columns for r in state.runs})
