@@ -31,7 +31,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> str:
     and URL-encoded regions, two files per partition, several row groups each); ``events`` by
     DuckDB, partitioned by a date and a string (NULL too); ``tagged`` by DuckDB with its
     partition column also kept in the files; ``plain``, not partitioned, to join to; ``days``, a
-    dataset of one level by pyarrow."""
+    dataset of one level by pyarrow; ``clash``, whose files have a column of its partition's name."""
     base = str(tmp_path_factory.mktemp("hive"))
     rng = np.random.default_rng(28)
     sales = pa.table({
@@ -56,6 +56,10 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> str:
     for day in (1, 2):
         os.makedirs(os.path.join(base, "days", f"day={day}"))
         pq.write_table(pa.table({"v": [day, day * 10]}), os.path.join(base, "days", f"day={day}", "f.parquet"))
+        # a file column named like the partition, holding other values (and of another type)
+        os.makedirs(os.path.join(base, "clash", f"k={day}"))
+        clash = pa.table({"k": pa.array([90 + day, 80 + day], pa.int32()), "v": [day, -day]})
+        pq.write_table(clash, os.path.join(base, "clash", f"k={day}", "f.parquet"))
     con.execute(f"COPY (SELECT i AS shop, 'shop' || i AS name, i % 2 = 0 AS big FROM range(20) t(i)) TO '{base}/plain.parquet'")
     con.close()
     return base
@@ -69,7 +73,7 @@ def _glob(root: str, name: str) -> str:
 def con(root: str):
     """One cluster for the module, reading only under ``root``."""
     c = qengine.connect(workers=2, split_size="16KB", allowed_roots=[root])
-    for name in ("sales", "events", "tagged"):
+    for name in ("sales", "events", "tagged", "clash"):
         c.register_parquet(name, os.path.join(root, name))
     c.register_parquet("plain", os.path.join(root, "plain.parquet"))
     yield c
@@ -79,7 +83,7 @@ def con(root: str):
 @pytest.fixture(scope="module")
 def oracle(root: str):
     o = duckdb.connect()
-    for name in ("sales", "events", "tagged"):
+    for name in ("sales", "events", "tagged", "clash"):
         o.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{_glob(root, name)}', hive_partitioning = true)")
     o.execute(f"CREATE VIEW plain AS SELECT * FROM read_parquet('{root}/plain.parquet')")
     yield o
@@ -107,7 +111,7 @@ def files_oracle(root: str, oracle):
 
 
 def test_schema_has_the_partition_columns_typed_as_duckdb_types_them(con, oracle) -> None:
-    for table in ("sales", "events", "tagged"):
+    for table in ("sales", "events", "tagged", "clash"):
         got = con.execute(f"SELECT * FROM {table} LIMIT 0").fetch_arrow_table().schema
         expected = oracle.execute(f"SELECT * FROM {table} LIMIT 0").to_arrow_table().schema
         assert [(f.name, f.type) for f in got] == [(f.name, f.type) for f in expected], table
@@ -128,6 +132,8 @@ def test_schema_has_the_partition_columns_typed_as_duckdb_types_them(con, oracle
     "SELECT a.year, count(*) AS n FROM w a JOIN w b ON a.id = b.id + 1 WHERE a.year > 2022 GROUP BY a.year",
     "SELECT region, year, id FROM sales ORDER BY id",  # read as Arrow by the task, not by DuckDB
     "SELECT grp, id FROM tagged ORDER BY id DESC",
+    "SELECT * FROM clash ORDER BY v",  # the partition's value, not the file's
+    "SELECT k, sum(v) AS s FROM clash WHERE k = 2 GROUP BY k",
     "SELECT * FROM events WHERE id % 101 = 0",
 ])
 def test_group_bys_and_scans_match_duckdb(con, oracle, sql: str) -> None:
@@ -210,7 +216,7 @@ def test_joins_prune_through_pushed_down_filters(con, oracle, sql: str) -> None:
 def test_a_split_reads_the_same_as_arrow_and_as_duckdb_sql(con) -> None:
     """Both readers of a split (the task's Arrow read, the fragment's SQL) give each file's
     rows its partition values, a file column of a partition's name included."""
-    for table, columns in (("sales", ["region", "id", "year"]), ("tagged", ["grp", "id"])):
+    for table, columns in (("sales", ["region", "id", "year"]), ("tagged", ["grp", "id"]), ("clash", ["v", "k"])):
         source = con.session.catalog.table(table)
         pairs = [(c, f"c{i}") for i, c in enumerate(columns)]
         for split in source.splits(2, 4_000):
@@ -276,7 +282,7 @@ def test_read_parquet_refuses_what_it_does_not_model(con, root: str, tmp_path) -
 def test_cli_data_directory_registers_a_hive_dataset_as_one_table(con, root: str) -> None:
     """``qengine sql -d DIR``: a dataset directory under DIR is one table, and so is DIR when its
     own subdirectories are partitions."""
-    assert set(register_directory(con, root)) == {"sales", "events", "tagged", "plain", "days"}
+    assert set(register_directory(con, root)) == {"sales", "events", "tagged", "plain", "days", "clash"}
     assert register_directory(con, os.path.join(root, "days")) == ["days"]
     rows = con.execute("SELECT day, sum(v) AS s FROM days GROUP BY day ORDER BY day").fetchall()
     assert rows == [(1, 11), (2, 22)]
