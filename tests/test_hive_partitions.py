@@ -31,7 +31,8 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> str:
     and URL-encoded regions, two files per partition, several row groups each); ``events`` by
     DuckDB, partitioned by a date and a string (NULL too); ``tagged`` by DuckDB with its
     partition column also kept in the files; ``plain``, not partitioned, to join to; ``days``, a
-    dataset of one level by pyarrow; ``clash``, whose files have a column of its partition's name."""
+    dataset of one level by pyarrow; ``clash``, whose files have a column of its partition's name;
+    ``ragged``, partitioned unevenly."""
     base = str(tmp_path_factory.mktemp("hive"))
     rng = np.random.default_rng(28)
     sales = pa.table({
@@ -60,6 +61,9 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> str:
         os.makedirs(os.path.join(base, "clash", f"k={day}"))
         clash = pa.table({"k": pa.array([90 + day, 80 + day], pa.int32()), "v": [day, -day]})
         pq.write_table(clash, os.path.join(base, "clash", f"k={day}", "f.parquet"))
+    for ragged in ("y=1", "y=2/m=3"):  # partitions of unequal depth: DuckDB does not detect them
+        os.makedirs(os.path.join(base, "ragged", ragged))
+        pq.write_table(pa.table({"v": [len(ragged)]}), os.path.join(base, "ragged", ragged, "f.parquet"))
     con.execute(f"COPY (SELECT i AS shop, 'shop' || i AS name, i % 2 = 0 AS big FROM range(20) t(i)) TO '{base}/plain.parquet'")
     con.close()
     return base
@@ -249,6 +253,7 @@ def test_read_parquet_in_sql_matches_duckdb(con, root: str) -> None:
         f"SELECT day, kind, count(*) AS n FROM read_parquet('{events}', hive_types_autocast = false) "
         "WHERE day = '2024-01-02' GROUP BY day, kind",
         f"SELECT day, count(*) AS n FROM read_parquet('{events}', hive_types = {{'day': 'VARCHAR'}}) GROUP BY day",
+        f"SELECT * FROM read_parquet('{_glob(root, 'ragged')}')",
         f"SELECT year, region FROM read_parquet(['{root}/sales/year=2022/*/*.parquet', '{root}/sales/year=2023/*/*.parquet']) "
         "WHERE region = 'west' AND id < 300",
     ):
@@ -282,7 +287,7 @@ def test_read_parquet_refuses_what_it_does_not_model(con, root: str, tmp_path) -
 def test_cli_data_directory_registers_a_hive_dataset_as_one_table(con, root: str) -> None:
     """``qengine sql -d DIR``: a dataset directory under DIR is one table, and so is DIR when its
     own subdirectories are partitions."""
-    assert set(register_directory(con, root)) == {"sales", "events", "tagged", "plain", "days", "clash"}
+    assert set(register_directory(con, root)) == {"sales", "events", "tagged", "plain", "days", "clash", "ragged"}
     assert register_directory(con, os.path.join(root, "days")) == ["days"]
     rows = con.execute("SELECT day, sum(v) AS s FROM days GROUP BY day ORDER BY day").fetchall()
     assert rows == [(1, 11), (2, 22)]
