@@ -27,7 +27,7 @@ from qengine.api.statements import Statements, checked_sql, new_statement_id
 from qengine.api.trace import chrome_trace
 from qengine.catalog.access import claim_output, record_output
 from qengine.catalog.catalog import Catalog, View
-from qengine.catalog.sources import CsvSource, MemorySource, ParquetSource, Partition, RecordSource, Source
+from qengine.catalog.sources import CsvSource, MemorySource, Partition, RecordSource, Source, hive_parquet
 from qengine.errors import InputLostError, NotSupportedError, ProgrammingError, WorkerUnreachableError
 from qengine.planner import PlanOptions, plan_query
 from qengine.planner.explain import explain_lines
@@ -420,9 +420,13 @@ class Session:
     def _resolve(self, path: str, suffixes: tuple[str, ...]) -> list[str]:
         """The files behind ``path``, which every worker must be able to read (on a multi-host
         cluster that takes a shared file system)."""
-        paths = self.catalog.resolve_paths(path, suffixes)
-        self.cluster.check_readable(paths)
-        return paths
+        return [resolved for resolved, _ in self._resolve_files(path, suffixes)]
+
+    def _resolve_files(self, path: str, suffixes: tuple[str, ...]) -> list[tuple[str, str]]:
+        """:meth:`_resolve`, each file with its path as ``path`` spells it (``Catalog.resolve_files``)."""
+        files = self.catalog.resolve_files(path, suffixes)
+        self.cluster.check_readable([resolved for resolved, _ in files])
+        return files
 
     def _add(self, source: Source, path: str) -> None:
         """Register a file-backed table; SQL may then also read under its directory."""
@@ -430,7 +434,9 @@ class Session:
         self.catalog.add_root(path)
 
     def register_parquet(self, name: str, path: str) -> None:
-        self._add(ParquetSource(name, self._resolve(path, (".parquet", ".parq"))), path)
+        """A Parquet file, directory or glob; a hive-partitioned one (``y=2024/part.parquet``)
+        with its partition columns, detected as DuckDB detects them."""
+        self._add(hive_parquet(name, self._resolve_files(path, (".parquet", ".parq"))), path)
 
     def register_records(self, name: str, path: str) -> None:
         """Flat files of 100-byte sort-benchmark records (gensort's binary layout)."""

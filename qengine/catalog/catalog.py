@@ -87,6 +87,11 @@ class Catalog:
         Paths named inside SQL (``from_sql``) must lie under the roots; a path the user registers
         explicitly may also lie under its own directory when the catalog is ``extendable``.
         """
+        return [path for path, _ in self.resolve_files(spec, suffixes, from_sql)]
+
+    def resolve_files(self, spec: str, suffixes: tuple[str, ...], from_sql: bool = False) -> list[tuple[str, str]]:
+        """:meth:`resolve_paths`, each resolved file with its path as ``spec`` spells it: where
+        hive partitions are read from (``catalog.hive``), as DuckDB reads them."""
         spec = os.path.expanduser(spec)
         if os.path.isdir(spec):
             found = [
@@ -111,14 +116,14 @@ class Catalog:
         with self._lock:
             extra = (*self.registered_roots, *own)
         try:
-            paths = sorted({self.policy.check_read(p, extra) for p in found})
+            resolved = {self.policy.check_read(p, extra): p for p in sorted(found)}
         except ProgrammingError as e:
             hint = " (register the data with register_parquet/register_csv or -d, or widen allowed_roots)"
             raise ProgrammingError(f"{e}{hint if self.extendable else ''}") from None
-        for p in paths:
+        for p in resolved:
             if not os.access(p, os.R_OK):
                 raise ProgrammingError(f"{p} is not readable")
-        return paths
+        return sorted(resolved.items())
 
     def parquet_files(self) -> tuple[str, ...]:
         """Every Parquet file of a registered table: what a fragment's connection may read.

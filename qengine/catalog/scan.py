@@ -21,6 +21,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from qengine.catalog import records
+from qengine.catalog.hive import constant_columns as hive_constant_columns
+from qengine.catalog.hive import constant_sql as hive_constant_sql
 from qengine.errors import DataError, OperationalError
 from qengine.sandbox.quoting import identifier, string_literal
 from qengine.transport.wire import schema_from_hex
@@ -36,16 +38,45 @@ def parquet_sql(split: dict, columns: list[tuple[str, str]]) -> str | None:
     """
     if not split.get("runs"):
         return None
-    names = ", ".join(f"{identifier(source)} AS {identifier(internal)}" for source, internal in columns)
-    whole = [path for path, _, stop in split["runs"] if stop is None]
-    parts = [f"SELECT {names} FROM read_parquet([{', '.join(map(string_literal, whole))}])"] if whole else []
+    hive = split.get("hive")
+    # Files of the same partition values are read together; DuckDB is kept from reading
+    # partitions from the (resolved) paths itself: a split's ``hive`` entry says what they are.
+    whole: dict[tuple, list[str]] = {}
+    for path, _, stop in split["runs"]:
+        if stop is None:
+            whole.setdefault(_partition_key(hive, path), []).append(path)
+    parts = [
+        f"SELECT {_select_list(hive, paths[0], columns)} FROM read_parquet([{', '.join(map(string_literal, paths))}], "
+        "hive_partitioning = false)"
+        for paths in whole.values()
+    ]
     parts += [
-        f"SELECT {names} FROM read_parquet({string_literal(path)}, file_row_number = true) "
-        f"WHERE file_row_number >= {int(first)} AND file_row_number < {int(stop)}"
+        f"SELECT {_select_list(hive, path, columns)} FROM read_parquet({string_literal(path)}, file_row_number = true, "
+        f"hive_partitioning = false) WHERE file_row_number >= {int(first)} AND file_row_number < {int(stop)}"
         for path, first, stop in split["runs"]
         if stop is not None
     ]
     return " UNION ALL ".join(parts)
+
+
+def _partition_index(hive: dict | None) -> dict[str, int]:
+    """A split's partition columns by lower-cased name (DuckDB's names are not case sensitive)."""
+    return {n.lower(): i for i, n in enumerate(hive["names"])} if hive else {}
+
+
+def _partition_key(hive: dict | None, path: str) -> tuple:
+    return tuple(hive["values"][path]) if hive else ()
+
+
+def _select_list(hive: dict | None, path: str, columns: list[tuple[str, str]]) -> str:
+    """The columns read from file ``path``, a partition column as its constant value."""
+    index = _partition_index(hive)
+    out = []
+    for source, internal in columns:
+        i = index.get(source.lower())
+        value = identifier(source) if i is None else hive_constant_sql(hive["values"][path][i], hive["types"][i])
+        out.append(f"{value} AS {identifier(internal)}")
+    return ", ".join(out)
 
 
 # A Parquet split of at most this many rows is read here and given to its DuckDB fragment as
@@ -112,6 +143,8 @@ def reads_best_as_arrow(split: dict, columns: list[tuple[str, str]]) -> bool:
     on so few rows, and reading them here skips DuckDB's pass over the file's every row group."""
     if split.get("kind") != "parquet" or not split.get("pieces") or split.get("rows", SMALL_SPLIT_ROWS + 1) > SMALL_SPLIT_ROWS:
         return False
+    if split.get("hive"):  # its partition columns are constants DuckDB makes as it reads
+        return False
     sources = [source for source, _ in columns]
     types = None
     for path, _ in split["pieces"]:
@@ -141,15 +174,7 @@ def read_split(split: dict, columns: list[tuple[str, str]], fetch_memory: Callab
     kind = split["kind"]
     try:
         if kind == "parquet":
-            tables = [
-                _FOOTERS.file(path).read_row_groups(groups, columns=sources, use_threads=False)
-                for path, groups in split["pieces"]
-            ]
-            if not tables:
-                schema = pq.read_schema(split["schema_path"])
-                table = pa.schema([schema.field(s) for s in sources]).empty_table()
-            else:
-                table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+            table = _read_parquet(split, sources)
         elif kind == "csv":
             schema = schema_from_hex(split["schema"])
             table = pacsv.read_csv(
@@ -181,6 +206,28 @@ def read_split(split: dict, columns: list[tuple[str, str]], fetch_memory: Callab
     except OSError as e:
         raise OperationalError(f"scan failed: {e}") from e
     return table.rename_columns([internal for _, internal in columns])
+
+
+def _read_parquet(split: dict, sources: list[str]) -> pa.Table:
+    """A Parquet split's columns ``sources``: a partition column as its file's constant."""
+    hive = split.get("hive")
+    index = _partition_index(hive)
+    stored = [s for s in sources if s.lower() not in index]
+    made = [s for s in sources if s.lower() in index]
+    tables = []
+    for path, groups in split["pieces"]:
+        table = _FOOTERS.file(path).read_row_groups(groups, columns=stored, use_threads=False)
+        for name, column in zip(made, hive_constant_columns(hive, path, made, table.num_rows) if made else [], strict=True):
+            table = table.append_column(name, column)
+        tables.append(table.select(sources))
+    if tables:
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    schema = pq.read_schema(split["schema_path"])
+    if hive:
+        partitions = schema_from_hex(hive["schema"])
+        schema = pa.schema([f for f in schema if f.name.lower() not in index] + list(partitions))
+    lowered = {f.name.lower(): f for f in schema}
+    return pa.schema([lowered[s.lower()].with_name(s) for s in sources]).empty_table()
 
 
 # Arrow's complaints, read on one thread (which makes them number the row: its line in the file).

@@ -7,6 +7,7 @@ workers turn it back into Arrow data through :mod:`qengine.catalog.scan`.
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from qengine.catalog import records
+from qengine.catalog.hive import HiveOptions, HivePartitions
+from qengine.catalog.hive import detect as detect_partitions
 from qengine.catalog.scan import csv_error
 from qengine.catalog.types import type_code
 from qengine.errors import OperationalError, ProgrammingError
@@ -105,13 +108,20 @@ class _RowGroup:
 
 
 class ParquetSource(Source):
-    """One or more Parquet files; splits are runs of row groups."""
+    """One or more Parquet files; splits are runs of row groups.
 
-    def __init__(self, name: str, paths: list[str]) -> None:
+    With ``hive`` the files are a hive-partitioned dataset: its partition columns follow the
+    files' own (or take the place of a file column of the same name, as in DuckDB), each
+    file's values constant over its rows; an integer one gives its row groups a range of one
+    value, for joins' key ranges to prune by.
+    """
+
+    def __init__(self, name: str, paths: list[str], hive: HivePartitions | None = None) -> None:
         if not paths:
             raise ProgrammingError(f"table {name!r}: no Parquet files found")
         self.name = name
         self.paths = paths
+        self.hive = hive
         self.row_groups: list[_RowGroup] = []
         self._file_rows: dict[str, int] = {}
         widths: dict[str, int] = {}
@@ -138,15 +148,31 @@ class ParquetSource(Source):
                     integer = cc.physical_type in ("INT32", "INT64")
                     if integer and st is not None and st.has_min_max and isinstance(st.min, int) and isinstance(st.max, int):
                         group.ranges[top] = (st.min, st.max)
+                if hive is not None:
+                    _partition_ranges(group, hive)
             self._file_rows[path] = first
+        if hive is not None:
+            self.schema = _with_partitions(self.schema, hive.schema)
         self._rows = sum(rg.rows for rg in self.row_groups)
         self._bytes = sum(rg.bytes for rg in self.row_groups)
         self._widths = {k: v / max(1, self._rows) for k, v in widths.items()}
         self._whole: dict | None = None
+        self._schema_path = paths[0]
 
     @property
     def rows(self) -> int:
         return self._rows
+
+    def restricted(self, paths: set[str]) -> ParquetSource:
+        """The table's files among ``paths`` only (those a partition filter keeps), splitting
+        as the whole table's would: a view of the same footers, read no more."""
+        part = copy.copy(self)
+        part.paths = [p for p in self.paths if p in paths]
+        part.row_groups = [rg for rg in self.row_groups if rg.path in paths]
+        part._rows = sum(rg.rows for rg in part.row_groups)
+        part._bytes = sum(rg.bytes for rg in part.row_groups)
+        part._whole = None
+        return part
 
     def column_width(self, column: str) -> float:
         # Parquet sizes are of encoded pages (dictionaries, RLE), far below Arrow's in memory.
@@ -213,13 +239,48 @@ class ParquetSource(Source):
         for run in runs:
             if run[1] == 0 and run[2] == self._file_rows[run[0]]:
                 run[2] = None
-        return {
+        split = {
             "kind": "parquet",
             "pieces": list(pieces.items()),
             "runs": runs,
             "rows": sum(rg.rows for rg in groups),
-            "schema_path": self.paths[0],
+            "schema_path": self._schema_path,
         }
+        if self.hive is not None:
+            split["hive"] = self.hive.for_split(list(pieces))
+        return split
+
+
+def hive_parquet(name: str, files: list[tuple[str, str]], options: HiveOptions | None = None) -> ParquetSource:
+    """A Parquet table of ``files`` (resolved path, path as the user spelled it), read as a
+    hive-partitioned dataset where ``options`` (DuckDB's, detected by default) make it one."""
+    options = options or HiveOptions()
+    paths = [path for path, _ in files]
+    if not paths:
+        raise ProgrammingError(f"table {name!r}: no Parquet files found")
+    return ParquetSource(name, paths, detect_partitions([spelled for _, spelled in files], paths, options))
+
+
+def _partition_ranges(group: _RowGroup, hive: HivePartitions) -> None:
+    """A row group's ranges with its file's partition values in place of any file column's."""
+    for index, f in enumerate(hive.schema):
+        group.ranges.pop(f.name, None)
+        value = hive.values[group.path][index]
+        if pa.types.is_integer(f.type) and value is not None:
+            group.ranges[f.name] = (int(value), int(value))
+
+
+def _with_partitions(schema: pa.Schema, partitions: pa.Schema) -> pa.Schema:
+    """The files' schema with the partition columns: a file column of the same name (compared
+    without case, as DuckDB does) takes the partition's type, the others come after."""
+    fields = list(schema)
+    for f in partitions:
+        same = [i for i, g in enumerate(fields) if g.name.lower() == f.name.lower()]
+        if same:
+            fields[same[0]] = f.with_name(fields[same[0]].name)
+        else:
+            fields.append(f)
+    return pa.schema(fields)
 
 
 class CsvSource(Source):

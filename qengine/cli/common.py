@@ -34,17 +34,26 @@ def prepare_output_dir(out: str, force: bool) -> None:
 
 def directory_tables(directory: str) -> list[tuple[str, str, str]]:
     """The tables under ``directory`` as (name, kind, path): every Parquet or CSV file, and every
-    directory holding Parquet files, named after it (kind "parquet", "csv" or "tsv")."""
+    directory holding Parquet files, named after it (kind "parquet", "csv" or "tsv").
+
+    A directory of Parquet files is one table, a hive-partitioned dataset (``sales/y=2024/...``)
+    included; ``directory`` itself is one, named after it, where its own subdirectories are
+    partitions (``key=value``).
+    """
     if not os.path.isdir(directory):
         raise qengine.ProgrammingError(f"data directory {directory} does not exist")
     tables = []
-    for entry in sorted(os.listdir(directory)):
+    entries = [e for e in sorted(os.listdir(directory)) if not e.startswith((".", "_"))]
+    partitions = {e for e in entries if "=" in e and _has_parquet(os.path.join(directory, e))}
+    if partitions:
+        tables.append((os.path.basename(os.path.normpath(os.path.abspath(directory))), "parquet", directory))
+    for entry in entries:
         path = os.path.join(directory, entry)
         stem, ext = os.path.splitext(entry)
-        if entry.startswith((".", "_")):
+        if entry in partitions:
             continue
         if os.path.isdir(path):
-            if any(f.endswith((".parquet", ".parq")) for _, _, files in os.walk(path) for f in files):
+            if _has_parquet(path):
                 tables.append((entry, "parquet", path))
         elif ext in (".parquet", ".parq"):
             tables.append((stem, "parquet", path))
@@ -63,6 +72,10 @@ def register_directory(con: Any, directory: str) -> list[str]:
         else:
             con.register_csv(name, path, delimiter="\t" if kind == "tsv" else ",")
     return [name for name, _, _ in tables]
+
+
+def _has_parquet(path: str) -> bool:
+    return os.path.isdir(path) and any(f.endswith((".parquet", ".parq")) for _, _, files in os.walk(path) for f in files)
 
 
 def connection_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from qengine.planner import logical as lp
+from qengine.planner.partition_pruning import prune_plan
 from qengine.planner.stages import StagePlan
 
 if TYPE_CHECKING:
@@ -19,7 +20,12 @@ def describe(node: lp.Node) -> str:
     """One line for an operator."""
     if isinstance(node, lp.Scan):
         cols = ", ".join(f"{s} AS {i}" for s, i in node.column_map.items())
-        return f"Scan {node.source.name} [{cols}]" + (" whole, in every task" if node.replicated else "")
+        pruned = node.pruned
+        files = (
+            f" files: {pruned.files - pruned.skipped} of {pruned.files} ({pruned.skipped} skipped by partition filter)"
+            if pruned is not None and pruned.filtered else ""
+        )
+        return f"Scan {node.source.name} [{cols}]" + (" whole, in every task" if node.replicated else "") + files
     if isinstance(node, lp.Values):
         return f"Values {len(node.rows.expressions)} row(s)"
     if isinstance(node, lp.ExchangeRead):
@@ -76,6 +82,7 @@ def shuffle_summary(s: dict) -> str:
 def explain_lines(plan: StagePlan, workers: int, split_bytes: int, stats: QueryStats | None = None) -> list[str]:
     """The stage DAG, result stage first; with ``stats`` (EXPLAIN ANALYZE) rows, bytes and times."""
     lines: list[str] = []
+    prune_plan(plan)
     counts = [tasks for _, tasks in plan.scan_tasks(workers, split_bytes)]
     for stage in reversed(plan.stages):
         tasks = counts[stage.id]

@@ -38,13 +38,14 @@ from sqlglot.optimizer.unnest_subqueries import unnest_subqueries as sqlglot_unn
 from sqlglot.tokens import Token, TokenType
 
 from qengine.catalog.catalog import Catalog
-from qengine.catalog.sources import CsvSource, ParquetSource
+from qengine.catalog.sources import CsvSource, Source, hive_parquet
 from qengine.errors import Error, NotSupportedError, ProgrammingError
 from qengine.planner import logical as lp
 from qengine.planner.eliminate_joins import eliminate_joins
 from qengine.planner.grouping_syntax import parse_tokens
 from qengine.planner.join_order import optimize_joins
 from qengine.planner.merge_derived import merge_subqueries
+from qengine.planner.parquet_options import hive_options
 from qengine.planner.templates import PARAMETER
 from qengine.planner.unnest import unnest_subqueries
 from qengine.planner.unsupported import refuse_unmodelled
@@ -671,10 +672,13 @@ def expand_sources(statement: exp.Expression, catalog: Catalog, dialect: str, de
             if not specs or not all(isinstance(a, exp.Literal) and a.is_string for a in specs):
                 raise ProgrammingError(f"{fname}() takes a path or a list of paths as a string literal")
             suffixes = (".parquet", ".parq") if kind == "parquet" else (".csv", ".tsv", ".txt")
-            paths = [p for spec in specs for p in catalog.resolve_paths(spec.name, suffixes, from_sql=True)]
+            files = [f for spec in specs for f in catalog.resolve_files(spec.name, suffixes, from_sql=True)]
             name = f"__{kind}_{next(_counter)}"
             try:
-                source = ParquetSource(name, paths) if kind == "parquet" else CsvSource(name, paths)
+                if kind == "parquet":
+                    source: Source = hive_parquet(name, files, hive_options(fname, args[1:]))
+                else:
+                    source = CsvSource(name, [path for path, _ in files])
             except Error as e:  # it names the table, which the user knows only as the call
                 e.args = (str(e).replace(f"table {name!r}", f"{fname}()"),)
                 raise

@@ -74,6 +74,17 @@ class Node:
             raise NotImplementedError(type(self).__name__)
 
 
+@dataclass
+class PrunedScan:
+    """What a hive-partitioned scan reads once its partition filters are applied
+    (``planner.partition_pruning``): ``source`` is the table's files they keep."""
+
+    source: Source
+    files: int  # the table's
+    skipped: int
+    filtered: bool  # whether a filter on partition columns was evaluated
+
+
 @dataclass(eq=False)
 class Scan(Node):
     """Reads a catalog source; ``column_map`` maps source column names to internal names."""
@@ -85,10 +96,17 @@ class Scan(Node):
     replicated: bool = False
     # Read in one task, the table making one split (see PhysicalPlanner._scan).
     single: bool = False
+    # Set before a run's splits are made, from the run's own filter values (partition_pruning.prune_plan).
+    pruned: PrunedScan | None = None
 
     @property
     def columns(self) -> list[str]:
         return list(self.column_map.values())
+
+    @property
+    def read_source(self) -> Source:
+        """The files the scan's tasks read: the table's, less those its partition filters skip."""
+        return self.pruned.source if self.pruned is not None else self.source
 
     @property
     def read_bytes(self) -> float:

@@ -93,7 +93,7 @@ class _Pusher:
         if isinstance(node, lp.Project):
             renames = {name: e for name, e in node.exprs}
             through = set(node.child.columns) if node.passthrough else set()
-            down, keep = _split(preds, lambda r: all(c in through or (c in renames and _movable(renames[c])) for c in r))
+            down, keep = _split(preds, lambda r: all(c in through or (c in renames and movable(renames[c])) for c in r))
             node.child = self.push(node.child, [_substitute(p, renames) for p in down])
             return _wrap(node, keep)
         if isinstance(node, lp.Aggregate):
@@ -197,7 +197,7 @@ def _across(facts: list[exp.Expression], keys: dict[str, str], known: list[exp.E
 def _copyable(p: exp.Expression) -> bool:
     """A comparison of one column with numeric constants: safe to restate on a join key of the
     other side (a string constant compared with a key of another type could fail to cast)."""
-    if len(_refs(p)) != 1 or not _movable(p):
+    if len(_refs(p)) != 1 or not movable(p):
         return False
     if isinstance(p, COMPARISONS):
         sides = [p.this, p.expression]
@@ -217,7 +217,7 @@ def _numeric(e: exp.Expression) -> bool:
     return _kind(e) == "n"
 
 
-def _movable(e: exp.Expression) -> bool:
+def movable(e: exp.Expression) -> bool:
     """True when evaluating ``e`` elsewhere gives the same rows: no subquery, aggregate, window
     or volatile function."""
     for n in e.walk():
@@ -234,11 +234,11 @@ def _split(preds: list[exp.Expression], test) -> tuple[list[exp.Expression], lis
     form of each OR that does not; what stays above: every predicate that does not pass)."""
     down, keep = [], []
     for p in preds:
-        if _movable(p) and test(_refs(p)):
+        if movable(p) and test(_refs(p)):
             down.append(p)
             continue
         keep.append(p)
-        weaker = _weaken(p, test) if _movable(p) else None
+        weaker = _weaken(p, test) if movable(p) else None
         if weaker is not None:
             down.append(weaker)
     return down, keep

@@ -108,12 +108,14 @@ class StagePlan:
 
     def scan_tasks(self, workers: int, split_bytes: int) -> list[tuple[list[dict] | None, int]]:
         """(scan splits or None, task count) per stage, before any run-time change: one task per
-        scan split, one per partition of its input shuffles, or one per task of the shared
-        producer it reads."""
+        scan split (of the files partition pruning left, ``partition_pruning.prune_plan``), one
+        per partition of its input shuffles, or one per task of the shared producer it reads."""
         out: list[tuple[list[dict] | None, int]] = []
         for stage in self.stages:
             if stage.scans:
-                splits = [dict(s, branch=b) for b, scan in enumerate(stage.scans) for s in scan.source.splits(workers, split_bytes)]
+                splits = [
+                    dict(s, branch=b) for b, scan in enumerate(stage.scans) for s in scan.read_source.splits(workers, split_bytes)
+                ]
                 out.append((splits, max(1, len(splits))))
                 continue
             counts = {

@@ -31,7 +31,7 @@ class KeyRanges:
         None when that cannot be known here (not a Parquet table, not integers, or an error the
         stage's own tasks will report)."""
         table = lp.table_read(build)
-        split = table.source.whole() if table is not None else None
+        split = table.read_source.whole() if table is not None else None
         source = scan.parquet_sql(split, list(table.column_map.items())) if split is not None else None
         if source is None:
             return None
@@ -62,7 +62,7 @@ def prune_scan(state: QueryState, run: StageRun, key_ranges: KeyRanges) -> None:
         ranges[f.column] = (lo, hi) if old is None else (max(old[0], lo), min(old[1], hi))
     if not ranges:
         return
-    run.splits = run.stage.scan.source.splits(state.workers, state.options.split_bytes, ranges)
+    run.splits = run.stage.scan.read_source.splits(state.workers, state.options.split_bytes, ranges)
     state.set_tasks(run, len(run.splits))
 
 

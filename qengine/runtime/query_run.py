@@ -34,6 +34,7 @@ from qengine.exchange.metrics import ShuffleStats
 from qengine.planner import direct, estimates
 from qengine.planner import logical as lp
 from qengine.planner.null_columns import null_columns
+from qengine.planner.partition_pruning import prune_plan
 from qengine.planner.render import join_sides, render
 from qengine.planner.stages import StagePlan
 from qengine.runtime.dispatch import CancelledTaskError, DeferredTaskError, Dispatcher, Queued, StaleAttemptError
@@ -90,9 +91,14 @@ class QueryRun:
         self.reports = ProgressReports(state, self._call, self.aux_calls)  # LATE's progress scores
         self.moving: dict[int, int | None] = {}  # a push's body → its count in the network's load
         self.moved_off: set[int] = set()  # slow workers whose waiting reducers were placed elsewhere since found slow
+        prune_plan(plan)
         for stage, (splits, tasks) in zip(plan.stages, plan.scan_tasks(state.workers, options.split_bytes), strict=True):
             kind = stage.output.kind if stage.output is not None else (output or {}).get("kind", "result")
-            run = StageRun(stage, tasks, splits, StageStats(stage.id, kind, tasks, parents=stage.parents))
+            pruned = [n.pruned for n in lp.walk(stage.root) if isinstance(n, lp.Scan) and n.pruned is not None]
+            stats = StageStats(
+                stage.id, kind, tasks, files=sum(p.files for p in pruned), files_skipped=sum(p.skipped for p in pruned), parents=stage.parents
+            )
+            run = StageRun(stage, tasks, splits, stats)
             if stage.output is not None and stage.output.kind in SHUFFLE_KINDS:
                 run.shuffle = ShuffleStats(stage.id, stage.output.kind, state.mode, tasks, stage.output.partitions)
             run.null_columns = null_columns(stage.root, {r.stage.id: r.null_columns for r in state.runs})
@@ -410,7 +416,7 @@ class QueryRun:
                 rows = self.state.runs[node.shuffle_id].stats.rows
                 node.est_rows = float(rows if node.kind in ("broadcast", "whole") else rows / tasks)
             elif isinstance(node, lp.Scan) and run.splits and not node.replicated:
-                node.est_rows = node.source.rows / len(run.splits)
+                node.est_rows = node.read_source.rows / len(run.splits)
         estimates.refresh(run.stage.root)
 
     # ---- task outcomes -----------------------------------------------------------------

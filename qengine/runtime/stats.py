@@ -27,6 +27,9 @@ class StageStats:
     task_seconds: float = 0.0
     stolen: int = 0  # tasks taken back from a busy worker's queue for an idle one (work stealing)
     parents: list[int] = field(default_factory=list)  # the stages it reads from
+    # the files of its hive-partitioned scans, and of those how many their partition filters skipped
+    files: int = 0
+    files_skipped: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -39,6 +42,8 @@ class StageStats:
             "seconds": round(self.seconds, 4),
             "task_seconds": round(self.task_seconds, 4),
             "stolen": self.stolen,
+            "files": self.files,
+            "files_skipped": self.files_skipped,
         }
 
     def add_partition_bytes(self, sizes: list[int]) -> None:

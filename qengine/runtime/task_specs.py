@@ -46,7 +46,7 @@ def task_spec(
         for branch, scan in enumerate(stage.scans):  # a concatenated union's other inputs are empty
             mine = branch == split.get("branch", 0)
             inputs.append(scan_input(scan, split if mine else {"kind": "empty", "schema": schema_to_hex(scan.source.schema)}))
-    inputs += [scan_input(scan, scan.source.whole()) for scan in stage.replicated]
+    inputs += [scan_input(scan, scan.read_source.whole()) for scan in stage.replicated]
     for read in stage.reads:
         source = state.runs[read.shuffle_id]
         if read.kind == "broadcast" or (read.kind == "once" and index == 0):
