@@ -18,7 +18,7 @@ import duckdb
 import pyarrow as pa
 import sqlglot.expressions as exp
 
-from qengine.api import result_stream
+from qengine.api import introspection, result_stream, system_tables
 from qengine.api.prepared import Prepared
 from qengine.api.replicas import Replicas
 from qengine.api.result_stream import ResultStream
@@ -164,6 +164,12 @@ class Session:
             return self._drop(st)
         if isinstance(st, exp.Copy):
             return self._copy(st, progress)
+        if isinstance(st, exp.Describe):
+            return Result.of_table(introspection.describe(st, self.catalog, self.plan_options.dialect))
+        if introspection.is_show(st):
+            return Result.of_table(introspection.show(st, self.catalog, self.plan_options.dialect))
+        if isinstance(st, exp.Summarize):
+            return self._summarize(st, progress)
         what = st.sql(dialect=self.plan_options.dialect).split()[0].upper() if st.sql() else type(st).__name__
         raise NotSupportedError(f"{what} statements are not supported")
 
@@ -193,7 +199,7 @@ class Session:
         return shape, instantiate(template, shape.values, dialect, holders)
 
     def _plan(self, query: exp.Expression) -> StagePlan:
-        query = expand_sources(query, self.catalog, self.plan_options.dialect)
+        query = system_tables.inline(expand_sources(query, self.catalog, self.plan_options.dialect), self.catalog, self.plan_options.dialect)
         normalize_null_ordering(query, self.plan_options.dialect)
         name_outputs(query, self.plan_options.dialect)
         written = written_aliases(query)
@@ -376,6 +382,16 @@ class Session:
             record_output(directory)
         stats.spilled_bytes = self.coordinator.release(f"{query_id}/")
         return Result(None, sum(s["rows"] for _, s in placement), stats)
+
+    def _summarize(self, st: exp.Summarize, progress: Callable[[int, int], None] | None) -> Result:
+        """SUMMARIZE: its aggregates run on the cluster as one query (``api.introspection``)."""
+        query, columns = introspection.summary_query(st, self.catalog, self.plan_options.dialect)
+        result = self.query(query, progress)
+        try:
+            row = pa.Table.from_batches(list(result.rows), result.rows.schema).to_pylist()[0]
+        finally:
+            result.close()
+        return Result.of_table(introspection.summary_table(columns, tuple(row.values())), result.stats, result.plan)
 
     def _drop(self, st: exp.Drop) -> Result:
         kind = (st.args.get("kind") or "").upper()

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from qengine.catalog import records
 from qengine.errors import DataError, OperationalError
 from qengine.sandbox.quoting import identifier, string_literal
-from qengine.transport.wire import schema_from_hex
+from qengine.transport.wire import schema_from_hex, table_from_hex
 
 
 def parquet_sql(split: dict, columns: list[tuple[str, str]]) -> str | None:
@@ -169,6 +169,11 @@ def read_split(split: dict, columns: list[tuple[str, str]], fetch_memory: Callab
             table = records.to_table(data.reshape(-1, records.RECORD)).select(sources)
         elif kind == "empty":  # a concatenated union's input that another task reads
             table = schema_from_hex(split["schema"]).empty_table().select(sources)
+        elif kind == "inline":
+            table = table_from_hex(split["data"]).select(sources)
+        elif kind == "range":
+            values = split["start"] + split["step"] * np.arange(split["count"], dtype=np.int64)
+            table = pa.table({split["column"]: values}).select(sources)
         elif kind == "memory":
             table = fetch_memory(split) if split["key"] else schema_from_hex(split["schema"]).empty_table()
             table = table.select(sources)

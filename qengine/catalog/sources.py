@@ -19,7 +19,7 @@ from qengine.catalog import records
 from qengine.catalog.scan import csv_error
 from qengine.catalog.types import type_code
 from qengine.errors import OperationalError, ProgrammingError
-from qengine.transport.wire import schema_to_hex
+from qengine.transport.wire import schema_to_hex, table_to_hex
 
 # By default a scan task covers about this many uncompressed bytes: Spark's default for
 # spark.sql.files.maxPartitionBytes. Each task re-reads the small tables it joins whole and
@@ -343,3 +343,64 @@ class MemorySource(Source):
                  "table": self.name, "index": index}
             )
         return splits
+
+
+class InlineSource(Source):
+    """A small table made while planning (information_schema's rows), whose rows travel in its
+    one split: nothing is stored on a worker, and nothing is left to free when the query ends."""
+
+    def __init__(self, name: str, table: pa.Table) -> None:
+        self.name = name
+        self.schema = table.schema
+        self._rows = table.num_rows
+        self._split = {"kind": "inline", "data": table_to_hex(table)}
+
+    @property
+    def rows(self) -> int:
+        return self._rows
+
+    def splits(
+        self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES, ranges: dict[str, tuple[int, int]] | None = None
+    ) -> list[dict]:
+        return [self._split]
+
+    def whole(self) -> dict:
+        return self._split
+
+    def single_split(self, split_bytes: int) -> bool:
+        return True
+
+
+# Rows of a range() table a scan task makes at most: 8 bytes a row, DEFAULT_SPLIT_BYTES of them.
+RANGE_SPLIT_ROWS = DEFAULT_SPLIT_BYTES // 8
+
+
+class RangeSource(Source):
+    """range(start, stop, step) and generate_series(...) as a table: the integers from ``start``
+    by ``step`` up to ``stop`` (excluded), in one BIGINT column; the workers make them, in
+    splits of consecutive runs."""
+
+    def __init__(self, name: str, column: str, start: int, stop: int, step: int) -> None:
+        self.name = name
+        self.schema = pa.schema([pa.field(column, pa.int64())])
+        self.start, self.stop, self.step = start, stop, step
+        self._rows = max(0, -(-(stop - start) // step))
+
+    @property
+    def rows(self) -> int:
+        return self._rows
+
+    def splits(
+        self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES, ranges: dict[str, tuple[int, int]] | None = None
+    ) -> list[dict]:
+        per_split = max(1, min(RANGE_SPLIT_ROWS, split_bytes // 8, -(-self._rows // max(1, workers))))
+        firsts = range(0, self._rows, per_split) if self._rows else [0]
+        return [self._split(first, min(self._rows, first + per_split)) for first in firsts]
+
+    def whole(self) -> dict:
+        return self._split(0, self._rows)
+
+    def _split(self, first: int, stop: int) -> dict:
+        """Rows ``first`` to ``stop`` (excluded) of the series, as the values they hold."""
+        return {"kind": "range", "start": self.start + first * self.step, "count": stop - first, "step": self.step,
+                "column": self.schema.names[0]}
