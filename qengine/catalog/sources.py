@@ -11,6 +11,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
+import duckdb
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
@@ -19,6 +20,8 @@ from qengine.catalog import records
 from qengine.catalog.scan import csv_error
 from qengine.catalog.types import type_code
 from qengine.errors import OperationalError, ProgrammingError
+from qengine.sandbox.connection import safe_connection
+from qengine.sandbox.quoting import string_literal
 from qengine.transport.wire import schema_to_hex, table_to_hex
 
 # By default a scan task covers about this many uncompressed bytes: Spark's default for
@@ -255,6 +258,41 @@ class CsvSource(Source):
     ) -> list[dict]:
         schema = schema_to_hex(self.schema)
         return [{"kind": "csv", "path": p, "schema": schema, **self.options} for p in self.paths]
+
+
+class JsonSource(Source):
+    """JSON files, newline-delimited or a top-level array, read by DuckDB's JSON reader as DuckDB's
+    read_json() reads them; one split per file. The schema DuckDB detects over all the files is
+    worked out once, here, and imposed on every file (``columns``), so each split reads the same
+    columns with the same types."""
+
+    def __init__(self, name: str, paths: list[str], json_format: str = "auto") -> None:
+        if not paths:
+            raise ProgrammingError(f"table {name!r}: no JSON files found")
+        self.name = name
+        self.paths = paths
+        self.format = json_format
+        files = "[" + ", ".join(string_literal(p) for p in paths) + "]"
+        con = safe_connection(readable=tuple(paths))
+        try:
+            reader = f"read_json({files}, format = {string_literal(json_format)})"
+            described = con.execute(f"DESCRIBE SELECT * FROM {reader}").fetchall()
+            self.schema = con.execute(f"SELECT * FROM {reader} LIMIT 0").to_arrow_table().schema
+        except duckdb.Error as e:
+            raise ProgrammingError(f"cannot read JSON file {paths[0] if len(paths) == 1 else files}: {str(e).splitlines()[0]}") from e
+        finally:
+            con.close()
+        self.columns = "{" + ", ".join(f"{string_literal(c)}: {string_literal(t)}" for c, t, *_ in described) + "}"
+        self._bytes = sum(os.path.getsize(p) for p in paths)
+
+    @property
+    def rows(self) -> int:
+        return max(1, self._bytes // max(1, 16 * len(self.schema)))
+
+    def splits(
+        self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES, ranges: dict[str, tuple[int, int]] | None = None
+    ) -> list[dict]:
+        return [{"kind": "json", "path": p, "columns": self.columns, "format": self.format} for p in self.paths]
 
 
 class RecordSource(Source):

@@ -41,6 +41,7 @@ from qengine.catalog.catalog import Catalog
 from qengine.catalog.sources import CsvSource, ParquetSource
 from qengine.errors import Error, NotSupportedError, ProgrammingError
 from qengine.planner import logical as lp
+from qengine.planner import table_sources
 from qengine.planner.eliminate_joins import eliminate_joins
 from qengine.planner.grouping_syntax import parse_tokens
 from qengine.planner.join_order import optimize_joins
@@ -637,6 +638,8 @@ def expand_sources(statement: exp.Expression, catalog: Catalog, dialect: str, de
             # writes it back (in the dialect it was read in) as range() again.
             fname = func.sql(dialect=dialect).split("(")[0].lower()
             kind = _TABLE_FUNCTIONS.get(fname)
+            if kind is None and table_sources.expand_call(table, fname, catalog):
+                continue
             if kind is None:
                 raise NotSupportedError(f"table function {fname}() is not supported")
             args = func.expressions if func.expressions else [func.this]
@@ -658,7 +661,10 @@ def expand_sources(statement: exp.Expression, catalog: Catalog, dialect: str, de
         if table.args.get("db") or not isinstance(table.this, exp.Identifier):
             continue
         view = catalog.views.get(table.name.lower())
-        if view is None or _is_cte_reference(table):
+        if _is_cte_reference(table):
+            continue
+        if view is None:  # a catalog table, or a file named as one
+            table_sources.expand_file(table, catalog)
             continue
         body = expand_sources(view.query.copy(), catalog, dialect, depth + 1)
         alias = table.alias or table.name
