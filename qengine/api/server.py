@@ -10,7 +10,6 @@ workers. Every call must carry the cluster token; TLS is optional.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
 import logging
@@ -97,8 +96,7 @@ class CoordinatorServer(ActionServer):
             user = body.get("user") or DEFAULT_USER
             if not isinstance(user, str) or len(user) > 128:
                 raise ProgrammingError("user must be a name of at most 128 characters")
-            execution = dataclasses.replace(settings.execution_options(), user=user)
-            session = Session(self.registry, settings.plan_options(workers), execution, Catalog(self.policy, extendable=False))
+            session = Session(self.registry, settings, workers, Catalog(self.policy, extendable=False), user)
             session.gate = functools.partial(self._admit_by_memory, session)
             sid = secrets.token_hex(8)
             with self._lock:

@@ -7,6 +7,7 @@ It executes one SQL statement at a time: queries, EXPLAIN [ANALYZE], views, sess
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import re
 import threading
@@ -18,7 +19,8 @@ import duckdb
 import pyarrow as pa
 import sqlglot.expressions as exp
 
-from qengine.api import introspection, result_stream, system_tables
+from qengine.api import introspection, result_stream, set_statements, system_tables
+from qengine.api.options import SessionSettings
 from qengine.api.prepared import Prepared
 from qengine.api.replicas import Replicas
 from qengine.api.result_stream import ResultStream
@@ -27,7 +29,7 @@ from qengine.catalog.access import claim_output, record_output
 from qengine.catalog.catalog import Catalog, View
 from qengine.catalog.sources import CsvSource, MemorySource, ParquetSource, Partition, RecordSource, Source
 from qengine.errors import InputLostError, NotSupportedError, ProgrammingError, WorkerUnreachableError
-from qengine.planner import PlanOptions, plan_query
+from qengine.planner import plan_query
 from qengine.planner.explain import explain_lines
 from qengine.planner.frontend import (
     bind,
@@ -42,7 +44,6 @@ from qengine.planner.frontend import (
 from qengine.planner.stages import StagePlan, reads_no_data
 from qengine.planner.templates import Shape, Templates, instantiate, parameterize, planning, slot_holders
 from qengine.runtime.coordinator import Coordinator
-from qengine.runtime.query_state import ExecutionOptions
 from qengine.runtime.stats import QueryStats
 from qengine.sandbox.connection import scratch_connection
 from qengine.transport.wire import schema_from_hex, schema_to_hex
@@ -72,11 +73,16 @@ class Result:
 
 
 class Session:
-    def __init__(self, cluster: Any, plan_options: PlanOptions, exec_options: ExecutionOptions, catalog: Catalog) -> None:
+    def __init__(self, cluster: Any, settings: SessionSettings, workers: int, catalog: Catalog, user: str | None = None) -> None:
+        """``settings`` are the connection's (``connect()``'s), for ``workers`` workers; SET
+        changes them for this session, RESET puts them back."""
         self.cluster = cluster
-        self.plan_options = plan_options
+        self.opened_with = self.settings = settings
+        self.workers = workers
+        self.plan_options = settings.plan_options(workers)
         self.catalog = catalog
-        self.coordinator = Coordinator(cluster, exec_options)
+        exec_options = settings.execution_options()
+        self.coordinator = Coordinator(cluster, exec_options if user is None else dataclasses.replace(exec_options, user=user))
         self.replicas = Replicas(cluster)
         self.templates = Templates()
         self.prepared = Prepared()
@@ -132,7 +138,7 @@ class Session:
             result = Result(None, -1)
             for statement in statements:
                 self._heal()
-                bound = bind(statement, params)
+                bound = set_statements.with_current_settings(bind(statement, params), self.settings, self.workers)
                 if len(statements) == 1 and isinstance(bound, exp.Query | exp.Values):
                     version = self.catalog.version
                     shape, plan = self._shaped_plan(bound)
@@ -170,6 +176,11 @@ class Session:
             return Result.of_table(introspection.show(st, self.catalog, self.plan_options.dialect))
         if isinstance(st, exp.Summarize):
             return self._summarize(st, progress)
+        if isinstance(st, exp.Set):
+            return self._set(set_statements.changed(self.settings, set_statements.assignments(st)))
+        if isinstance(st, exp.Command) and st.name.upper() == "RESET":
+            names = set_statements.reset_names(st)
+            return self._set(dataclasses.replace(self.settings, **{n: getattr(self.opened_with, n) for n in names}))
         what = st.sql(dialect=self.plan_options.dialect).split()[0].upper() if st.sql() else type(st).__name__
         raise NotSupportedError(f"{what} statements are not supported")
 
@@ -392,6 +403,14 @@ class Session:
         finally:
             result.close()
         return Result.of_table(introspection.summary_table(columns, tuple(row.values())), result.stats, result.plan)
+
+    def _set(self, settings: SessionSettings) -> Result:
+        """Plan and run the session's next statements with ``settings``; plans made before
+        (templates, prepared statements) are not reused, as after a change to the catalog."""
+        exec_options = dataclasses.replace(settings.execution_options(), user=self.coordinator.options.user)
+        self.settings, self.plan_options, self.coordinator.options = settings, settings.plan_options(self.workers), exec_options
+        self.catalog.changed()
+        return Result(None, -1)
 
     def _drop(self, st: exp.Drop) -> Result:
         kind = (st.args.get("kind") or "").upper()
