@@ -19,7 +19,7 @@ import duckdb
 import pyarrow as pa
 import sqlglot.expressions as exp
 
-from qengine.api import introspection, result_stream, set_statements, system_tables
+from qengine.api import copy_to, introspection, result_stream, set_statements, system_tables
 from qengine.api.options import SessionSettings
 from qengine.api.prepared import Prepared
 from qengine.api.replicas import Replicas
@@ -366,33 +366,35 @@ class Session:
         return Result(None, sum(stats["rows"] for _, stats in placement))
 
     def _copy(self, st: exp.Copy, progress: Callable[[int, int], None] | None) -> Result:
-        """COPY (query) TO 'dir' (FORMAT parquet|csv): every result task writes its own file,
-        part-NNNNN in result order, so no process ever holds the whole result."""
+        """COPY (query) TO target: one file or hive partitions written here from the streamed
+        result, or a directory of part files, part-NNNNN in result order, each written by its
+        result task (``api.copy_to``). Its result is the row count, in DuckDB's column Count."""
         if st.args.get("kind"):
             raise NotSupportedError("COPY ... FROM is not supported: use register_parquet or register_csv")
         query = st.this.this if isinstance(st.this, exp.Subquery) else st.this
         if isinstance(query, exp.Table):
             query = exp.select("*").from_(query)
-        files = st.args.get("files") or []
-        if len(files) != 1 or not isinstance(files[0], exp.Literal) or not files[0].is_string:
-            raise ProgrammingError("COPY ... TO takes one output directory as a string literal")
-        params = {p.this.name.upper(): _copy_option(p.expression) for p in st.args.get("params") or []}
-        fmt = params.pop("FORMAT", "parquet").lower()
-        overwrite = params.pop("OVERWRITE", params.pop("OVERWRITE_OR_IGNORE", "false")).lower() in ("true", "1")
-        if fmt not in ("parquet", "csv"):
-            raise NotSupportedError(f"COPY format {fmt!r} is not supported (parquet, csv)")
-        if params:
-            raise NotSupportedError(f"COPY option {next(iter(params))} is not supported")
-        directory = self.catalog.policy.check_write(files[0].name)
+        out = copy_to.target(st, self.catalog.policy)
         plan = self.plan(query)
-        claim_output(directory, overwrite)
-        output = {"kind": "files", "key": "files", "dir": directory, "format": fmt, "names": plan.names}
-        try:
-            placement, stats, query_id = self._coordinate(plan, output=output, progress=progress)
-        finally:
-            record_output(directory)
-        stats.spilled_bytes = self.coordinator.release(f"{query_id}/")
-        return Result(None, sum(s["rows"] for _, s in placement), stats)
+        if out.kind == "parts":
+            claim_output(out.path, out.overwrite)
+            output = {"kind": "files", "key": "files", "dir": out.path, "format": out.format, "names": plan.names}
+            try:
+                placement, stats, query_id = self._coordinate(plan, output=output, progress=progress)
+            finally:
+                record_output(out.path)
+            stats.spilled_bytes = self.coordinator.release(f"{query_id}/")
+            rows = sum(s["rows"] for _, s in placement)
+        else:
+            result = self._run(plan, progress)
+            try:
+                write = copy_to.write_file if out.kind == "file" else copy_to.write_partitions
+                rows = write(out, result.rows.schema, result.rows)
+            finally:
+                result.close()
+            stats = result.stats
+        count = ResultStream.of_table(pa.table({"Count": pa.array([rows], pa.int64())}))
+        return Result(count, rows, stats)
 
     def _summarize(self, st: exp.Summarize, progress: Callable[[int, int], None] | None) -> Result:
         """SUMMARIZE: its aggregates run on the cluster as one query (``api.introspection``)."""
@@ -515,12 +517,3 @@ def _schema_of(schema: exp.Schema) -> pa.Schema:
     except duckdb.Error as e:
         # only DuckDB's first line: the next ones quote the SQL qengine wrote to check the types
         raise ProgrammingError(f"bad column type in CREATE TABLE: {str(e).splitlines()[0]}") from e
-
-
-def _copy_option(value: exp.Expression | None) -> str:
-    """A COPY option's value as text; a bare option (OVERWRITE) means true."""
-    if value is None:
-        return "true"
-    if isinstance(value, exp.Boolean):
-        return "true" if value.this else "false"
-    return value.name
