@@ -138,8 +138,8 @@ def test_default_roots_are_the_current_directory_and_registered_data(layout, mon
         pq.write_table(pa.table({"k": [6, 7]}), more / "b.parquet")
         assert con.execute(f"SELECT count(*) FROM read_parquet('{more / 'b.parquet'}')").fetchone() == (2,)
         _refused(con, f"COPY (SELECT 1 AS x) TO '{layout['out'] / 'x'}' (FORMAT csv)", "outside the output roots")
-        assert con.execute("COPY (SELECT k FROM t) TO 'here' (FORMAT parquet)").rowcount == 3
-        assert pq.read_table(str(work / "here" / "part-00000.parquet")).num_rows == 3
+        assert con.execute("COPY (SELECT k FROM t) TO 'here' (FORMAT parquet)").rowcount == 3  # one file, as in DuckDB
+        assert pq.read_table(str(work / "here")).num_rows == 3
     _intact(layout)
 
 
