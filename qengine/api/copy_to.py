@@ -30,6 +30,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import sqlglot.expressions as exp
 
+from qengine.api.json_rows import json_rows
 from qengine.catalog.access import AccessPolicy
 from qengine.errors import NotSupportedError, OperationalError, ProgrammingError
 from qengine.sandbox.connection import scratch_connection
@@ -176,20 +177,14 @@ def _writer(sink: BinaryIO, fmt: str, schema: pa.Schema) -> Any:
 
 
 class _JsonWriter:
-    """Newline-delimited JSON, each row an object as DuckDB's COPY ... (FORMAT json) writes it:
-    DuckDB's own to_json() of the row, batch by batch."""
+    """Newline-delimited JSON, each row an object as DuckDB's COPY ... (FORMAT json) writes it,
+    batch by batch (``api.json_rows``)."""
 
     def __init__(self, sink: BinaryIO) -> None:
         self.sink = sink
 
     def write(self, batch: pa.RecordBatch) -> None:
-        con = scratch_connection()
-        try:
-            con.register("__qengine_batch", pa.Table.from_batches([batch]))
-            lines = con.execute("SELECT CAST(to_json(t) AS VARCHAR) FROM __qengine_batch AS t").fetchall()
-        finally:
-            con.close()
-        self.sink.write("".join(line + "\n" for (line,) in lines).encode())
+        self.sink.write("".join(line + "\n" for line in json_rows(batch)).encode())
 
     def close(self) -> None:
         self.sink.flush()
