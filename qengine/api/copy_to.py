@@ -4,7 +4,7 @@ As in DuckDB, the target names one file when it has a data file's suffix (``out.
 ``x.csv``) or a FORMAT is given, unless it is an existing directory or ``PER_THREAD_OUTPUT`` is
 true; then it is a directory of part files, one written by each result task on its worker
 (``api.session``'s ``_copy`` and ``catalog.access.claim_output``). With ``PARTITION_BY (col,
-…)`` it is a directory of hive partitions ``dir/col=value/data_0.parquet``, the partition
+…)`` it is a directory of hive partitions ``dir/col=value/data_0.parquet`` (or .csv, .json), the partition
 columns left out of the files, as DuckDB writes them.
 
 One file, and the partitions, are written here, in the session, from the result as it streams
@@ -78,11 +78,31 @@ def target(st: exp.Copy, policy: AccessPolicy) -> Target:
         names = [c.name for c in columns if isinstance(c, exp.Column | exp.Identifier | exp.Var)]
         if not names or len(names) != len(columns):
             raise ProgrammingError("PARTITION_BY takes column names: PARTITION_BY (col, ...)")
+        if os.path.lexists(resolved) and (not os.path.isdir(resolved) or os.listdir(resolved)):
+            raise ProgrammingError(f"{resolved} is not an empty directory: COPY ... PARTITION_BY writes into a new or empty one")
         return Target(resolved, "hive", fmt, overwrite, names)
     one_file = (suffix is not None or given is not None) and not per_thread and not os.path.isdir(resolved)
-    if not one_file and fmt not in PART_FORMATS:
-        raise NotSupportedError(f"COPY writes {fmt} to one file, not to a directory of parts ({', '.join(PART_FORMATS)})")
-    return Target(resolved, "file" if one_file else "parts", fmt, overwrite)
+    if not one_file:
+        if fmt not in PART_FORMATS:
+            raise NotSupportedError(f"COPY writes {fmt} to one file, not to a directory of parts ({', '.join(PART_FORMATS)})")
+        return Target(resolved, "parts", fmt, overwrite)
+    if os.path.lexists(resolved) and not overwrite:
+        raise ProgrammingError(f"{resolved} already exists (add OVERWRITE true to replace it)")
+    if not os.path.isdir(os.path.dirname(resolved)):
+        raise ProgrammingError(f"cannot write {resolved}: directory {os.path.dirname(resolved)} does not exist")
+    return Target(resolved, "file", fmt, overwrite)
+
+
+def partition_keys(out: Target, names: list[str]) -> list[str]:
+    """The result's columns PARTITION_BY names (checked before the query runs)."""
+    lookup = {name.lower(): name for name in names}
+    missing = [c for c in out.partition_by if c.lower() not in lookup]
+    if missing:
+        raise ProgrammingError(f"PARTITION_BY column {missing[0]!r} is not a column of the query ({', '.join(names)})")
+    keys = [lookup[c.lower()] for c in out.partition_by]
+    if not [n for n in names if n not in keys]:
+        raise ProgrammingError("PARTITION_BY names every column of the query: no column would be left to write")
+    return keys
 
 
 def _option(value: exp.Expression | None) -> str:
@@ -99,29 +119,24 @@ def _true(text: str) -> bool:
 
 
 def write_file(out: Target, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> int:
-    """Write the result into one file; its row count."""
-    if os.path.lexists(out.path) and not out.overwrite:
-        raise ProgrammingError(f"{out.path} already exists (add OVERWRITE true to replace it)")
-    directory = os.path.dirname(out.path)
-    if not os.path.isdir(directory):
-        raise ProgrammingError(f"cannot write {out.path}: directory {directory} does not exist")
-    return _write(out.path, out.format, schema, batches)
-
-
-def _write(path: str, fmt: str, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> int:
-    """Stream batches into a file under a hidden name, renamed to ``path`` once complete."""
-    partial = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.qengine-copy.tmp")
+    """Stream the result into one file under a hidden name beside it, renamed into place once
+    complete; its row count."""
+    partial = os.path.join(os.path.dirname(out.path), f".{os.path.basename(out.path)}.qengine-copy.tmp")
+    try:
+        sink = open(partial, "xb")  # noqa: SIM115 - closed below; "x": never another COPY's file
+    except FileExistsError as e:
+        raise OperationalError(f"cannot write {out.path}: another COPY is writing it ({partial} exists)") from e
+    except OSError as e:
+        raise OperationalError(f"cannot write {out.path}: {e}") from e
     rows = 0
     try:
-        with open(partial, "xb") as sink, _writer(sink, fmt, schema) as writer:
+        with sink, _writer(sink, out.format, schema) as writer:
             for batch in batches:
                 writer.write(batch)
                 rows += batch.num_rows
-        os.replace(partial, path)
-    except FileExistsError as e:
-        raise OperationalError(f"cannot write {path}: another COPY is writing it") from e
+        os.replace(partial, out.path)
     except OSError as e:
-        raise OperationalError(f"cannot write {path}: {e}") from e
+        raise OperationalError(f"cannot write {out.path}: {e}") from e
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(partial)
@@ -129,21 +144,13 @@ def _write(path: str, fmt: str, schema: pa.Schema, batches: Iterable[pa.RecordBa
 
 
 def write_partitions(out: Target, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> int:
-    """Write the result as hive partitions, one Parquet file a partition; its row count.
+    """Write the result as hive partitions, one file (data_0.parquet, .csv or .json) a partition; its row count.
 
-    The directory must be new or empty: COPY deletes nothing it cannot tell it wrote. Each
+    The directory is new or empty (``target``): COPY deletes nothing it cannot tell it wrote. Each
     partition's writer stays open while the result streams past, so a partition's rows, from
     whatever batch, go to its one file."""
-    lookup = {name.lower(): name for name in schema.names}
-    missing = [c for c in out.partition_by if c.lower() not in lookup]
-    if missing:
-        raise ProgrammingError(f"PARTITION_BY column {missing[0]!r} is not a column of the query ({', '.join(schema.names)})")
-    keys = [lookup[c.lower()] for c in out.partition_by]
+    keys = partition_keys(out, schema.names)
     kept = [n for n in schema.names if n not in keys]
-    if not kept:
-        raise ProgrammingError("PARTITION_BY names every column of the query: no column would be left to write")
-    if os.path.lexists(out.path) and (not os.path.isdir(out.path) or os.listdir(out.path)):
-        raise ProgrammingError(f"{out.path} is not an empty directory: COPY ... PARTITION_BY writes into a new or empty one")
     os.makedirs(out.path, exist_ok=True)
     file_schema = pa.schema([schema.field(n) for n in kept])
     writers: dict[tuple[str, ...], tuple[BinaryIO, Any]] = {}

@@ -10,6 +10,7 @@ one row per column here. The aggregates are those DuckDB 1.5 runs for SUMMARIZE.
 from __future__ import annotations
 
 import pyarrow as pa
+import sqlglot.errors
 import sqlglot.expressions as exp
 
 from qengine.api import catalog_mirror
@@ -17,10 +18,15 @@ from qengine.catalog.catalog import Catalog
 from qengine.errors import NotSupportedError, ProgrammingError
 from qengine.sandbox.quoting import identifier
 
+# What DuckDB's SHOW lists besides tables, which sqlglot leaves as a bare command.
+_OTHER_SHOWS = ("DATABASES", "SCHEMAS", "VARIABLES", "FUNCTIONS", "ALL")
+
 
 def describe(st: exp.Describe, catalog: Catalog, dialect: str) -> pa.Table:
     """DESCRIBE table-or-view, or DESCRIBE query."""
     target = st.this
+    if st.args.get("style") or st.args.get("kind"):
+        raise NotSupportedError(f"DESCRIBE {st.args.get('style') or st.args.get('kind')} is not supported (DESCRIBE name or query is)")
     if isinstance(target, exp.Table) and isinstance(target.this, exp.Identifier):
         return describe_table(target, catalog, dialect)
     if isinstance(target, exp.Query):
@@ -38,11 +44,13 @@ def describe_table(table: exp.Table, catalog: Catalog, dialect: str) -> pa.Table
 def show(st: exp.Show | exp.Command, catalog: Catalog, dialect: str) -> pa.Table:
     """SHOW TABLES, SHOW ALL TABLES, and SHOW name (which is DESCRIBE name)."""
     if isinstance(st, exp.Command):
-        text = st.expression.name if isinstance(st.expression, exp.Expression) else str(st.expression)
+        text = (st.expression.name if isinstance(st.expression, exp.Expression) else str(st.expression)).strip().rstrip(";").strip()
+        if text.upper() in _OTHER_SHOWS:
+            raise NotSupportedError(f"SHOW {text.upper()} is not supported (SHOW TABLES, SHOW ALL TABLES and SHOW name are)")
         try:
-            table = exp.to_table(text.strip().rstrip(";").strip(), dialect=dialect)
-        except Exception as e:
-            raise ProgrammingError(f"SHOW takes a table name, TABLES or ALL TABLES, not {text.strip()!r}") from e
+            table = exp.to_table(text, dialect=dialect)
+        except sqlglot.errors.ParseError as e:
+            raise ProgrammingError(f"SHOW takes a table name, TABLES or ALL TABLES, not {text!r}") from e
         return describe_table(table, catalog, dialect)
     what = st.name.upper()
     if what in ("TABLES", "ALL TABLES") and not st.args.get("db") and not st.args.get("like"):

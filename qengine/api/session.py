@@ -386,6 +386,8 @@ class Session:
             stats.spilled_bytes = self.coordinator.release(f"{query_id}/")
             rows = sum(s["rows"] for _, s in placement)
         else:
+            if out.kind == "hive":
+                copy_to.partition_keys(out, plan.names)  # before the query runs
             result = self._run(plan, progress)
             try:
                 write = copy_to.write_file if out.kind == "file" else copy_to.write_partitions

@@ -116,6 +116,8 @@ def with_current_settings(statement: exp.Expression, settings: SessionSettings, 
     for call in list(statement.find_all(exp.Anonymous)):
         if call.name.lower() != "current_setting":
             continue
+        if isinstance(statement, exp.Create):  # a view would keep the value of the moment it was made
+            raise NotSupportedError("current_setting() in CREATE is not supported: a view would keep the value it had when made")
         args = call.expressions
         if len(args) != 1 or not (isinstance(args[0], exp.Literal) and args[0].is_string):
             raise ProgrammingError("current_setting() takes a setting's name as a string literal")
