@@ -86,12 +86,9 @@ def test_describe_and_show_match_duckdb(con, duck, sql: str) -> None:
     _same(con, duck, sql)
 
 
-# TABLE_COMMENT and COLUMN_COMMENT are left out: qengine heads a column selected by * or by its
-# bare name in lower case where DuckDB keeps the table's upper-case name (a planner matter
-# beyond these statements).
 @pytest.mark.parametrize("sql", [
-    "SELECT * EXCLUDE (table_comment) FROM information_schema.tables ORDER BY table_name",
-    "SELECT * EXCLUDE (column_comment) FROM information_schema.columns ORDER BY table_name, ordinal_position",
+    "SELECT * FROM information_schema.tables ORDER BY table_name",  # with DuckDB's upper-case TABLE_COMMENT
+    "SELECT * FROM information_schema.columns ORDER BY table_name, ordinal_position",
     "SELECT table_name, count(*) AS n, max(ordinal_position) FROM information_schema.columns "
     "WHERE data_type LIKE 'DECIMAL%' OR is_nullable = 'YES' GROUP BY table_name ORDER BY n DESC, table_name",
     "SELECT t.table_name, t.table_type, c.column_name FROM information_schema.tables t "
@@ -110,6 +107,17 @@ def test_information_schema_follows_the_catalog(con) -> None:
     finally:
         con.execute("DROP TABLE later")
     assert con.execute(sql).fetchall() == [(0,)]
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT * FROM (SELECT DISTINCT strftime(sold_date, '%Y'), upper(note), 1 + 1 FROM sales) ORDER BY 1, 2 NULLS FIRST",
+    "WITH c AS (SELECT DISTINCT strftime(sold_date, '%Y') FROM sales) SELECT * FROM c ORDER BY 1",
+    "SELECT * FROM (SELECT 1 AS A, 2 AS Bb) t(X)",
+    "SELECT column_name, COLUMN_COMMENT, Column_Default AS Column_Default FROM information_schema.columns WHERE table_name = 'items'",
+])
+def test_result_columns_are_named_as_spelled(con, duck, sql: str) -> None:
+    """Names reached through * or a bare column keep the case they were given, as in DuckDB."""
+    _same(con, duck, sql)
 
 
 # ---- SUMMARIZE -----------------------------------------------------------------------------------

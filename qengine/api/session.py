@@ -41,6 +41,7 @@ from qengine.planner.frontend import (
     user_terms,
     written_aliases,
 )
+from qengine.planner.output_names import spelled, spelled_names
 from qengine.planner.stages import StagePlan, reads_no_data
 from qengine.planner.templates import Shape, Templates, instantiate, parameterize, planning, slot_holders
 from qengine.runtime.coordinator import Coordinator
@@ -214,8 +215,9 @@ class Session:
         normalize_null_ordering(query, self.plan_options.dialect)
         name_outputs(query, self.plan_options.dialect)
         written = written_aliases(query)
+        spellings = spelled_names(query, self.catalog)
         plan = plan_query(query, self.catalog, self.plan_options)
-        plan.names = [written[i] if written.get(i, "").lower() == n.lower() else n for i, n in enumerate(plan.names)]
+        plan.names = spelled([written[i] if written.get(i, "").lower() == n.lower() else n for i, n in enumerate(plan.names)], spellings)
         return plan
 
     def query(self, query: exp.Expression, progress: Callable[[int, int], None] | None = None) -> Result:

@@ -579,8 +579,13 @@ def _bound(value: Any, index: int) -> exp.Expression:
 
 def name_outputs(statement: exp.Expression, dialect: str) -> None:
     """Name unaliased result expressions the way DuckDB does ("count(x)", "(a + 1)"), rather
-    than the optimizer's "_col_0"."""
-    query = statement
+    than the optimizer's "_col_0": the statement's, and those of every derived table, CTE and
+    (expanded) view, whose names ``SELECT *`` over them shows."""
+    for query in [statement, *(node.this for node in statement.find_all(exp.Subquery, exp.CTE) if node is not statement)]:
+        _name_select_outputs(query)
+
+
+def _name_select_outputs(query: exp.Expression) -> None:
     while isinstance(query, exp.SetOperation):
         query = query.this
     if not isinstance(query, exp.Select):
