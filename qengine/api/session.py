@@ -1,7 +1,8 @@
 """A session: the catalog, the planner settings and the coordinator behind one connection.
 
 It executes one SQL statement at a time: queries, EXPLAIN [ANALYZE], views, session tables
-(CREATE TABLE [AS], INSERT, DROP) and registrations of external data.
+(CREATE TABLE [AS], INSERT, DROP), COPY, DESCRIBE / SHOW / SUMMARIZE (``api.introspection``),
+SET / RESET (``api.set_statements``) and registrations of external data.
 """
 
 from __future__ import annotations

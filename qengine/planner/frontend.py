@@ -631,7 +631,8 @@ def normalize_null_ordering(statement: exp.Expression, dialect: str) -> None:
 
 
 def expand_sources(statement: exp.Expression, catalog: Catalog, dialect: str, depth: int = 0) -> exp.Expression:
-    """Inline views and turn read_parquet()/read_csv() in FROM into catalog tables."""
+    """Inline views and turn read_parquet()/read_csv() in FROM into catalog tables, and the
+    tables ``planner.table_sources`` reads (file names, read_json(), range()) too."""
     if depth > 32:
         raise ProgrammingError("views nest more than 32 deep (a view that refers to itself?)")
     if any(isinstance(u.parent, exp.From | exp.Join) for u in statement.find_all(exp.Unnest)):
