@@ -9,14 +9,12 @@ it. The mirror holds no rows, so it answers in milliseconds and reads no file.
 
 Views are given to DuckDB with their sources expanded as the planner expands them (other views
 inlined, read_parquet() and the like as the hidden tables they read), so their columns are typed
-exactly as a query over them is. Hidden tables (names starting ``__``) are left out of every
-answer, as ``Session.table_names`` leaves them out.
+exactly as a query over them is. Hidden tables (names starting ``__``) are in the mirror only
+where a view or the described query reads them, and are left out of every answer, as
+``Session.table_names`` leaves them out.
 """
 
 from __future__ import annotations
-
-import contextlib
-from collections.abc import Iterator
 
 import duckdb
 import pyarrow as pa
@@ -34,48 +32,33 @@ def visible(column: str) -> str:
     return f"NOT starts_with({column}, '__')"
 
 
-@contextlib.contextmanager
-def mirrored(catalog: Catalog, dialect: str) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A DuckDB connection to an empty copy of ``catalog``, closed on leaving."""
+def ask(catalog: Catalog, dialect: str, sql: str, reads: exp.Expression | None = None) -> pa.Table:
+    """The answer DuckDB gives ``sql`` over an empty mirror of ``catalog``; ``reads`` is the
+    expanded query ``sql`` names, if any, whose hidden tables the mirror must also hold."""
     views = [(view.name, expand_sources(view.query.copy(), catalog, dialect)) for view in list(catalog.views.values())]
+    # Hidden tables (one per read_parquet() call so far, say) only where a view or the query reads them.
+    needed = {t.name.lower() for body in [*(b for _, b in views), reads] if body is not None for t in body.find_all(exp.Table)}
     con = safe_connection()
     try:
-        for source in list(catalog.tables.values()):
+        for key, source in list(catalog.tables.items()):
+            if key.startswith("__") and key not in needed:
+                continue
             con.register("__qengine_empty", source.schema.empty_table())
             con.execute(f"CREATE TABLE {identifier(source.name)} AS SELECT * FROM __qengine_empty")
             con.unregister("__qengine_empty")
-        pending = views
-        while pending:  # a view over another view needs it first: define in rounds until none is left
-            failed = []
-            for name, body in pending:
-                try:
-                    con.execute(f"CREATE VIEW {identifier(name)} AS {body.sql(dialect='duckdb')}")
-                except duckdb.Error as e:
-                    failed.append((name, body, e))
-            if len(failed) == len(pending):
-                name, _, error = failed[0]
-                raise ProgrammingError(f"cannot describe view {name!r}: {str(error).splitlines()[0]}") from error
-            pending = [(name, body) for name, body, _ in failed]
-        yield con
-    finally:
-        con.close()
-
-
-def ask(catalog: Catalog, dialect: str, sql: str) -> pa.Table:
-    """The answer DuckDB gives ``sql`` over the mirror of ``catalog``."""
-    with mirrored(catalog, dialect) as con:
-        return run(con, sql)
-
-
-def run(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
-    """``sql`` run on a mirror; DuckDB's complaint (its first line) as a ProgrammingError."""
-    try:
+        for name, body in views:  # expanded: each reads tables only
+            try:
+                con.execute(f"CREATE VIEW {identifier(name)} AS {body.sql(dialect='duckdb')}")
+            except duckdb.Error as e:
+                raise ProgrammingError(f"cannot describe view {name!r}: {str(e).splitlines()[0]}") from e
         return con.execute(sql).to_arrow_table()
     except duckdb.Error as e:
         raise ProgrammingError(str(e).splitlines()[0]) from e
+    finally:
+        con.close()
 
 
 def query_columns(catalog: Catalog, dialect: str, query: exp.Expression) -> pa.Table:
     """DESCRIBE of a query (a copy is expanded): its columns' names and DuckDB types."""
     expanded = expand_sources(query.copy(), catalog, dialect)
-    return ask(catalog, dialect, f"DESCRIBE {expanded.sql(dialect='duckdb')}")
+    return ask(catalog, dialect, f"DESCRIBE {expanded.sql(dialect='duckdb')}", expanded)
