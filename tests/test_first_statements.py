@@ -132,10 +132,12 @@ _EXACT = ("column_name", "column_type", "min", "max", "count", "null_percentage"
 
 @pytest.mark.parametrize("sql", [
     "SUMMARIZE sales",
+    "SUMMARIZE '{parquet}'",
     "SUMMARIZE customers",
     "SUMMARIZE SELECT qty, price * 2 AS twice, note, sold_date FROM sales WHERE store_id > 2",
 ])
-def test_summarize_matches_duckdb(con, duck, sql: str) -> None:
+def test_summarize_matches_duckdb(con, duck, files, sql: str) -> None:
+    sql = sql.format(**files)
     got = con.execute(sql).fetch_arrow_table()
     expected = duck.execute(sql).to_arrow_table()
     assert got.schema == expected.schema
@@ -171,6 +173,7 @@ def test_summarize_runs_on_the_cluster(con) -> None:
     "SELECT j.category, count(*) FROM read_json(['{json}', '{array}']) j GROUP BY 1 ORDER BY 1",
     "SELECT s.note, count(*) FROM sales s JOIN '{parquet}' i ON s.item_id = i.item_id GROUP BY 1 ORDER BY 1",
     "DESCRIBE SELECT * FROM '{json}'",
+    "DESCRIBE '{csv}'",
 ])
 def test_files_as_tables_match_duckdb(con, duck, files, sql: str) -> None:
     assert_same(con, duck, sql.format(**files))

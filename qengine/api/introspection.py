@@ -16,6 +16,7 @@ import sqlglot.expressions as exp
 from qengine.api import catalog_mirror
 from qengine.catalog.catalog import Catalog
 from qengine.errors import NotSupportedError, ProgrammingError
+from qengine.planner.table_sources import file_kind
 from qengine.sandbox.quoting import identifier
 
 # What DuckDB's SHOW lists besides tables, which sqlglot leaves as a bare command.
@@ -35,10 +36,23 @@ def describe(st: exp.Describe, catalog: Catalog, dialect: str) -> pa.Table:
 
 
 def describe_table(table: exp.Table, catalog: Catalog, dialect: str) -> pa.Table:
-    name = table.name
-    if not table.args.get("db") and name.lower() not in catalog.views:
-        catalog.table(name)  # a table that does not exist is named as the planner names it
+    """DESCRIBE name: a table, a view, an information_schema table, or a file (``'x.parquet'``)."""
+    if _is_file(table, catalog):
+        return catalog_mirror.query_columns(catalog, dialect, exp.select("*").from_(table.copy()))
+    _check_exists(table, catalog)
     return catalog_mirror.ask(catalog, dialect, f"DESCRIBE {table.sql(dialect='duckdb')}")
+
+
+def _is_file(table: exp.Table, catalog: Catalog) -> bool:
+    """A file named as a table (``DESCRIBE 'x.parquet'``), which no catalog table's name is."""
+    name = table.name.lower()
+    return not table.args.get("db") and name not in catalog.tables and name not in catalog.views and file_kind(name) is not None
+
+
+def _check_exists(table: exp.Table, catalog: Catalog) -> None:
+    """A catalog table or view that does not exist is named as the planner names it."""
+    if not table.args.get("db") and table.name.lower() not in catalog.views:
+        catalog.table(table.name)
 
 
 def show(st: exp.Show | exp.Command, catalog: Catalog, dialect: str) -> pa.Table:
@@ -85,14 +99,16 @@ def summary_query(st: exp.Summarize, catalog: Catalog, dialect: str) -> tuple[ex
     the share of NULLs. Columns are read by position (the derived table renames them c0, c1 …), so
     any name, repeated or not, summarizes."""
     target = st.this
+    if isinstance(target, exp.Literal) and target.is_string:  # SUMMARIZE 'file.parquet'
+        target = exp.Table(this=exp.to_identifier(target.name, quoted=True))
     if isinstance(target, exp.Table) and isinstance(target.this, exp.Identifier):
         query: exp.Expression = exp.select("*").from_(target.copy())
     elif isinstance(target, exp.Query):
         query = target
     else:
         raise NotSupportedError(f"SUMMARIZE {target.sql(dialect=dialect)} is not supported")
-    if isinstance(target, exp.Table) and not target.args.get("db") and target.name.lower() not in catalog.views:
-        catalog.table(target.name)
+    if isinstance(target, exp.Table) and not _is_file(target, catalog):
+        _check_exists(target, catalog)
     columns = catalog_mirror.query_columns(catalog, dialect, query)
     types = columns.column("column_type").to_pylist()
     items = ["count_star()"]

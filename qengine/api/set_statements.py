@@ -90,7 +90,7 @@ def _typed(name: str, value: Any) -> Any:
         if isinstance(default, bool):
             if isinstance(value, str) and value.lower() in ("true", "false", "on", "off", "1", "0"):
                 return value.lower() in ("true", "on", "1")
-            return value
+            return bool(value) if value in (0, 1) else value
         if isinstance(default, int) or name == "partitions":
             return int(value) if isinstance(value, str) else value
         if isinstance(default, float):
