@@ -153,7 +153,7 @@ def connect(
     if not isinstance(lazy_start, bool):
         raise ProgrammingError(f"lazy_start must be True or False, not {lazy_start!r}")
     cluster = LocalCluster(workers, shuffle_memory=memory, lazy=lazy_start, **({"hang_timeout": hang_timeout} if hang_timeout else {}))
-    session = Session(cluster, settings.plan_options(workers), settings.execution_options(), catalog)
+    session = Session(cluster, settings, workers, catalog)
     return Connection(session, cluster)
 
 

@@ -117,6 +117,15 @@ def test_json_output(data_dir, oracle) -> None:
     assert any(r["segment"] is None for r in rows)  # NULL is JSON null
 
 
+def test_json_output_writes_values_as_duckdb_does(data_dir, oracle) -> None:
+    """Decimals are JSON numbers, dates DuckDB's text, as DuckDB's to_json writes each row."""
+    sql = "SELECT cust_id, sum(price) AS spent, min(sold_date) AS first, strftime(max(sold_date), '%Y') FROM sales GROUP BY 1 ORDER BY 1 LIMIT 20"
+    rows = json.loads(ok(run_cli("sql", "-d", data_dir, "--format", "json", "-c", sql)))
+    expected = json.loads("[" + ", ".join(r[0] for r in oracle.execute(f"SELECT CAST(to_json(t) AS VARCHAR) FROM ({sql}) t").fetchall()) + "]")
+    assert rows == expected
+    assert isinstance(rows[0]["spent"], float) and list(rows[0])[-1] == "strftime(max(sold_date), '%Y')"
+
+
 def test_parquet_output(data_dir, oracle, tmp_path) -> None:
     target = tmp_path / "out.parquet"
     out = ok(run_cli("sql", "-d", data_dir, "--format", "parquet", "-o", str(target), "-c", JOIN_AGG_SORT))

@@ -102,22 +102,22 @@ def test_local_writes_stay_inside_the_output_roots(local, layout) -> None:
 
 def test_copy_overwrites_only_its_own_files(local, layout) -> None:
     target = layout["out"] / "result"
-    assert local.execute(f"COPY (SELECT k FROM t) TO '{target}' (FORMAT csv)").rowcount == 3
+    assert local.execute(f"COPY (SELECT k FROM t) TO '{target}' (FORMAT csv, PER_THREAD_OUTPUT true)").rowcount == 3
     first = sorted(os.listdir(target))
     assert MARKER in first and any(n.startswith("part-") for n in first)
-    _refused(local, f"COPY (SELECT k FROM t) TO '{target}' (FORMAT csv)", "OVERWRITE")
-    assert local.execute(f"COPY (SELECT k FROM t WHERE k > 1) TO '{target}' (FORMAT csv, OVERWRITE true)").rowcount == 2
+    _refused(local, f"COPY (SELECT k FROM t) TO '{target}' (FORMAT csv, PER_THREAD_OUTPUT true)", "OVERWRITE")
+    assert local.execute(f"COPY (SELECT k FROM t WHERE k > 1) TO '{target}' (FORMAT csv, PER_THREAD_OUTPUT true, OVERWRITE true)").rowcount == 2
     # someone else's file beside COPY's: COPY no longer owns the directory and touches nothing
     (target / "part-00000.notes").write_text("mine")
     before = sorted(os.listdir(target))
-    _refused(local, f"COPY (SELECT k FROM t) TO '{target}' (FORMAT csv, OVERWRITE true)", "did not write")
+    _refused(local, f"COPY (SELECT k FROM t) TO '{target}' (FORMAT csv, PER_THREAD_OUTPUT true, OVERWRITE true)", "did not write")
     assert sorted(os.listdir(target)) == before
     assert (target / "part-00000.notes").read_text() == "mine"
     # a directory COPY did not create, holding a file of the part-* form
     foreign = layout["out"] / "foreign"
     foreign.mkdir()
     (foreign / "part-00000.csv").write_text("precious")
-    _refused(local, f"COPY (SELECT k FROM t) TO '{foreign}' (FORMAT csv, OVERWRITE true)", "did not write")
+    _refused(local, f"COPY (SELECT k FROM t) TO '{foreign}' (FORMAT csv, PER_THREAD_OUTPUT true, OVERWRITE true)", "did not write")
     assert (foreign / "part-00000.csv").read_text() == "precious"
 
 
@@ -138,8 +138,8 @@ def test_default_roots_are_the_current_directory_and_registered_data(layout, mon
         pq.write_table(pa.table({"k": [6, 7]}), more / "b.parquet")
         assert con.execute(f"SELECT count(*) FROM read_parquet('{more / 'b.parquet'}')").fetchone() == (2,)
         _refused(con, f"COPY (SELECT 1 AS x) TO '{layout['out'] / 'x'}' (FORMAT csv)", "outside the output roots")
-        assert con.execute("COPY (SELECT k FROM t) TO 'here' (FORMAT parquet)").rowcount == 3
-        assert pq.read_table(str(work / "here" / "part-00000.parquet")).num_rows == 3
+        assert con.execute("COPY (SELECT k FROM t) TO 'here' (FORMAT parquet)").rowcount == 3  # one file, as in DuckDB
+        assert pq.read_table(str(work / "here")).num_rows == 3
     _intact(layout)
 
 

@@ -200,14 +200,14 @@ def test_matches_duckdb(engine, oracle, name: str) -> None:
 
 
 def test_copy_writes_ordered_part_files(data_paths, oracle, tmp_path) -> None:
-    """COPY (query) TO dir: each result task writes a part file; names give the order."""
+    """COPY (query) TO dir (PER_THREAD_OUTPUT): each result task writes a part file; names give the order."""
     import pyarrow.parquet as pq
 
     out = tmp_path / "copy"
     sql = "SELECT sale_id, amount FROM sales WHERE qty > 50 ORDER BY amount DESC, sale_id"
     with qengine.connect(workers=2, split_size="200KB", coalesce_size=0, output_roots=[str(tmp_path)]) as con:
         con.register_parquet("sales", data_paths["sales"])
-        cur = con.execute(f"COPY ({sql}) TO '{out}' (FORMAT parquet)")
+        cur = con.execute(f"COPY ({sql}) TO '{out}' (FORMAT parquet, PER_THREAD_OUTPUT true)")
         expected = oracle.execute(sql).fetchall()
         assert cur.rowcount == len(expected)
         parts = sorted(p for p in out.iterdir() if p.name.startswith("part-"))

@@ -10,7 +10,6 @@ workers. Every call must carry the cluster token; TLS is optional.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
 import logging
@@ -200,10 +199,7 @@ class CoordinatorServer(ActionServer):
 
     def _new_session(self, settings: SessionSettings, user: str) -> Session:
         """A session over the registry's workers, its queries admitted by memory."""
-        settings = settings.validated()
-        execution = dataclasses.replace(settings.execution_options(), user=user)
-        plan_options = settings.plan_options(len(self.registry.addresses))
-        session = Session(self.registry, plan_options, execution, Catalog(self.policy, extendable=False))
+        session = Session(self.registry, settings.validated(), len(self.registry.addresses), Catalog(self.policy, extendable=False), user)
         session.gate = functools.partial(self._admit_by_memory, session)
         return session
 

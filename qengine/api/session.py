@@ -1,12 +1,14 @@
 """A session: the catalog, the planner settings and the coordinator behind one connection.
 
 It executes one SQL statement at a time: queries, EXPLAIN [ANALYZE], views, session tables
-(CREATE TABLE [AS], INSERT, DROP) and registrations of external data.
+(CREATE TABLE [AS], INSERT, DROP), COPY, DESCRIBE / SHOW / SUMMARIZE (``api.introspection``),
+SET / RESET (``api.set_statements``) and registrations of external data.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import json
 import re
@@ -19,7 +21,8 @@ import duckdb
 import pyarrow as pa
 import sqlglot.expressions as exp
 
-from qengine.api import result_stream
+from qengine.api import copy_to, introspection, result_stream, set_statements, system_tables
+from qengine.api.options import SessionSettings
 from qengine.api.prepared import Prepared
 from qengine.api.replicas import Replicas
 from qengine.api.result_stream import ResultStream
@@ -29,7 +32,7 @@ from qengine.catalog.access import claim_output, record_output
 from qengine.catalog.catalog import Catalog, View
 from qengine.catalog.sources import CsvSource, MemorySource, Partition, RecordSource, Source, hive_parquet
 from qengine.errors import InputLostError, NotSupportedError, ProgrammingError, WorkerUnreachableError
-from qengine.planner import PlanOptions, plan_query
+from qengine.planner import plan_query
 from qengine.planner.explain import explain_lines
 from qengine.planner.frontend import (
     bind,
@@ -41,10 +44,10 @@ from qengine.planner.frontend import (
     user_terms,
     written_aliases,
 )
+from qengine.planner.output_names import spelled, spelled_names
 from qengine.planner.stages import StagePlan, reads_no_data
 from qengine.planner.templates import Shape, Templates, instantiate, parameterize, planning, slot_holders
 from qengine.runtime.coordinator import Coordinator
-from qengine.runtime.query_state import ExecutionOptions
 from qengine.runtime.stats import QueryStats
 from qengine.sandbox.connection import scratch_connection
 from qengine.transport.wire import schema_from_hex, schema_to_hex
@@ -75,11 +78,16 @@ class Result:
 
 
 class Session:
-    def __init__(self, cluster: Any, plan_options: PlanOptions, exec_options: ExecutionOptions, catalog: Catalog) -> None:
+    def __init__(self, cluster: Any, settings: SessionSettings, workers: int, catalog: Catalog, user: str | None = None) -> None:
+        """``settings`` are the connection's (``connect()``'s), for ``workers`` workers; SET
+        changes them for this session, RESET puts them back."""
         self.cluster = cluster
-        self.plan_options = plan_options
+        self.opened_with = self.settings = settings
+        self.workers = workers
+        self.plan_options = settings.plan_options(workers)
         self.catalog = catalog
-        self.coordinator = Coordinator(cluster, exec_options)
+        exec_options = settings.execution_options()
+        self.coordinator = Coordinator(cluster, exec_options if user is None else dataclasses.replace(exec_options, user=user))
         self.replicas = Replicas(cluster)
         self.templates = Templates()
         self.prepared = Prepared()
@@ -148,7 +156,7 @@ class Session:
             result = Result(None, -1)
             for statement in statements:
                 self._heal()
-                bound = bind(statement, params)
+                bound = set_statements.with_current_settings(bind(statement, params), self.settings, self.workers)
                 if len(statements) == 1 and isinstance(bound, exp.Query | exp.Values):
                     version = self.catalog.version
                     shape, plan = self._shaped_plan(bound)
@@ -181,6 +189,17 @@ class Session:
             return self._drop(st)
         if isinstance(st, exp.Copy):
             return self._copy(st, progress)
+        if isinstance(st, exp.Describe):
+            return Result.of_table(introspection.describe(st, self.catalog, self.plan_options.dialect))
+        if introspection.is_show(st):
+            return Result.of_table(introspection.show(st, self.catalog, self.plan_options.dialect))
+        if isinstance(st, exp.Summarize):
+            return self._summarize(st, progress)
+        if isinstance(st, exp.Set):
+            return self._set(set_statements.changed(self.settings, set_statements.assignments(st)))
+        if isinstance(st, exp.Command) and st.name.upper() == "RESET":
+            names = set_statements.reset_names(st)
+            return self._set(dataclasses.replace(self.settings, **{n: getattr(self.opened_with, n) for n in names}))
         what = st.sql(dialect=self.plan_options.dialect).split()[0].upper() if st.sql() else type(st).__name__
         raise NotSupportedError(f"{what} statements are not supported")
 
@@ -210,12 +229,13 @@ class Session:
         return shape, instantiate(template, shape.values, dialect, holders)
 
     def _plan(self, query: exp.Expression) -> StagePlan:
-        query = expand_sources(query, self.catalog, self.plan_options.dialect)
+        query = system_tables.inline(expand_sources(query, self.catalog, self.plan_options.dialect), self.catalog, self.plan_options.dialect)
         normalize_null_ordering(query, self.plan_options.dialect)
         name_outputs(query, self.plan_options.dialect)
         written = written_aliases(query)
+        spellings = spelled_names(query, self.catalog)
         plan = plan_query(query, self.catalog, self.plan_options)
-        plan.names = [written[i] if written.get(i, "").lower() == n.lower() else n for i, n in enumerate(plan.names)]
+        plan.names = spelled([written[i] if written.get(i, "").lower() == n.lower() else n for i, n in enumerate(plan.names)], spellings)
         return plan
 
     def query(self, query: exp.Expression, progress: Callable[[int, int], None] | None = None) -> Result:
@@ -368,33 +388,55 @@ class Session:
         return Result(None, sum(stats["rows"] for _, stats in placement))
 
     def _copy(self, st: exp.Copy, progress: Callable[[int, int], None] | None) -> Result:
-        """COPY (query) TO 'dir' (FORMAT parquet|csv): every result task writes its own file,
-        part-NNNNN in result order, so no process ever holds the whole result."""
+        """COPY (query) TO target: one file or hive partitions written here from the streamed
+        result, or a directory of part files, part-NNNNN in result order, each written by its
+        result task (``api.copy_to``). Its result is the row count, in DuckDB's column Count."""
         if st.args.get("kind"):
             raise NotSupportedError("COPY ... FROM is not supported: use register_parquet or register_csv")
         query = st.this.this if isinstance(st.this, exp.Subquery) else st.this
         if isinstance(query, exp.Table):
             query = exp.select("*").from_(query)
-        files = st.args.get("files") or []
-        if len(files) != 1 or not isinstance(files[0], exp.Literal) or not files[0].is_string:
-            raise ProgrammingError("COPY ... TO takes one output directory as a string literal")
-        params = {p.this.name.upper(): _copy_option(p.expression) for p in st.args.get("params") or []}
-        fmt = params.pop("FORMAT", "parquet").lower()
-        overwrite = params.pop("OVERWRITE", params.pop("OVERWRITE_OR_IGNORE", "false")).lower() in ("true", "1")
-        if fmt not in ("parquet", "csv"):
-            raise NotSupportedError(f"COPY format {fmt!r} is not supported (parquet, csv)")
-        if params:
-            raise NotSupportedError(f"COPY option {next(iter(params))} is not supported")
-        directory = self.catalog.policy.check_write(files[0].name)
+        out = copy_to.target(st, self.catalog.policy)
         plan = self.plan(query)
-        claim_output(directory, overwrite)
-        output = {"kind": "files", "key": "files", "dir": directory, "format": fmt, "names": plan.names}
+        if out.kind == "parts":
+            claim_output(out.path, out.overwrite)
+            output = {"kind": "files", "key": "files", "dir": out.path, "format": out.format, "names": plan.names}
+            try:
+                placement, stats, query_id = self._coordinate(plan, output=output, progress=progress)
+            finally:
+                record_output(out.path)
+            stats.spilled_bytes = self.coordinator.release(f"{query_id}/")
+            rows = sum(s["rows"] for _, s in placement)
+        else:
+            if out.kind == "hive":
+                copy_to.partition_keys(out, plan.names)  # before the query runs
+            result = self._run(plan, progress)
+            try:
+                write = copy_to.write_file if out.kind == "file" else copy_to.write_partitions
+                rows = write(out, result.rows.schema, result.rows)
+            finally:
+                result.close()
+            stats = result.stats
+        count = ResultStream.of_table(pa.table({"Count": pa.array([rows], pa.int64())}))
+        return Result(count, rows, stats)
+
+    def _summarize(self, st: exp.Summarize, progress: Callable[[int, int], None] | None) -> Result:
+        """SUMMARIZE: its aggregates run on the cluster as one query (``api.introspection``)."""
+        query, columns = introspection.summary_query(st, self.catalog, self.plan_options.dialect)
+        result = self.query(query, progress)
         try:
-            placement, stats, query_id = self._coordinate(plan, output=output, progress=progress)
+            row = pa.Table.from_batches(list(result.rows), result.rows.schema).to_pylist()[0]
         finally:
-            record_output(directory)
-        stats.spilled_bytes = self.coordinator.release(f"{query_id}/")
-        return Result(None, sum(s["rows"] for _, s in placement), stats)
+            result.close()
+        return Result.of_table(introspection.summary_table(columns, tuple(row.values())), result.stats, result.plan)
+
+    def _set(self, settings: SessionSettings) -> Result:
+        """Plan and run the session's next statements with ``settings``; plans made before
+        (templates, prepared statements) are not reused, as after a change to the catalog."""
+        exec_options = dataclasses.replace(settings.execution_options(), user=self.coordinator.options.user)
+        self.settings, self.plan_options, self.coordinator.options = settings, settings.plan_options(self.workers), exec_options
+        self.catalog.changed()
+        return Result(None, -1)
 
     def _drop(self, st: exp.Drop) -> Result:
         kind = (st.args.get("kind") or "").upper()
@@ -539,12 +581,3 @@ def _schema_of(schema: exp.Schema) -> pa.Schema:
     except duckdb.Error as e:
         # only DuckDB's first line: the next ones quote the SQL qengine wrote to check the types
         raise ProgrammingError(f"bad column type in CREATE TABLE: {str(e).splitlines()[0]}") from e
-
-
-def _copy_option(value: exp.Expression | None) -> str:
-    """A COPY option's value as text; a bare option (OVERWRITE) means true."""
-    if value is None:
-        return "true"
-    if isinstance(value, exp.Boolean):
-        return "true" if value.this else "false"
-    return value.name

@@ -15,6 +15,7 @@ import re
 import threading
 from collections.abc import Callable
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -24,8 +25,9 @@ from qengine.catalog import records
 from qengine.catalog.hive import constant_columns as hive_constant_columns
 from qengine.catalog.hive import constant_sql as hive_constant_sql
 from qengine.errors import DataError, OperationalError
+from qengine.sandbox.connection import safe_connection
 from qengine.sandbox.quoting import identifier, string_literal
-from qengine.transport.wire import schema_from_hex
+from qengine.transport.wire import schema_from_hex, table_from_hex
 
 
 def parquet_sql(split: dict, columns: list[tuple[str, str]]) -> str | None:
@@ -194,6 +196,13 @@ def read_split(split: dict, columns: list[tuple[str, str]], fetch_memory: Callab
             table = records.to_table(data.reshape(-1, records.RECORD)).select(sources)
         elif kind == "empty":  # a concatenated union's input that another task reads
             table = schema_from_hex(split["schema"]).empty_table().select(sources)
+        elif kind == "json":
+            table = _read_json(split).select(sources)
+        elif kind == "inline":
+            table = table_from_hex(split["data"]).select(sources)
+        elif kind == "range":
+            values = split["start"] + split["step"] * np.arange(split["count"], dtype=np.int64)
+            table = pa.table({split["column"]: values}).select(sources)
         elif kind == "memory":
             table = fetch_memory(split) if split["key"] else schema_from_hex(split["schema"]).empty_table()
             table = table.select(sources)
@@ -228,6 +237,19 @@ def _read_parquet(split: dict, sources: list[str]) -> pa.Table:
         schema = pa.schema([f for f in schema if f.name.lower() not in index] + list(partitions))
     lowered = {f.name.lower(): f for f in schema}
     return pa.schema([lowered[s.lower()].with_name(s) for s in sources]).empty_table()
+
+
+def _read_json(split: dict) -> pa.Table:
+    """A JSON file read by DuckDB's reader with the table's columns, on a connection that may
+    read that file alone."""
+    con = safe_connection(readable=(split["path"],))
+    try:
+        reader = f"read_json({string_literal(split['path'])}, columns = {split['columns']}, format = {string_literal(split['format'])})"
+        return con.execute(f"SELECT * FROM {reader}").to_arrow_table()
+    except duckdb.Error as e:
+        raise DataError(f"bad JSON file {split['path']}: {str(e).splitlines()[0]}") from e
+    finally:
+        con.close()
 
 
 # Arrow's complaints, read on one thread (which makes them number the row: its line in the file).

@@ -12,6 +12,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
+import duckdb
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
@@ -22,7 +23,9 @@ from qengine.catalog.hive import detect as detect_partitions
 from qengine.catalog.scan import csv_error
 from qengine.catalog.types import type_code
 from qengine.errors import OperationalError, ProgrammingError
-from qengine.transport.wire import schema_to_hex
+from qengine.sandbox.connection import safe_connection
+from qengine.sandbox.quoting import string_literal
+from qengine.transport.wire import schema_to_hex, table_to_hex
 
 # By default a scan task covers about this many uncompressed bytes: Spark's default for
 # spark.sql.files.maxPartitionBytes. Each task re-reads the small tables it joins whole and
@@ -318,6 +321,41 @@ class CsvSource(Source):
         return [{"kind": "csv", "path": p, "schema": schema, **self.options} for p in self.paths]
 
 
+class JsonSource(Source):
+    """JSON files, newline-delimited or a top-level array, read by DuckDB's JSON reader as DuckDB's
+    read_json() reads them; one split per file. The schema DuckDB detects over all the files is
+    worked out once, here, and imposed on every file (``columns``), so each split reads the same
+    columns with the same types."""
+
+    def __init__(self, name: str, paths: list[str], json_format: str = "auto") -> None:
+        if not paths:
+            raise ProgrammingError(f"table {name!r}: no JSON files found")
+        self.name = name
+        self.paths = paths
+        self.format = json_format
+        files = "[" + ", ".join(string_literal(p) for p in paths) + "]"
+        con = safe_connection(readable=tuple(paths))
+        try:
+            reader = f"read_json({files}, format = {string_literal(json_format)})"
+            described = con.execute(f"DESCRIBE SELECT * FROM {reader}").fetchall()
+            self.schema = con.execute(f"SELECT * FROM {reader} LIMIT 0").to_arrow_table().schema
+        except duckdb.Error as e:
+            raise ProgrammingError(f"cannot read JSON file {paths[0] if len(paths) == 1 else files}: {str(e).splitlines()[0]}") from e
+        finally:
+            con.close()
+        self.columns = "{" + ", ".join(f"{string_literal(c)}: {string_literal(t)}" for c, t, *_ in described) + "}"
+        self._bytes = sum(os.path.getsize(p) for p in paths)
+
+    @property
+    def rows(self) -> int:
+        return max(1, self._bytes // max(1, 16 * len(self.schema)))
+
+    def splits(
+        self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES, ranges: dict[str, tuple[int, int]] | None = None
+    ) -> list[dict]:
+        return [{"kind": "json", "path": p, "columns": self.columns, "format": self.format} for p in self.paths]
+
+
 class RecordSource(Source):
     """Flat files of 100-byte sort-benchmark records (gensort's binary layout), read as
     ``key`` and ``payload`` columns; splits are record-aligned byte ranges."""
@@ -404,3 +442,64 @@ class MemorySource(Source):
                  "table": self.name, "index": index}
             )
         return splits
+
+
+class InlineSource(Source):
+    """A small table made while planning (information_schema's rows), whose rows travel in its
+    one split: nothing is stored on a worker, and nothing is left to free when the query ends."""
+
+    def __init__(self, name: str, table: pa.Table) -> None:
+        self.name = name
+        self.schema = table.schema
+        self._rows = table.num_rows
+        self._split = {"kind": "inline", "data": table_to_hex(table)}
+
+    @property
+    def rows(self) -> int:
+        return self._rows
+
+    def splits(
+        self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES, ranges: dict[str, tuple[int, int]] | None = None
+    ) -> list[dict]:
+        return [self._split]
+
+    def whole(self) -> dict:
+        return self._split
+
+    def single_split(self, split_bytes: int) -> bool:
+        return True
+
+
+# Rows of a range() table a scan task makes at most: 8 bytes a row, DEFAULT_SPLIT_BYTES of them.
+RANGE_SPLIT_ROWS = DEFAULT_SPLIT_BYTES // 8
+
+
+class RangeSource(Source):
+    """range(start, stop, step) and generate_series(...) as a table: the integers from ``start``
+    by ``step`` up to ``stop`` (excluded), in one BIGINT column; the workers make them, in
+    splits of consecutive runs."""
+
+    def __init__(self, name: str, column: str, start: int, stop: int, step: int) -> None:
+        self.name = name
+        self.schema = pa.schema([pa.field(column, pa.int64())])
+        self.start, self.stop, self.step = start, stop, step
+        self._rows = max(0, -(-(stop - start) // step))
+
+    @property
+    def rows(self) -> int:
+        return self._rows
+
+    def splits(
+        self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES, ranges: dict[str, tuple[int, int]] | None = None
+    ) -> list[dict]:
+        per_split = max(1, min(RANGE_SPLIT_ROWS, split_bytes // 8, -(-self._rows // max(1, workers))))
+        firsts = range(0, self._rows, per_split) if self._rows else [0]
+        return [self._split(first, min(self._rows, first + per_split)) for first in firsts]
+
+    def whole(self) -> dict:
+        return self._split(0, self._rows)
+
+    def _split(self, first: int, stop: int) -> dict:
+        """Rows ``first`` to ``stop`` (excluded) of the series, as the values they hold."""
+        return {"kind": "range", "start": self.start + first * self.step, "count": stop - first, "step": self.step,
+                "column": self.schema.names[0]}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import pyarrow as pa
 
 import qengine
+from qengine.api.json_rows import json_rows
 from qengine.catalog.types import type_code
 
 
@@ -29,10 +29,8 @@ def write_result(table: pa.Table, fmt: str, output: str | None) -> None:
             buf = pa.BufferOutputStream()
             pacsv.write_csv(table, buf)
             out.write(buf.getvalue().to_pybytes().decode())
-        elif fmt == "json":
-            columns = table.column_names
-            rows = [dict(zip(columns, r, strict=True)) for r in zip(*[c.to_pylist() for c in table.columns], strict=True)]
-            out.write(json.dumps(rows, default=str, indent=None) + "\n")
+        elif fmt == "json":  # as DuckDB writes rows: decimals as numbers, dates as text
+            out.write("[" + ", ".join(json_rows(table)) + "]\n")
         else:
             print_table(table, out)
 

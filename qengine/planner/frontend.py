@@ -41,6 +41,7 @@ from qengine.catalog.catalog import Catalog
 from qengine.catalog.sources import CsvSource, Source, hive_parquet
 from qengine.errors import Error, NotSupportedError, ProgrammingError
 from qengine.planner import logical as lp
+from qengine.planner import table_sources
 from qengine.planner.eliminate_joins import eliminate_joins
 from qengine.planner.grouping_syntax import parse_tokens
 from qengine.planner.join_order import optimize_joins
@@ -605,8 +606,13 @@ def _bound(value: Any, index: int) -> exp.Expression:
 
 def name_outputs(statement: exp.Expression, dialect: str) -> None:
     """Name unaliased result expressions the way DuckDB does ("count(x)", "(a + 1)"), rather
-    than the optimizer's "_col_0"."""
-    query = statement
+    than the optimizer's "_col_0": the statement's, and those of every derived table, CTE and
+    (expanded) view, whose names ``SELECT *`` over them shows."""
+    for query in [statement, *(node.this for node in statement.find_all(exp.Subquery, exp.CTE) if node is not statement)]:
+        _name_select_outputs(query)
+
+
+def _name_select_outputs(query: exp.Expression) -> None:
     while isinstance(query, exp.SetOperation):
         query = query.this
     if not isinstance(query, exp.Select):
@@ -652,7 +658,8 @@ def normalize_null_ordering(statement: exp.Expression, dialect: str) -> None:
 
 
 def expand_sources(statement: exp.Expression, catalog: Catalog, dialect: str, depth: int = 0) -> exp.Expression:
-    """Inline views and turn read_parquet()/read_csv() in FROM into catalog tables; a name the
+    """Inline views and turn read_parquet()/read_csv() in FROM into catalog tables, and the
+    tables ``planner.table_sources`` reads (file names, read_json(), range()) too; a name the
     catalog does not have is the query ``catalog.unknown_table`` finds for it, if any."""
     if depth > 32:
         raise ProgrammingError("views nest more than 32 deep (a view that refers to itself?)")
@@ -665,6 +672,8 @@ def expand_sources(statement: exp.Expression, catalog: Catalog, dialect: str, de
             # writes it back (in the dialect it was read in) as range() again.
             fname = func.sql(dialect=dialect).split("(")[0].lower()
             kind = _TABLE_FUNCTIONS.get(fname)
+            if kind is None and table_sources.expand_call(table, fname, catalog):
+                continue
             if kind is None:
                 raise NotSupportedError(f"table function {fname}() is not supported")
             args = func.expressions if func.expressions else [func.this]
@@ -689,12 +698,13 @@ def expand_sources(statement: exp.Expression, catalog: Catalog, dialect: str, de
         if table.args.get("db") or not isinstance(table.this, exp.Identifier):
             continue
         view = catalog.views.get(table.name.lower())
-        if view is not None and not _is_cte_reference(table):
+        if _is_cte_reference(table):
+            continue
+        if view is not None:
             body = expand_sources(view.query.copy(), catalog, dialect, depth + 1)
         elif (
-            view is not None
-            or table.name.lower() in catalog.tables
-            or _is_cte_reference(table)
+            table.name.lower() in catalog.tables
+            or table_sources.expand_file(table, catalog)  # a file named as a table
             or (body := catalog.unknown_table(table.name)) is None  # a DataFrame the caller holds, or none
         ):
             continue

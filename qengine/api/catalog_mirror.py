@@ -1,0 +1,64 @@
+"""A DuckDB mirror of a session's catalog, for DuckDB to answer questions about the catalog.
+
+DESCRIBE, SHOW TABLES, SHOW ALL TABLES and information_schema should say what DuckDB says about
+the same tables: its type names (``DECIMAL(7,2)``, ``TIMESTAMP WITH TIME ZONE``), its result
+columns, its ordering. Rather than rebuild each answer, qengine gives DuckDB an empty copy of the
+catalog in a fresh sandboxed in-memory database (database ``memory``, schema ``main``, as
+DuckDB's own default), an empty table of each table's schema and each view over them, and asks
+it. The mirror holds no rows, so it answers in milliseconds and reads no file.
+
+Views are given to DuckDB with their sources expanded as the planner expands them (other views
+inlined, read_parquet() and the like as the hidden tables they read), so their columns are typed
+exactly as a query over them is. Hidden tables (names starting ``__``) are in the mirror only
+where a view or the described query reads them, and are left out of every answer, as
+``Session.table_names`` leaves them out.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+import sqlglot.expressions as exp
+
+from qengine.catalog.catalog import Catalog
+from qengine.errors import ProgrammingError
+from qengine.planner.frontend import expand_sources
+from qengine.sandbox.connection import safe_connection
+from qengine.sandbox.quoting import identifier
+
+
+def visible(column: str) -> str:
+    """A filter on a query over the mirror's catalog that leaves the hidden tables out."""
+    return f"NOT starts_with({column}, '__')"
+
+
+def ask(catalog: Catalog, dialect: str, sql: str, reads: exp.Expression | None = None) -> pa.Table:
+    """The answer DuckDB gives ``sql`` over an empty mirror of ``catalog``; ``reads`` is the
+    expanded query ``sql`` names, if any, whose hidden tables the mirror must also hold."""
+    views = [(view.name, expand_sources(view.query.copy(), catalog, dialect)) for view in list(catalog.views.values())]
+    # Hidden tables (one per read_parquet() call so far, say) only where a view or the query reads them.
+    needed = {t.name.lower() for body in [*(b for _, b in views), reads] if body is not None for t in body.find_all(exp.Table)}
+    con = safe_connection()
+    try:
+        for key, source in list(catalog.tables.items()):
+            if key.startswith("__") and key not in needed:
+                continue
+            con.register("__qengine_empty", source.schema.empty_table())
+            con.execute(f"CREATE TABLE {identifier(source.name)} AS SELECT * FROM __qengine_empty")
+            con.unregister("__qengine_empty")
+        for name, body in views:  # expanded: each reads tables only
+            try:
+                con.execute(f"CREATE VIEW {identifier(name)} AS {body.sql(dialect='duckdb')}")
+            except duckdb.Error as e:
+                raise ProgrammingError(f"cannot describe view {name!r}: {str(e).splitlines()[0]}") from e
+        return con.execute(sql).to_arrow_table()
+    except duckdb.Error as e:
+        raise ProgrammingError(str(e).splitlines()[0]) from e
+    finally:
+        con.close()
+
+
+def query_columns(catalog: Catalog, dialect: str, query: exp.Expression) -> pa.Table:
+    """DESCRIBE of a query (a copy is expanded): its columns' names and DuckDB types."""
+    expanded = expand_sources(query.copy(), catalog, dialect)
+    return ask(catalog, dialect, f"DESCRIBE {expanded.sql(dialect='duckdb')}", expanded)

@@ -1,0 +1,226 @@
+"""COPY (query) TO target: what the target names, and writing one file or hive directories.
+
+As in DuckDB, the target names one file when it has a data file's suffix (``out.parquet``,
+``x.csv``) or a FORMAT is given, unless it is an existing directory or ``PER_THREAD_OUTPUT`` is
+true; then it is a directory of part files, one written by each result task on its worker
+(``api.session``'s ``_copy`` and ``catalog.access.claim_output``). With ``PARTITION_BY (col,
+…)`` it is a directory of hive partitions ``dir/col=value/data_0.parquet`` (or .csv, .json), the partition
+columns left out of the files, as DuckDB writes them.
+
+One file, and the partitions, are written here, in the session, from the result as it streams
+in from the workers (``ResultStream`` holds a few megabytes of it ahead at most): one process
+writes them, but none ever holds the whole result. Having each result task write a part and
+concatenating them after would read every byte twice and cannot make one Parquet file without
+rewriting it. A file is written under a hidden name beside the target and renamed into place
+once complete, so a failed COPY leaves no half-written file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import urllib.parse
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+import duckdb
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import sqlglot.expressions as exp
+
+from qengine.api.json_rows import json_rows
+from qengine.catalog.access import AccessPolicy
+from qengine.errors import NotSupportedError, OperationalError, ProgrammingError
+from qengine.sandbox.connection import scratch_connection
+from qengine.sandbox.quoting import identifier
+
+FORMATS = ("parquet", "csv", "json")
+PART_FORMATS = ("parquet", "csv")  # what a result task writes as a part file
+_SUFFIXES = {".parquet": "parquet", ".parq": "parquet", ".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json",
+             ".ndjson": "json"}
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"  # DuckDB's directory name for a NULL value
+
+
+@dataclass
+class Target:
+    """Where COPY writes: ``kind`` is "file", "parts" (a directory of part files) or "hive"."""
+
+    path: str
+    kind: str
+    format: str
+    overwrite: bool
+    partition_by: list[str] = field(default_factory=list)
+
+
+def target(st: exp.Copy, policy: AccessPolicy) -> Target:
+    """Read COPY's target and options; the path is resolved and checked against the output roots."""
+    files = st.args.get("files") or []
+    if len(files) != 1 or not isinstance(files[0], exp.Literal) or not files[0].is_string:
+        raise ProgrammingError("COPY ... TO takes one output file or directory as a string literal")
+    params = {p.this.name.upper(): p for p in st.args.get("params") or []}
+    partition = params.pop("PARTITION_BY", None)
+    options = {name: _option(p.expression) for name, p in params.items()}
+    given = options.pop("FORMAT", None)
+    overwrite = _true(options.pop("OVERWRITE", options.pop("OVERWRITE_OR_IGNORE", "false")))
+    per_thread = _true(options.pop("PER_THREAD_OUTPUT", "false"))
+    if options:
+        raise NotSupportedError(f"COPY option {next(iter(options))} is not supported")
+    path = files[0].name
+    suffix = _SUFFIXES.get(os.path.splitext(path)[1].lower())
+    fmt = (given or suffix or "parquet").lower()
+    if fmt not in FORMATS:
+        raise NotSupportedError(f"COPY format {fmt!r} is not supported ({', '.join(FORMATS)})")
+    resolved = policy.check_write(path)
+    if partition is not None:
+        columns = partition.expression.expressions if isinstance(partition.expression, exp.Tuple) else [partition.expression]
+        names = [c.name for c in columns if isinstance(c, exp.Column | exp.Identifier | exp.Var)]
+        if not names or len(names) != len(columns):
+            raise ProgrammingError("PARTITION_BY takes column names: PARTITION_BY (col, ...)")
+        if os.path.lexists(resolved) and (not os.path.isdir(resolved) or os.listdir(resolved)):
+            raise ProgrammingError(f"{resolved} is not an empty directory: COPY ... PARTITION_BY writes into a new or empty one")
+        return Target(resolved, "hive", fmt, overwrite, names)
+    one_file = (suffix is not None or given is not None) and not per_thread and not os.path.isdir(resolved)
+    if not one_file:
+        if fmt not in PART_FORMATS:
+            raise NotSupportedError(f"COPY writes {fmt} to one file, not to a directory of parts ({', '.join(PART_FORMATS)})")
+        return Target(resolved, "parts", fmt, overwrite)
+    if os.path.lexists(resolved) and not overwrite:
+        raise ProgrammingError(f"{resolved} already exists (add OVERWRITE true to replace it)")
+    if not os.path.isdir(os.path.dirname(resolved)):
+        raise ProgrammingError(f"cannot write {resolved}: directory {os.path.dirname(resolved)} does not exist")
+    return Target(resolved, "file", fmt, overwrite)
+
+
+def partition_keys(out: Target, names: list[str]) -> list[str]:
+    """The result's columns PARTITION_BY names (checked before the query runs)."""
+    lookup = {name.lower(): name for name in names}
+    missing = [c for c in out.partition_by if c.lower() not in lookup]
+    if missing:
+        raise ProgrammingError(f"PARTITION_BY column {missing[0]!r} is not a column of the query ({', '.join(names)})")
+    keys = [lookup[c.lower()] for c in out.partition_by]
+    if not [n for n in names if n not in keys]:
+        raise ProgrammingError("PARTITION_BY names every column of the query: no column would be left to write")
+    return keys
+
+
+def _option(value: exp.Expression | None) -> str:
+    """A COPY option's value as text; a bare option (OVERWRITE) means true."""
+    if value is None:
+        return "true"
+    if isinstance(value, exp.Boolean):
+        return "true" if value.this else "false"
+    return value.name
+
+
+def _true(text: str) -> bool:
+    return text.lower() in ("true", "1")
+
+
+def write_file(out: Target, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> int:
+    """Stream the result into one file under a hidden name beside it, renamed into place once
+    complete; its row count."""
+    partial = os.path.join(os.path.dirname(out.path), f".{os.path.basename(out.path)}.qengine-copy.tmp")
+    try:
+        sink = open(partial, "xb")  # noqa: SIM115 - closed below; "x": never another COPY's file
+    except FileExistsError as e:
+        raise OperationalError(f"cannot write {out.path}: another COPY is writing it ({partial} exists)") from e
+    except OSError as e:
+        raise OperationalError(f"cannot write {out.path}: {e}") from e
+    rows = 0
+    try:
+        with sink, _writer(sink, out.format, schema) as writer:
+            for batch in batches:
+                writer.write(batch)
+                rows += batch.num_rows
+        os.replace(partial, out.path)
+    except OSError as e:
+        raise OperationalError(f"cannot write {out.path}: {e}") from e
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(partial)
+    return rows
+
+
+def write_partitions(out: Target, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> int:
+    """Write the result as hive partitions, one file (data_0.parquet, .csv or .json) a partition; its row count.
+
+    The directory is new or empty (``target``): COPY deletes nothing it cannot tell it wrote. Each
+    partition's writer stays open while the result streams past, so a partition's rows, from
+    whatever batch, go to its one file."""
+    keys = partition_keys(out, schema.names)
+    kept = [n for n in schema.names if n not in keys]
+    os.makedirs(out.path, exist_ok=True)
+    file_schema = pa.schema([schema.field(n) for n in kept])
+    writers: dict[tuple[str, ...], tuple[BinaryIO, Any]] = {}
+    rows = 0
+    try:
+        for batch in batches:
+            for values, indices in _groups(batch, keys).items():
+                if values not in writers:
+                    directory = os.path.join(out.path, *(f"{k}={_escaped(v)}" for k, v in zip(keys, values, strict=True)))
+                    os.makedirs(directory, exist_ok=True)
+                    sink = open(os.path.join(directory, f"data_0.{out.format}"), "xb")  # noqa: SIM115 - closed with its writer
+                    writers[values] = (sink, _writer(sink, out.format, file_schema))
+                writers[values][1].write(batch.select(kept).take(pa.array(indices)))
+                rows += len(indices)
+    except OSError as e:
+        raise OperationalError(f"cannot write into {out.path}: {e}") from e
+    finally:
+        for sink, writer in writers.values():
+            writer.close()
+            sink.close()
+    return rows
+
+
+def _writer(sink: BinaryIO, fmt: str, schema: pa.Schema) -> Any:
+    """A writer of ``fmt`` into ``sink``: ``write(batch)``, ``close()``, and a context manager."""
+    if fmt == "csv":
+        return pacsv.CSVWriter(sink, schema)
+    if fmt == "json":
+        return _JsonWriter(sink)
+    return pq.ParquetWriter(sink, schema)
+
+
+class _JsonWriter:
+    """Newline-delimited JSON, each row an object as DuckDB's COPY ... (FORMAT json) writes it,
+    batch by batch (``api.json_rows``)."""
+
+    def __init__(self, sink: BinaryIO) -> None:
+        self.sink = sink
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self.sink.write("".join(line + "\n" for line in json_rows(batch)).encode())
+
+    def close(self) -> None:
+        self.sink.flush()
+
+    def __enter__(self) -> _JsonWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _groups(batch: pa.RecordBatch, keys: list[str]) -> dict[tuple[str, ...], list[int]]:
+    """Row numbers of ``batch`` by their partition values, as DuckDB writes them in a directory
+    name: the value cast to VARCHAR by DuckDB itself (dates, decimals, timestamps alike)."""
+    con = scratch_connection()
+    try:
+        con.register("__qengine_batch", pa.Table.from_batches([batch.select(keys)]))
+        casts = ", ".join(f"CAST({identifier(k)} AS VARCHAR)" for k in keys)
+        texts = con.execute(f"SELECT {casts} FROM __qengine_batch").fetchall()
+    except duckdb.Error as e:
+        raise OperationalError(f"cannot name the partitions: {e}") from e
+    finally:
+        con.close()
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for i, values in enumerate(texts):
+        groups.setdefault(tuple(NULL_PARTITION if v is None else v for v in values), []).append(i)
+    return groups
+
+
+def _escaped(value: str) -> str:
+    """A partition value in a directory name, percent-encoded as DuckDB encodes it."""
+    return value if value == NULL_PARTITION else urllib.parse.quote(value, safe="")

@@ -1,0 +1,298 @@
+"""The statements a DuckDB user types first, each against DuckDB on the same data.
+
+DESCRIBE, SHOW, information_schema, SUMMARIZE, a file named as a table, read_json(), range()
+and generate_series(), SET / RESET / current_setting(), and COPY to one file or to hive
+partitions. One 2-worker connection serves the module. The oracle is DuckDB with the same
+tables as base tables (``CREATE TABLE AS``) and the same view, since qengine's registered
+tables are tables, not views, to DESCRIBE and information_schema.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import qengine
+from tests.conftest import assert_same, engine_over
+from tpcds.compare import compare
+
+VIEW = "CREATE VIEW big_sales AS SELECT sale_id, amount, note FROM sales WHERE qty > 50"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory, data_paths: dict[str, str]) -> dict[str, str]:
+    """The items table as one Parquet, CSV, newline-delimited JSON and array JSON file each,
+    written by DuckDB, in a directory the connection may read and write."""
+    root = tmp_path_factory.mktemp("first")
+    con = duckdb.connect()
+    out = {}
+    source = f"read_parquet('{data_paths['items']}/*.parquet')"
+    for key, name, options in (("parquet", "items.parquet", ""), ("csv", "items.csv", ""), ("json", "items.json", ""),
+                               ("array", "items_array.json", " (ARRAY true)")):
+        out[key] = str(root / name)
+        con.execute(f"COPY (SELECT * FROM {source}) TO '{out[key]}'{options}")
+    con.close()
+    out["root"] = str(root)
+    return out
+
+
+@pytest.fixture(scope="module")
+def con(data_paths: dict[str, str], files: dict[str, str]):
+    connection = engine_over(data_paths, output_roots=[files["root"]])
+    connection.session.allow_root(files["root"])
+    connection.execute(VIEW)
+    yield connection
+    connection.close()
+
+
+@pytest.fixture(scope="module")
+def duck(data_paths: dict[str, str], files: dict[str, str]) -> duckdb.DuckDBPyConnection:
+    """DuckDB with the same tables as base tables, and the same view."""
+    oracle = duckdb.connect()
+    for name, path in data_paths.items():
+        oracle.execute(f"CREATE TABLE {name} AS SELECT * FROM read_parquet('{path}/*.parquet')")
+    oracle.execute(VIEW)
+    yield oracle
+    oracle.close()
+
+
+def _same(con, duck: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """The same columns (names and types) and the same rows, in the same order."""
+    got = con.execute(sql).fetch_arrow_table()
+    expected = duck.execute(sql).to_arrow_table()
+    assert got.schema.names == expected.schema.names, sql
+    assert got.to_pylist() == expected.to_pylist(), sql
+
+
+# ---- DESCRIBE, SHOW, information_schema ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sql", [
+    "DESCRIBE sales",
+    "DESCRIBE customers",
+    "DESCRIBE big_sales",
+    "DESCRIBE SELECT cust_id, sum(price) AS total, count(*), avg(amount) FROM sales GROUP BY 1",
+    "DESCRIBE SELECT c.name, s.sold_date + 1 AS next_day FROM sales s JOIN customers c ON s.cust_id = c.cust_id",
+    "SHOW items",
+    "SHOW TABLES",
+    "SHOW ALL TABLES",
+])
+def test_describe_and_show_match_duckdb(con, duck, sql: str) -> None:
+    _same(con, duck, sql)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT * FROM information_schema.tables ORDER BY table_name",  # with DuckDB's upper-case TABLE_COMMENT
+    "SELECT * FROM information_schema.columns ORDER BY table_name, ordinal_position",
+    "SELECT table_name, count(*) AS n, max(ordinal_position) FROM information_schema.columns "
+    "WHERE data_type LIKE 'DECIMAL%' OR is_nullable = 'YES' GROUP BY table_name ORDER BY n DESC, table_name",
+    "SELECT t.table_name, t.table_type, c.column_name FROM information_schema.tables t "
+    "JOIN information_schema.columns c ON c.table_name = t.table_name WHERE c.data_type = 'VARCHAR' ORDER BY 1, 3",
+])
+def test_information_schema_matches_duckdb(con, duck, sql: str) -> None:
+    _same(con, duck, sql)
+
+
+def test_information_schema_follows_the_catalog(con) -> None:
+    sql = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'later'"
+    assert con.execute(sql).fetchall() == [(0,)]
+    con.execute("CREATE TABLE later AS SELECT 1 AS x")
+    try:
+        assert con.execute(sql).fetchall() == [(1,)]
+    finally:
+        con.execute("DROP TABLE later")
+    assert con.execute(sql).fetchall() == [(0,)]
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT * FROM (SELECT DISTINCT strftime(sold_date, '%Y'), upper(note), 1 + 1 FROM sales) ORDER BY 1, 2 NULLS FIRST",
+    "WITH c AS (SELECT DISTINCT strftime(sold_date, '%Y') FROM sales) SELECT * FROM c ORDER BY 1",
+    "SELECT * FROM (SELECT 1 AS A, 2 AS Bb) t(X)",
+    "SELECT column_name, COLUMN_COMMENT, Column_Default AS Column_Default FROM information_schema.columns WHERE table_name = 'items'",
+])
+def test_result_columns_are_named_as_spelled(con, duck, sql: str) -> None:
+    """Names reached through * or a bare column keep the case they were given, as in DuckDB."""
+    _same(con, duck, sql)
+
+
+# ---- SUMMARIZE -----------------------------------------------------------------------------------
+
+# Compared exactly: the column's name and type, min, max, count and null_percentage, which are
+# exact in DuckDB too. Within tolerance: avg and std (sums in another order differ in the last
+# digits); approx_unique (a HyperLogLog estimate, which DuckDB's and the cluster's runs reach
+# by merging sketches in another order) within 1%; and the quantiles (approx_quantile is a
+# t-digest whose centroids depend on the order rows arrive in) within 2% of the column's range.
+_EXACT = ("column_name", "column_type", "min", "max", "count", "null_percentage")
+
+
+@pytest.mark.parametrize("sql", [
+    "SUMMARIZE sales",
+    "SUMMARIZE '{parquet}'",
+    "SUMMARIZE customers",
+    "SUMMARIZE SELECT qty, price * 2 AS twice, note, sold_date FROM sales WHERE store_id > 2",
+])
+def test_summarize_matches_duckdb(con, duck, files, sql: str) -> None:
+    sql = sql.format(**files)
+    got = con.execute(sql).fetch_arrow_table()
+    expected = duck.execute(sql).to_arrow_table()
+    assert got.schema == expected.schema
+    for mine, theirs in zip(got.to_pylist(), expected.to_pylist(), strict=True):
+        assert {k: mine[k] for k in _EXACT} == {k: theirs[k] for k in _EXACT}
+        assert math.isclose(mine["approx_unique"], theirs["approx_unique"], rel_tol=0.01)
+        numeric = theirs["std"] is not None
+        for key in ("avg", "std"):
+            if numeric:
+                assert math.isclose(float(mine[key]), float(theirs[key]), rel_tol=1e-9), (mine["column_name"], key)
+            else:
+                assert mine[key] == theirs[key], (mine["column_name"], key)
+        if numeric:
+            span = float(theirs["max"]) - float(theirs["min"])
+            for key in ("q25", "q50", "q75"):
+                assert abs(float(mine[key]) - float(theirs[key])) <= 0.02 * span, (mine["column_name"], key)
+
+
+def test_summarize_runs_on_the_cluster(con) -> None:
+    cur = con.execute("SUMMARIZE sales")
+    assert cur.stats is not None and cur.stats.stages[0].tasks >= 2
+
+
+# ---- files as tables, read_json, range and generate_series ------------------------------------------
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT category, count(*) AS n, sum(list_price) AS total FROM '{parquet}' GROUP BY 1 ORDER BY 1 NULLS FIRST",
+    "SELECT i.brand, max(i.item_id) FROM '{csv}' i WHERE i.list_price > 20 GROUP BY 1 ORDER BY 1",
+    "SELECT * FROM '{json}' ORDER BY item_id",
+    "SELECT * FROM read_json('{array}') ORDER BY item_id",
+    "SELECT count(*), sum(list_price) FROM read_json_auto('{json}', format = 'newline_delimited')",
+    "SELECT j.category, count(*) FROM read_json(['{json}', '{array}']) j GROUP BY 1 ORDER BY 1",
+    "SELECT s.note, count(*) FROM sales s JOIN '{parquet}' i ON s.item_id = i.item_id GROUP BY 1 ORDER BY 1",
+    "DESCRIBE SELECT * FROM '{json}'",
+    "DESCRIBE '{csv}'",
+])
+def test_files_as_tables_match_duckdb(con, duck, files, sql: str) -> None:
+    assert_same(con, duck, sql.format(**files))
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT * FROM range(5)",
+    "SELECT * FROM range(2, 11, 3)",
+    "SELECT * FROM range(10, 0, -3)",
+    "SELECT * FROM range(0)",
+    "SELECT * FROM generate_series(3)",
+    "SELECT * FROM generate_series(2, 11, 3)",
+    "SELECT * FROM generate_series(5, 1, -2)",
+    "SELECT count(*), sum(range), min(range), max(range) FROM range(3000000)",
+    "SELECT r.range % 7 AS k, count(*) FROM range(10 * 1000) r GROUP BY 1 ORDER BY 1",
+    "SELECT t.y FROM generate_series(1, 4) t(y) ORDER BY y DESC",
+    "SELECT count(*) FROM range(40) a JOIN sales s ON s.item_id = a.range",
+    "DESCRIBE SELECT * FROM generate_series(1, 2)",
+])
+def test_series_match_duckdb(con, duck, sql: str) -> None:
+    assert_same(con, duck, sql)
+
+
+def test_files_outside_the_roots_are_refused(con, tmp_path) -> None:
+    outside = tmp_path / "elsewhere.json"
+    outside.write_text('{"a": 1}\n')
+    for sql in (f"SELECT * FROM '{outside}'", f"SELECT * FROM read_json('{outside}')"):
+        with pytest.raises(qengine.ProgrammingError, match="outside the data roots"):
+            con.execute(sql)
+
+
+# ---- SET, RESET, current_setting ---------------------------------------------------------------
+
+
+def test_set_changes_the_plan_and_reset_restores_it(con, duck) -> None:
+    join = "SELECT c.city, count(*) FROM sales s JOIN customers c ON s.cust_id = c.cust_id GROUP BY 1 ORDER BY 1"
+    shown = "SELECT current_setting('shuffle'), current_setting('broadcast_threshold'), current_setting('partitions')"
+    before = con.execute(shown).fetchall()
+    assert "whole, in every task" in " ".join(r[0] for r in con.execute("EXPLAIN " + join).fetchall())
+    con.execute("SET shuffle = 'pull'")
+    con.execute("SET broadcast_threshold = '0'")
+    con.execute("SET partitions TO 3")
+    try:
+        assert con.execute(shown).fetchall() == [("pull", 0, 3)]
+        plan = " ".join(r[0] for r in con.execute("EXPLAIN " + join).fetchall())
+        assert "whole, in every task" not in plan and "hash exchange on" in plan and "into 3 partitions" in plan
+        assert_same(con, duck, join)
+        con.execute("SET broadcast_threshold = 0")  # a number, as well as a string
+        assert con.execute("SELECT current_setting('broadcast_threshold') AS b").fetchall() == [(0,)]
+    finally:
+        con.execute("RESET shuffle")
+        con.execute("RESET ALL")
+    assert con.execute(shown).fetchall() == before
+    assert con.execute(shown).description[0][0] == "current_setting('shuffle')"
+
+
+@pytest.mark.parametrize(("sql", "message"), [
+    ("SET threads = 4", r"unrecognized setting 'threads': qengine's settings are dialect, broadcast_threshold, .*shuffle"),
+    ("SET shuffle = 'push'", r"shuffle must be 'prefetch' or 'pull'"),
+    ("SET partitions = 0", r"partitions must be a positive integer"),
+    ("RESET memory_limit", r"unrecognized setting 'memory_limit'"),
+    ("SELECT current_setting('threads')", r"unrecognized setting 'threads'"),
+])
+def test_unknown_or_bad_settings_are_refused(con, sql: str, message: str) -> None:
+    with pytest.raises(qengine.ProgrammingError, match=message):
+        con.execute(sql)
+
+
+# ---- COPY ---------------------------------------------------------------------------------------
+
+COPIED = "SELECT sale_id, store_id, price, sold_date, note FROM sales WHERE qty > 40"
+
+
+def _read_back(path: str, kind: str) -> pa.Table:
+    reader = {"parquet": "read_parquet", "csv": "read_csv", "json": "read_json"}[kind]
+    hive = ", hive_partitioning = true" if os.path.isdir(path) else ""
+    files = os.path.join(path, "**", f"*.{kind}") if os.path.isdir(path) else path
+    return duckdb.sql(f"SELECT * FROM {reader}('{files}'{hive}) ORDER BY sale_id").to_arrow_table()
+
+
+@pytest.mark.parametrize("target", ["one.parquet", "one.csv", "one.json", "named (FORMAT parquet)"])
+def test_copy_to_one_file_matches_duckdb(con, duck, files, target: str) -> None:
+    name, _, options = target.partition(" ")
+    kind = options.split()[-1].rstrip(")").lower() if options else name.rsplit(".", 1)[1]
+    mine, theirs = (os.path.join(files["root"], f"{who}-{name}") for who in ("qengine", "duckdb"))
+    got = con.execute(f"COPY ({COPIED}) TO '{mine}' {options}").fetchall()
+    expected = duck.execute(f"COPY ({COPIED}) TO '{theirs}' {options}").fetchall()
+    assert got == expected
+    assert os.path.isfile(mine)
+    result = compare(_read_back(mine, kind), _read_back(theirs, kind), name)
+    assert result.ok, result.message
+    with pytest.raises(qengine.ProgrammingError, match="already exists"):
+        con.execute(f"COPY ({COPIED}) TO '{mine}' {options}")
+    replace = f"{options[:-1]}, OVERWRITE true)" if options else "(OVERWRITE true)"
+    assert con.execute(f"COPY ({COPIED} LIMIT 5) TO '{mine}' {replace}").fetchall() == [(5,)]
+
+
+def test_copy_partition_by_writes_duckdbs_hive_directories(con, duck, files) -> None:
+    mine, theirs = (os.path.join(files["root"], f"{who}-hive") for who in ("qengine", "duckdb"))
+    sql = "COPY ({}) TO '{}' (FORMAT parquet, PARTITION_BY (store_id, note))"
+    assert con.execute(sql.format(COPIED, mine)).fetchall() == duck.execute(sql.format(COPIED, theirs)).fetchall()
+
+    def layout(root: str) -> set[tuple[str, tuple[tuple[str, ...], ...]]]:
+        return {(os.path.relpath(d, root), tuple(tuple(pq.read_schema(os.path.join(d, f)).names) for f in fs))
+                for d, _, fs in os.walk(root) if fs}
+
+    assert {d for d, _ in layout(mine)} == {d for d, _ in layout(theirs)}
+    assert all(names == (("sale_id", "price", "sold_date"),) for _, names in layout(mine))  # partition columns left out
+    result = compare(_read_back(mine, "parquet"), _read_back(theirs, "parquet"), "PARTITION_BY")
+    assert result.ok, result.message
+    with pytest.raises(qengine.ProgrammingError, match="not an empty directory"):
+        con.execute(sql.format(COPIED, mine))
+
+
+def test_copy_returns_its_count_and_stays_in_the_output_roots(con, files, tmp_path) -> None:
+    cur = con.execute(f"COPY (SELECT * FROM range(7)) TO '{os.path.join(files['root'], 'seven.parquet')}'")
+    assert [d[0] for d in cur.description] == ["Count"] and cur.rowcount == 7 and cur.fetchall() == [(7,)]
+    for target in ("x.parquet", "x.json", "hive"):
+        options = " (PARTITION_BY (a))" if target == "hive" else ""
+        with pytest.raises(qengine.ProgrammingError, match="outside the output roots"):
+            con.execute(f"COPY (SELECT 1 AS a, 2 AS b) TO '{tmp_path / target}'{options}")
+        assert not os.path.exists(tmp_path / target)
