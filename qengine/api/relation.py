@@ -46,7 +46,7 @@ def relation_or_run(connection: Any, sql: str, scope: Mapping[str, Any]) -> Rela
     if query_last and not reads_variables(connection):
         raise NotSupportedError("on a standalone cluster sql() takes one query, or statements that return no rows")
     cursor = connection.cursor().execute_scoped(sql, scope)
-    if cursor.description is None:
+    if cursor.description is None or isinstance(statements[-1], exp.Copy):  # DuckDB's sql() keeps no COPY count
         return None
     return Relation(connection, f"SELECT * FROM {_SELF}", {_SELF: cursor.fetch_arrow_table()})
 
