@@ -122,7 +122,8 @@ def test_workers_start_and_stop() -> None:
     wait_until(lambda: all(gone(pid) for pid in new), 5, "the workers to exit")
     assert not (set(worker_children()) & new)
     wait_until(lambda: not any(port_open(a) for a in addresses), 5, "the workers' ports to close")
-    con.close()  # a second close is harmless
+    with pytest.raises(qengine.InterfaceError, match="closed"):
+        con.close()  # a second close is a mistake, as PEP 249 has it; the cluster stays stopped
 
 
 def test_context_manager_cleans_up_when_the_body_raises() -> None:
