@@ -26,7 +26,7 @@ def copy_sql(output_dir: str, force: bool) -> str:
     """The TeraSort statement, one place for ``sort`` and bench/netcluster.py to build it from."""
     target = os.path.abspath(output_dir).replace("'", "''")
     overwrite = " , OVERWRITE true" if force else ""
-    return f"COPY (SELECT key, payload FROM records ORDER BY key) TO '{target}' (FORMAT parquet{overwrite})"
+    return f"COPY (SELECT key, payload FROM records ORDER BY key) TO '{target}' (FORMAT parquet, PER_THREAD_OUTPUT true{overwrite})"
 
 
 # Each reducer sorts about this much, so a worker's peak memory stays near its share of the data

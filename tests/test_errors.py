@@ -281,7 +281,7 @@ BAD_INPUTS = [
     ("SELECT CAST(note AS INTEGER) FROM sales WHERE note IS NOT NULL", None),
     ("SELECT 1 UNION SELECT 1, 2", None),
     ("SELECT sale_id FROM sales LIMIT -1", None),
-    ("SELECT * FROM generate_series(1, 3)", None),
+    ("SELECT * FROM generate_series(DATE '2024-01-01', DATE '2024-01-03', INTERVAL 1 DAY)", None),
     ("SELECT ? AS a", [object()]),
     ("SELECT ? AS a, ? AS b", [1]),
     ("SELECT $2 AS a", [1]),
