@@ -81,7 +81,7 @@ def plot_tpcds(report: RunReport, path: str, title: str) -> None:
     ax.set_ylim(len(rows) - 0.5, -0.5)  # the first row on top
     ax.grid(axis="x", which="major", color="0.9")
     ax.set_axisbelow(True)
-    header = _header(report, title)
+    header = header_lines(report, title)
     fig.text(10 / WIDTH_PIXELS, 1 - 10 / height, header[0], va="top", fontsize=12, weight="bold")
     fig.text(10 / WIDTH_PIXELS, 1 - 34 / height, "\n".join(header[1:]), va="top", fontsize=9, linespacing=1.5)
     handles = [Patch(color=CORRECT, label="correct"), Patch(color=WRONG, label="wrong answer"),
@@ -93,7 +93,7 @@ def plot_tpcds(report: RunReport, path: str, title: str) -> None:
     plt.close(fig)
 
 
-def _header(report: RunReport, title: str) -> list[str]:
+def header_lines(report: RunReport, title: str) -> list[str]:
     """The title, then the counts, the totals and the lists of wrong and failed queries."""
     s = report.ratios()
     wrong = [q for q in report.timed() if not q.ok]
