@@ -1,6 +1,7 @@
 """Task timelines of benchmark runs, pull next to prefetch: every task attempt a bar in its
 worker's slot over time, coloured by stage, map stages in blues and the stages reading a
-shuffle in oranges, its wait for input blocks hatched. A prefetch run's reducers placed ahead
+shuffle in oranges, its wait for input blocks hatched (from its start, as the Chrome trace draws
+it), an attempt whose output was not kept outlined in red. A prefetch run's reducers placed ahead
 of time start while the maps still run; a pull run's start after them. That overlap is the
 exchange's case (SCache's figures 11 and 12), so the benchmarks draw it from their own runs.
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 BAR = 0.8  # of a slot row's height
+NOT_KEPT = "attempt not kept (failed, lost, outrun, cancelled)"
 
 
 def median_run(runs: list[tuple[float, QueryStats]]) -> QueryStats:
@@ -34,14 +36,13 @@ def stage_colours(stats: QueryStats) -> dict[int, tuple[str, tuple[float, float,
     blue, stages that read a shuffle in shades of orange."""
     import matplotlib
 
-    maps = [s.stage for s in stats.stages if not s.parents]
-    reads = [s.stage for s in stats.stages if s.parents]
+    maps = [s for s in stats.stages if not s.parents]
+    reads = [s for s in stats.stages if s.parents]
     colours = {}
     for stages, cmap, role in ((maps, "Blues", "map"), (reads, "Oranges", "reads shuffle")):
         for i, stage in enumerate(stages):
-            shade = 0.75 - 0.4 * i / max(1, len(stages) - 1) if len(stages) > 1 else 0.6
-            kind = next(s.kind for s in stats.stages if s.stage == stage)
-            colours[stage] = (f"stage {stage}: {role} → {kind}", matplotlib.colormaps[cmap](shade))
+            shade = 0.6 if len(stages) == 1 else 0.75 - 0.4 * i / (len(stages) - 1)  # dark enough to see, light enough to tell apart
+            colours[stage.stage] = (f"stage {stage.stage}: {role} → {stage.kind}", matplotlib.colormaps[cmap](shade))
     return colours
 
 
@@ -56,7 +57,7 @@ def draw_timeline(ax: Axes, stats: QueryStats, title: str) -> None:
         y = row_of[(workers[span.worker], slot)]
         label, colour = colours.get(span.stage, (f"stage {span.stage}", "grey"))
         kept = span.outcome == "done"
-        ax.barh(y, span.end - span.start, left=span.start, height=BAR, color=colour, label=label,
+        ax.barh(y, span.end - span.start, left=span.start, height=BAR, color=colour, label=label if kept else NOT_KEPT,
                 edgecolor="black" if kept else "red", linewidth=0.3 if kept else 1.0, alpha=1.0 if kept else 0.5)
         if span.read_seconds > 0:
             ax.barh(y, min(span.read_seconds, span.end - span.start), left=span.start, height=BAR, fill=False,

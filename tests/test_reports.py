@@ -11,14 +11,14 @@ import matplotlib
 import pytest
 
 from qengine.api.trace import slot_rows
-from qengine.runtime.stats import QueryStats
+from qengine.runtime.stats import QueryStats, StageStats, TaskSpan
 from tests.conftest import REPO, engine_over
 from tpcds.report import ROW_PIXELS, WIDTH_PIXELS, chart_rows, header_lines, plot_tpcds
 from tpcds.run import QueryReport, RunReport
 
 # bench/ holds scripts run from a checkout, importing each other as siblings; it is not a package.
 sys.path.insert(0, os.path.join(REPO, "bench"))
-from timeline import draw_timeline, median_run, plot_timelines  # noqa: E402
+from timeline import NOT_KEPT, draw_timeline, median_run, plot_timelines  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.image  # noqa: E402
@@ -103,6 +103,28 @@ def test_median_run_is_the_run_of_median_time() -> None:
     assert median_run(runs[:3]).seconds == 3.0
 
 
+def test_timeline_marks_waits_lost_attempts_and_the_end_of_the_maps() -> None:
+    """A map attempt lost with its worker and re-run, a reducer placed ahead of time that waits
+    for its input: the lost attempt outlined red under its own legend entry, the wait hatched,
+    the end of the maps at the re-run's end, and the reducer in a second slot beside the map."""
+    stats = QueryStats([StageStats(0, "hash", 1), StageStats(1, "result", 1, parents=[0])], 3.0, spans=[
+        TaskSpan(0, 0, 0, "w:1", 0.0, 1.0, "lost"),
+        TaskSpan(0, 0, 1, "w:2", 1.0, 2.0, "done"),
+        TaskSpan(1, 0, 0, "w:2", 1.5, 3.0, "done", read_seconds=0.6),
+    ])
+    fig, ax = plt.subplots()
+    draw_timeline(ax, stats, "run")
+    by_label = {c.get_label(): c.patches for c in ax.containers}
+    [lost] = by_label[NOT_KEPT]
+    assert lost.get_x() == 0.0 and lost.get_edgecolor()[:3] == (1.0, 0.0, 0.0)
+    [wait] = [p for p in ax.patches if not p.get_fill()]
+    assert wait.get_x() == 1.5 and wait.get_width() == pytest.approx(0.6) and wait.get_hatch() == "////"
+    [line] = ax.get_lines()
+    assert line.get_label() == "last map task ends" and line.get_xdata()[0] == 2.0
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["worker 1 slot 1", "worker 2 slot 1", "worker 2 slot 2"]
+    plt.close(fig)
+
+
 @pytest.fixture(scope="module")
 def pull_engine(data_paths):
     con = engine_over(data_paths, broadcast_threshold=0, shuffle="pull")
@@ -135,7 +157,7 @@ def test_timelines_of_a_real_query_in_both_modes(tmp_path, default_engine, pull_
         # each task's bar in its stage's colour: the maps blue, the stages reading a shuffle orange
         colours = {c.get_label(): c.patches[0].get_facecolor() for c in ax.containers if c.patches[0].get_fill()}
         for stage in stats.stages:
-            if any(span.stage == stage.stage for span in stats.spans):
+            if any(span.stage == stage.stage and span.outcome == "done" for span in stats.spans):
                 [(label, (r, _, b, _))] = [(k, v) for k, v in colours.items() if k.startswith(f"stage {stage.stage}: ")]
                 assert ("map" in label and b > r) if not stage.parents else ("reads shuffle" in label and r > b), label
         plt.close(fig)
