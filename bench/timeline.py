@@ -92,7 +92,7 @@ def plot_timelines(runs: dict[str, dict[str, QueryStats]], path: str, title: str
     fig, axes = plt.subplots(len(jobs), len(modes), figsize=(6.5 * len(modes) + 2.2, sum(heights) + 0.5), squeeze=False,
                              gridspec_kw={"height_ratios": heights}, layout="constrained")
     for r, job in enumerate(jobs):
-        end = max(s.seconds for s in runs[job].values())
+        end = max(t for stats in runs[job].values() for t in (stats.seconds, *(span.end for span in stats.spans)))
         legend: dict = {}  # one legend a row, right of it: the modes of a job run the same stages
         for c, mode in enumerate(modes):
             ax = axes[r][c]
