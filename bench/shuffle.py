@@ -12,7 +12,9 @@ in each mode, the order of the modes alternating from one repeat to the next (pu
 prefetch first). Per job and mode it prints medians with their range of job time, map and
 reduce stage times, the reducers' shuffle-read wait, the push tail, bytes moved between hosts,
 the size-prediction error, reducer load balance (MinHeap next to naive round-robin), bytes
-spilled, and the prefetch/pull ratios of the medians. Timings are from this run only.
+spilled, and the prefetch/pull ratios of the medians. Timings are from this run only. Beside
+the JSON report, a PNG of each job's task timelines, pull next to prefetch (its median run in
+each mode), shows where prefetch's reducers overlap the map stage.
 
     python bench/shuffle.py [--rows 2000000] [--workers 2] [--partitions 16] [--repeat 3]
 """
@@ -29,11 +31,13 @@ import time
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from timeline import median_run, plot_timelines
 
 import qengine
 from qengine.api.options import DEFAULT_WORKERS
 from qengine.cli.common import cache_dir, register_directory
 from qengine.exchange.sampling import DEFAULT_SAMPLES_PER_PARTITION
+from qengine.runtime.stats import QueryStats
 from tpcds.report import write_json
 
 JOBS = {
@@ -102,13 +106,21 @@ def ratio(prefetch: float | None, pull: float | None) -> float | None:
     return prefetch / pull if pull and prefetch is not None else None
 
 
-def measure(con, job: str, sql: str) -> dict:
+def timed_run(con, sql: str) -> tuple[float, QueryStats]:
+    """Run ``sql`` to its last row: (seconds, its stats)."""
     t0 = time.perf_counter()
     cur = con.execute(sql)
     if cur.description is not None:
         cur.fetch_arrow_table()
-    elapsed = time.perf_counter() - t0
-    stats = cur.stats
+    return time.perf_counter() - t0, cur.stats
+
+
+def measure(con, job: str, sql: str) -> dict:
+    """One timed run of ``job``, summarized for the table and the JSON report."""
+    return summarize(job, *timed_run(con, sql))
+
+
+def summarize(job: str, elapsed: float, stats: QueryStats) -> dict:
     shuffles = [s for s in stats.shuffles if s.map_tasks > 1 or s.remote_bytes]
     main = max(shuffles, key=lambda s: sum(s.actual)) if shuffles else None
     consumers = [st for st in stats.stages if main is not None and st.stage > main.stage]
@@ -145,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", default=",".join(JOBS))
     parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES_PER_PARTITION, help="s: range samples per reducer per map task (s×p)")
     parser.add_argument("--prefetch-fraction", type=float, default=0.5)
-    parser.add_argument("--out", default=None, help="JSON report (default: <cache>/bench-shuffle.json)")
+    parser.add_argument("--out", default=None, help="JSON report (default: <cache>/bench-shuffle.json); PNG beside it")
     args = parser.parse_args(argv)
 
     from rich.console import Console
@@ -158,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         generate(root, args.rows, args.files)
     jobs = [j for j in args.jobs.split(",") if j]
     results: dict[str, dict[str, list[dict]]] = {j: {"pull": [], "prefetch": []} for j in jobs}
+    timed: dict[str, dict[str, list[tuple[float, QueryStats]]]] = {j: {"pull": [], "prefetch": []} for j in jobs}
     clusters = {}
     try:
         for mode in ("pull", "prefetch"):
@@ -172,7 +185,9 @@ def main(argv: list[str] | None = None) -> int:
                 measure(clusters[mode], job, JOBS[job])  # warm-up, untimed
             for round_ in range(args.repeat):
                 for mode in mode_order(round_):
-                    results[job][mode].append(measure(clusters[mode], job, JOBS[job]))
+                    seconds, stats = timed_run(clusters[mode], JOBS[job])
+                    results[job][mode].append(summarize(job, seconds, stats))
+                    timed[job][mode].append((seconds, stats))
     finally:
         for con in clusters.values():
             con.close()
@@ -210,7 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     console.print(table)
     out = args.out or os.path.join(cache_dir(), "bench-shuffle.json")
     write_json({"args": vars(args), "ratios": summary, "runs": results}, out)
-    console.print(f"report: {out}")
+    chart = os.path.splitext(out)[0] + ".png"
+    plot_timelines({job: {mode: median_run(runs) for mode, runs in timed[job].items()} for job in jobs}, chart,
+                   f"Task timelines, pull vs prefetch: {args.rows:,} rows, {args.workers} workers, {args.partitions} reducers "
+                   f"(the median run of {args.repeat} in each mode)")
+    console.print(f"report: {out}\ntimelines: {chart}")
     return 0
 
 

@@ -10,7 +10,8 @@ each run. For qengine the table shows the largest worker's peak (the coordinator
 also holds the benchmark's own checksums; its peak goes to the JSON report), set against the
 fixed overhead: a worker's peak in the same sort over 10,000 records, which is what a worker
 holds whatever the data (interpreter, libraries, buffers of one task).
-It prints a table with the ratios and writes a JSON report and a PNG plot.
+It prints a table with the ratios and writes a JSON report and, beside it, a PNG of the task
+timelines of pull and prefetch side by side (the median run of each).
 """
 
 from __future__ import annotations
@@ -26,14 +27,16 @@ import time
 from typing import Any
 
 import psutil
+from timeline import median_run, plot_timelines
 
 from qengine.api.options import DEFAULT_WORKERS
 from qengine.cli.common import cache_dir
 from qengine.exchange.sampling import DEFAULT_SAMPLES_PER_PARTITION
+from qengine.runtime.stats import QueryStats
 from sortbench.gensort import generate
 from sortbench.sortjob import sort
 from sortbench.valsort import summarize, validate
-from tpcds.report import plot_queries, write_json
+from tpcds.report import write_json
 
 DUCKDB_SORT = """
 import duckdb, sys
@@ -139,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         generate(args.records, data, seed=1, skew=args.skew)
     data_bytes = args.records * 100
     runs: list[dict[str, Any]] = []
+    timed: dict[str, list[tuple[float, QueryStats]]] = {"pull": [], "prefetch": []}  # per mode: (seconds, stats) of each run
     inputs = summarize(data)  # read and checksummed once, not once per engine
 
     def record(engine: str, seconds: float, peak: int, out: str, extra: dict | None = None) -> None:
@@ -154,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         for mode in ("pull", "prefetch"):
             out = os.path.join(root, f"out-{mode}")
             elapsed, stats, peak, coordinator_peak = measured_sort(data, out, {**options, "shuffle": mode})
+            timed[mode].append((elapsed, stats))
             shuffle = next(s for s in stats.shuffles if s.kind == "range")
             record(f"qengine {mode}", elapsed, peak, out, {
                 "coordinator_peak_rss": coordinator_peak,
@@ -223,10 +228,12 @@ def main(argv: list[str] | None = None) -> int:
     console.print("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
     report = args.out or os.path.join(cache_dir(), "bench-terasort.json")
     write_json({"args": vars(args), "ratios": ratios, "fixed_overhead": fixed, "runs": runs}, report)
-    engines = [r["engine"] for r in runs]
-    plot_queries(engines, {"seconds": [r["seconds"] for r in runs]}, os.path.splitext(report)[0] + ".png",
-                 f"TeraSort {args.records:,} records")
-    console.print(f"report: {report}")
+    chart = os.path.splitext(report)[0] + ".png"
+    best_times = ", ".join(f"{engine} {best(engine)['seconds']:.2f} s" for engine in dict.fromkeys(r["engine"] for r in runs))
+    plot_timelines({"TeraSort": {mode: median_run(timed[mode]) for mode in timed}}, chart,
+                   f"TeraSort {args.records:,} records, {args.workers} workers: task timelines (the median run of {args.repeat} "
+                   f"in each mode)\nbest times: {best_times}")
+    console.print(f"report: {report}\ntimelines: {chart}")
     return 0 if all(r["valid"] for r in runs) else 1
 
 

@@ -45,7 +45,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
     from rich.table import Table
 
-    from tpcds.report import plot_queries, write_json
+    from tpcds.report import plot_tpcds, write_json
     from tpcds.run import parse_selection, run
 
     console = Console()
@@ -64,13 +64,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     data = report.as_dict()
     write_json(data, out)
     png = os.path.splitext(out)[0] + ".png"
-    labels = [f"q{q.query}" for q in report.queries]
-    plot_queries(labels, {"qengine": [q.qengine_seconds for q in report.queries],
-                          "duckdb": [q.duckdb_seconds for q in report.queries]}, png,
-                 f"TPC-DS on {args.workers} workers vs DuckDB ({os.path.basename(os.path.abspath(args.data))})")
+    plot_tpcds(report, png, f"TPC-DS on {args.workers} workers vs DuckDB ({os.path.basename(os.path.abspath(args.data))})")
     totals = data["totals"]
     table = Table(title="TPC-DS run")
-    columns = ("queries", "correct", "qengine_seconds", "duckdb_seconds", "ratio_qengine_over_duckdb", "small_queries", "small_overhead_ms")
+    columns = ("queries", "correct", "qengine_seconds", "duckdb_seconds", "ratio_qengine_over_duckdb", "geomean_ratio", "small_queries", "small_overhead_ms")
     for key in columns:
         table.add_column(key.replace("_", " "))
     table.add_row(*[str(totals[k]) for k in columns])

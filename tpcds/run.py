@@ -32,8 +32,27 @@ class QueryReport:
     reducer_wait_seconds: float | None = None
     rows: int | None = None
 
+    @property
+    def ratio(self) -> float | None:
+        """qengine's time over DuckDB's, when both engines ran it (a wrong answer was timed too);
+        None for a query that failed before both times were taken."""
+        if not self.qengine_seconds or not self.duckdb_seconds:
+            return None
+        return self.qengine_seconds / self.duckdb_seconds
+
 
 SMALL_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class Ratios:
+    """qengine against DuckDB over the timed queries: the JSON report's totals and the chart print these."""
+
+    timed: int  # queries both engines ran
+    qengine_seconds: float
+    duckdb_seconds: float
+    total: float | None  # total time over total time: the long queries dominate it
+    geomean: float | None  # geometric mean of the per-query ratios: every query weighs alike
 
 
 @dataclass
@@ -45,17 +64,26 @@ class RunReport:
     def correct(self) -> int:
         return sum(q.ok for q in self.queries)
 
-    def totals(self) -> dict:
-        timed = [q for q in self.queries if q.qengine_seconds is not None and q.duckdb_seconds is not None]
+    def timed(self) -> list[QueryReport]:
+        return [q for q in self.queries if q.ratio is not None]
+
+    def ratios(self) -> Ratios:
+        timed = self.timed()
         qe = sum(q.qengine_seconds for q in timed)
         dd = sum(q.duckdb_seconds for q in timed)
-        small = [q for q in timed if q.duckdb_seconds < SMALL_SECONDS]
+        return Ratios(len(timed), qe, dd, qe / dd if timed else None,
+                      statistics.geometric_mean(q.ratio for q in timed) if timed else None)
+
+    def totals(self) -> dict:
+        ratios = self.ratios()
+        small = [q for q in self.timed() if q.duckdb_seconds < SMALL_SECONDS]
         return {
             "queries": len(self.queries),
             "correct": self.correct,
-            "qengine_seconds": round(qe, 3),
-            "duckdb_seconds": round(dd, 3),
-            "ratio_qengine_over_duckdb": round(qe / dd, 3) if dd else None,
+            "qengine_seconds": round(ratios.qengine_seconds, 3),
+            "duckdb_seconds": round(ratios.duckdb_seconds, 3),
+            "ratio_qengine_over_duckdb": None if ratios.total is None else round(ratios.total, 3),
+            "geomean_ratio": None if ratios.geomean is None else round(ratios.geomean, 3),
             "shuffle_bytes": sum(q.shuffle_bytes or 0 for q in self.queries),
             # The queries DuckDB answers in under SMALL_SECONDS, and qengine's median time over
             # DuckDB's on them: the fixed cost of a query, which small ones show.
