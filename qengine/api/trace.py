@@ -24,24 +24,35 @@ def chrome_trace(stats: QueryStats) -> dict[str, Any]:
     events: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": pid[w], "tid": 0, "args": {"name": f"worker {w}"}} for w in workers
     ]
-    lanes: dict[str, list[float]] = defaultdict(list)  # per worker: when each row is free again
-    placed: list[tuple[TaskSpan, int]] = []
-    for span in sorted(stats.spans, key=lambda s: (s.start, s.end)):
-        rows = lanes[span.worker]
-        lane = next((i for i, free in enumerate(rows) if free <= span.start), len(rows))
-        if lane == len(rows):
-            rows.append(span.end)
-            events.append({"ph": "M", "name": "thread_name", "pid": pid[span.worker], "tid": lane + 1, "args": {"name": f"slot {lane + 1}"}})
-        rows[lane] = span.end
-        placed.append((span, lane + 1))
-        events.append(_slice(span, pid[span.worker], lane + 1))
+    placed = slot_rows(stats.spans)
+    named: set[tuple[str, int]] = set()
+    for span, slot in placed:
+        if (span.worker, slot) not in named:
+            named.add((span.worker, slot))
+            events.append({"ph": "M", "name": "thread_name", "pid": pid[span.worker], "tid": slot, "args": {"name": f"slot {slot}"}})
+        events.append(_slice(span, pid[span.worker], slot))
         if span.read_seconds > 0:
             events.append({
-                "ph": "X", "name": "read input", "cat": "read", "pid": pid[span.worker], "tid": lane + 1,
+                "ph": "X", "name": "read input", "cat": "read", "pid": pid[span.worker], "tid": slot,
                 "ts": _us(span.start), "dur": _us(min(span.read_seconds, span.end - span.start)), "args": {},
             })
     events += _flows(stats, placed, pid)
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"seconds": stats.seconds, "tasks": stats.tasks}}
+
+
+def slot_rows(spans: list[TaskSpan]) -> list[tuple[TaskSpan, int]]:
+    """Each span with its row (1, 2, ...) among its worker's: laid out greedily, earliest first,
+    in as few rows as keep a worker's spans from overlapping (see the module docstring)."""
+    lanes: dict[str, list[float]] = defaultdict(list)  # per worker: when each row is free again
+    placed: list[tuple[TaskSpan, int]] = []
+    for span in sorted(spans, key=lambda s: (s.start, s.end)):
+        rows = lanes[span.worker]
+        lane = next((i for i, free in enumerate(rows) if free <= span.start), len(rows))
+        if lane == len(rows):
+            rows.append(span.end)
+        rows[lane] = span.end
+        placed.append((span, lane + 1))
+    return placed
 
 
 def _us(seconds: float) -> int:
