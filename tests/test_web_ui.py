@@ -1,0 +1,179 @@
+"""The web UI's JSON API (``qengine.ui``): what it serves of a statement is checked against
+EXPLAIN ANALYZE of the same run and against DuckDB's answer, a running statement is seen while
+it runs, and no request gets anything without the token."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import threading
+import urllib.parse
+
+import pytest
+
+import qengine
+from qengine.planner.explain import shuffle_summary
+from tests.conftest import assert_same, engine_over, wait_until
+from tests.test_cancellation import BOUND, ENDLESS
+
+JOIN = "SELECT c.city, count(*) AS n, sum(s.amount) AS total FROM sales s JOIN customers c ON s.cust_id = c.cust_id GROUP BY c.city"
+
+
+@pytest.fixture(scope="module")
+def ui_engine(data_paths):
+    """A 2-worker cluster whose joins shuffle, serving its web UI."""
+    con = engine_over(data_paths, broadcast_threshold=0, ui=True)
+    yield con
+    con.close()
+
+
+def request(con, path: str, token: str | None = "own", cookie: str | None = None, method: str = "GET", body: str | None = None):
+    """(status, headers, body) of a request to ``con``'s web UI; ``token`` "own" sends the UI's
+    token as a bearer token, None sends none."""
+    url = urllib.parse.urlsplit(con.ui_url)
+    token = urllib.parse.parse_qs(url.query)["token"][0] if token == "own" else token
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    if cookie is not None:
+        headers["Cookie"] = cookie
+    if body is not None:
+        headers["Content-Type"] = "application/x-www-form-urlencoded"
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+    try:
+        conn.request(method, path, body=body, headers=headers)
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()
+
+
+def get_json(con, path: str):
+    status, _, body = request(con, path)
+    assert status == 200, body
+    return json.loads(body)
+
+
+def test_every_request_needs_the_token(ui_engine) -> None:
+    assert ui_engine.ui_url.startswith("http://127.0.0.1:")  # loopback by default
+    for path in ("/api/queries", "/api/workers", "/", "/workers", "/static/ui.js"):
+        status, headers, _ = request(ui_engine, path, token=None)
+        assert status == 401, path
+        assert request(ui_engine, path, token="not-the-token")[0] == 401, path
+    assert request(ui_engine, "/api/queries", token=None)[1]["WWW-Authenticate"].startswith("Bearer")
+    token = urllib.parse.parse_qs(urllib.parse.urlsplit(ui_engine.ui_url).query)["token"][0]
+    # ?token= sets an HttpOnly cookie holding no token, and sends the browser on without it in the address
+    status, headers, _ = request(ui_engine, f"/?token={token}", token=None)
+    assert status == 303 and headers["Location"] == "/"
+    cookie = headers["Set-Cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and token not in cookie
+    jar = cookie.split(";")[0]
+    assert request(ui_engine, "/api/queries", token=None, cookie=jar)[0] == 200
+    assert request(ui_engine, "/", token=None, cookie=jar)[0] == 200
+    assert request(ui_engine, "/api/queries", token=None, cookie=jar.split("=")[0] + "=forged")[0] == 401
+    # the login form
+    assert request(ui_engine, "/login", token=None, method="POST", body="token=wrong")[0] == 401
+    status, headers, _ = request(ui_engine, "/login", token=None, method="POST", body=urllib.parse.urlencode({"token": token}))
+    assert status == 303 and headers["Set-Cookie"].split(";")[0] == jar
+
+
+def test_a_statement_is_served_as_explain_analyze_reports_it(ui_engine, oracle) -> None:
+    cur = ui_engine.execute(f"EXPLAIN ANALYZE {JOIN}")
+    lines = [row[0] for row in cur.fetchall()]
+    listed = get_json(ui_engine, "/api/queries")
+    entry = next(q for q in listed if q["sql"] == f"EXPLAIN ANALYZE {JOIN}")
+    assert entry["status"] == "finished" and entry["user"] and entry["error"] is None
+    assert {"id", "sql", "status", "stages", "seconds", "rows", "shuffle_bytes"} <= entry.keys()
+    query = get_json(ui_engine, f"/api/queries/{entry['id']}")
+    stages = {s["stage"]: s for s in query["stages"]}
+    shuffles = {s["stage"]: s for s in query["shuffles"]}
+
+    heads = [re.match(r"Stage (\d+): (\d+) task\(s\) → (.*?)(?: reads stages \[([\d, ]*)\])?$", line) for line in lines]
+    heads = [(i, m) for i, m in enumerate(heads) if m]
+    assert len(heads) == len(stages) >= 3  # two scans shuffled into a join, and more
+    for i, head in heads:
+        stage = stages[int(head[1])]
+        assert stage["target"] == head[3]
+        assert stage["parents"] == ([int(p) for p in head[4].split(",")] if head[4] else [])
+        actual = dict(re.findall(r"(\w+)=([\d.]+)s?", lines[i + 1].split("[actual]")[1]))
+        assert (stage["tasks"], stage["rows"], stage["bytes"], stage["shuffle_bytes"]) == tuple(
+            int(actual[k]) for k in ("tasks", "rows", "bytes", "shuffled"))
+        assert stage["tasks_done"] == stage["tasks"] and stage["operators"]
+        if lines[i + 2].startswith("  [shuffle] "):
+            assert lines[i + 2] == "  [shuffle] " + shuffle_summary(shuffles[stage["stage"]])
+        else:
+            assert stage["stage"] not in shuffles
+    assert shuffles, "the join shuffles"
+    total = next(m for m in (re.match(r"Total: [\d.]+s, (\d+) tasks, (\d+) bytes shuffled", line) for line in lines) if m)
+    assert entry["tasks"] == int(total[1]) and entry["shuffle_bytes"] == int(total[2])
+
+    # edges: one per stage read, labelled with the reading's exchange and the bytes sent
+    assert sorted((e["from"], e["to"]) for e in query["edges"]) == sorted((p, s["stage"]) for s in query["stages"] for p in s["parents"])
+    for edge in query["edges"]:
+        assert edge["kind"] == stages[edge["from"]]["exchange"]["kind"]
+        assert edge["bytes"] == (stages[edge["from"]]["shuffle_bytes"] or stages[edge["from"]]["bytes"])
+    # every task done once, no two spans on one worker slot overlapping
+    done = {(s["stage"], s["task"]) for s in query["spans"] if s["outcome"] == "done"}
+    assert len(done) == sum(s["tasks"] for s in query["stages"])
+    by_slot: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for s in query["spans"]:
+        assert 0 <= s["start"] <= s["end"] and s["read_seconds"] >= 0
+        by_slot.setdefault((s["worker"], s["slot"]), []).append((s["start"], s["end"]))
+    for spans in by_slot.values():
+        spans.sort()
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+    # per shuffle: reducer sizes, and the bytes per host adding up to what was shuffled
+    for stage, shuffle in shuffles.items():
+        assert len(shuffle["actual_bytes"]) == shuffle["partitions"] == stages[stage]["exchange"]["partitions"]
+        assert sum(shuffle["actual_bytes"]) == stages[stage]["shuffle_bytes"]
+        assert {h["address"] for h in shuffle["hosts"]} <= {w["address"] for w in get_json(ui_engine, "/api/workers")}
+        assert sum(h["bytes"] for h in shuffle["hosts"]) == sum(shuffle["actual_bytes"])
+        assert shuffle["local_bytes"] + shuffle["remote_bytes"] == sum(shuffle["actual_bytes"])
+
+    # the query itself, against DuckDB: the rows the UI says it returned are DuckDB's
+    assert_same(ui_engine, oracle, JOIN)
+    again = next(q for q in get_json(ui_engine, "/api/queries") if q["sql"] == JOIN)
+    assert again["status"] == "finished" and again["rows"] == len(oracle.execute(JOIN).fetchall())
+
+
+def test_a_running_statement_is_seen_while_it_runs(ui_engine) -> None:
+    cur = ui_engine.cursor()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            cur.execute(ENDLESS).fetchall()
+        except qengine.Error as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    wait_until(lambda: cur.query_id is not None, BOUND, "the statement to start")
+
+    def running_tasks() -> list[dict]:
+        query = get_json(ui_engine, f"/api/queries/{cur.query_id}")
+        return [s for s in query["spans"] if s["outcome"] == "running"]
+
+    wait_until(running_tasks, BOUND, "its tasks to be seen running")
+    listed = next(q for q in get_json(ui_engine, "/api/queries") if q["id"] == cur.query_id)
+    assert listed["status"] == "running" and listed["sql"] == ENDLESS
+    assert listed is not None and get_json(ui_engine, "/api/queries")[0]["id"] == cur.query_id  # running ones first
+    query = get_json(ui_engine, f"/api/queries/{cur.query_id}")
+    assert query["stages"] and all(s["operators"] for s in query["stages"])
+    assert sum(s["tasks_running"] for s in query["stages"]) >= 1
+    workers = get_json(ui_engine, "/api/workers")
+    assert len(workers) == 2 and all(w["alive"] and w["memory_bytes"] > 0 for w in workers)
+    assert sum(w["slots_busy"] for w in workers) >= 1
+    assert ui_engine.cancel(cur.query_id)
+    thread.join(BOUND)
+    assert not thread.is_alive() and errors and "cancelled" in str(errors[0])
+    ended = get_json(ui_engine, f"/api/queries/{cur.query_id}")
+    assert ended["status"] == "failed" and "cancelled" in ended["error"]
+    assert not [s for s in ended["spans"] if s["outcome"] == "running"]
+    assert request(ui_engine, "/api/queries/no-such-statement")[0] == 404
+
+
+def test_ui_is_refused_where_it_does_not_apply() -> None:
+    with pytest.raises(qengine.ProgrammingError, match="local cluster"):
+        qengine.connect("qengine://127.0.0.1:1", token="x", ui=True)
+    with pytest.raises(qengine.ProgrammingError, match="HOST:PORT"):
+        qengine.connect(ui="nonsense")
