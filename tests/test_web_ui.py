@@ -4,6 +4,7 @@ it runs, and no request gets anything without the token."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import re
@@ -14,8 +15,9 @@ import pytest
 
 import qengine
 from qengine.planner.explain import shuffle_summary
-from tests.conftest import assert_same, engine_over, wait_until
+from tests.conftest import assert_same, engine_over, free_port, wait_until
 from tests.test_cancellation import BOUND, ENDLESS
+from tests.test_multihost import cluster, data_root, register
 
 JOIN = "SELECT c.city, count(*) AS n, sum(s.amount) AS total FROM sales s JOIN customers c ON s.cust_id = c.cust_id GROUP BY c.city"
 
@@ -177,3 +179,58 @@ def test_ui_is_refused_where_it_does_not_apply() -> None:
         qengine.connect("qengine://127.0.0.1:1", token="x", ui=True)
     with pytest.raises(qengine.ProgrammingError, match="HOST:PORT"):
         qengine.connect(ui="nonsense")
+
+
+def test_a_standalone_coordinator_serves_its_ui_with_its_queue(tmp_path, data_paths, oracle) -> None:
+    port = free_port()
+    args = ["--ui", f"127.0.0.1:{port}", "--max-queries-per-user", "1"]
+    with cluster(tmp_path, 1, data_roots=data_root(data_paths), coordinator_args=args) as c:
+        line = c.coordinator.stdout.readline()
+        assert line.startswith(f"qengine web UI on http://127.0.0.1:{port}/") and c.token not in line, line
+
+        def api(path: str, token: str | None = c.token):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            try:
+                conn.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
+                response = conn.getresponse()
+                return response.status, json.loads(response.read())
+            finally:
+                conn.close()
+
+        assert api("/api/queries", None)[0] == 401 and api("/api/workers", "wrong")[0] == 401
+        with c.connect(user="alice", broadcast_threshold=0) as con:
+            register(con, data_paths)
+            assert_same(con, oracle, JOIN)
+            status, listed = api("/api/queries")
+            assert status == 200
+            [entry] = [q for q in listed if q["sql"] == JOIN]
+            assert entry["user"] == "alice" and entry["status"] == "finished" and entry["stages"]
+            # alice's second statement waits for her first: listed as queued, its SQL not known yet
+            endless, waiting = con.cursor(), c.connect(user="alice")
+            try:
+                register(waiting, data_paths)
+                threads = [threading.Thread(target=lambda cur=cur: _run_quietly(cur), daemon=True)
+                           for cur in (endless, waiting.cursor())]
+                threads[0].start()
+                wait_until(lambda: any(q["status"] == "running" and q["sql"] == ENDLESS for q in api("/api/queries")[1]), BOUND,
+                           "the endless statement to run")
+                threads[1].start()
+                wait_until(lambda: any(q["status"] == "queued" for q in api("/api/queries")[1]), BOUND, "the second to queue")
+                [queued] = [q for q in api("/api/queries")[1] if q["status"] == "queued"]
+                assert queued["user"] == "alice" and queued["sql"] is None and queued["queue"] == {"waits_for": "turn", "position": 1}
+                assert api(f"/api/queries/{queued['id']}")[1]["status"] == "queued"
+                for q in api("/api/queries")[1]:
+                    if q["status"] in ("running", "queued"):
+                        c.client().action("cancel_query", {"query": q["id"]}, timeout=10)
+                for thread in threads:
+                    thread.join(BOUND)
+            finally:
+                waiting.close()
+        status, workers = api("/api/workers")
+        assert status == 200 and len(workers) == 1 and workers[0]["alive"] and workers[0]["tasks_run"] > 0
+
+
+def _run_quietly(cur) -> None:
+    """Run the endless statement; its cancellation is expected."""
+    with contextlib.suppress(qengine.Error):
+        cur.execute(ENDLESS).fetchall()
