@@ -171,6 +171,9 @@ def test_a_running_statement_is_seen_while_it_runs(ui_engine) -> None:
     ended = get_json(ui_engine, f"/api/queries/{cur.query_id}")
     assert ended["status"] == "failed" and "cancelled" in ended["error"]
     assert not [s for s in ended["spans"] if s["outcome"] == "running"]
+    # what it did until it was cancelled is kept: its stages, none of them done
+    assert [s["stage"] for s in ended["stages"]] == [s["stage"] for s in query["stages"]]
+    assert ended["stages"][-1]["tasks_done"] == 0 and ended["tasks"] == query["tasks"]
     assert request(ui_engine, "/api/queries/no-such-statement")[0] == 404
 
 

@@ -214,11 +214,17 @@ class QueryRun:
         # a worker that hangs never does, and is not waited for).
         wait(list(self.futures), timeout=CANCEL_TIMEOUT)
         result = runs[-1]
-        shuffles = [r.shuffle for r in runs if r.shuffle is not None]
-        stats = QueryStats(
-            [r.stats for r in runs], time.perf_counter() - started, shuffles, recovery=state.recovery, sharing=state.sharing, spans=self.spans
-        )
+        stats = self.statistics(time.perf_counter() - started)
         return [(state.addresses[w], o) for w, o in zip(result.placement, result.outputs, strict=True)], stats, state.query_id
+
+    def statistics(self, seconds: float) -> QueryStats:
+        """What the run measured: at its end, or as far as it got (a failed run's, which the
+        query history keeps so that the web UI shows where it failed)."""
+        runs = self.state.runs
+        shuffles = [r.shuffle for r in runs if r.shuffle is not None]
+        return QueryStats(
+            [r.stats for r in runs], seconds, shuffles, recovery=self.state.recovery, sharing=self.state.sharing, spans=list(self.spans)
+        )
 
     def _keep_to_hosts(self) -> None:
         """SAMP: a shuffle-heavy query that shares the cluster keeps its map tasks, and so its

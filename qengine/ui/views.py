@@ -37,7 +37,7 @@ class Snapshot:
         self.stats: list[StageStats] = []
         self.shuffles: list[ShuffleStats] = []
         self.spans: list[TaskSpan] = []
-        self.done: dict[int, int] = {}
+        self.done: Counter[int] | dict[int, int] = {}
         self.running_tasks: dict[int, int] = {}
         self.elapsed: float | None = None
         self.spilled: int | None = None
@@ -49,7 +49,8 @@ class Snapshot:
 
     def _from_stats(self, stats: QueryStats) -> None:
         self.stats, self.shuffles, self.spans = stats.stages, stats.shuffles, list(stats.spans)
-        self.done = {s.stage: s.tasks for s in stats.stages}
+        done = {(span.stage, span.task) for span in stats.spans if span.outcome == "done"}
+        self.done = Counter(stage for stage, _ in done)  # a failed run's stages may not all be done
         self.elapsed, self.spilled, self.recovery = stats.seconds, stats.spilled_bytes, stats.recovery.summary()
 
     def _from_run(self, run: Any) -> None:
@@ -91,7 +92,8 @@ def query_detail(record: QueryRecord, queued: dict[str, dict] | None = None) -> 
          "end": round(s.end, 6), "read_seconds": round(s.read_seconds, 6), "outcome": s.outcome, "speculative": s.speculative}
         for s, slot in slot_rows(snap.spans)
     ]
-    view["shuffles"] = [_shuffle(s, snap.spans) for s in snap.shuffles]
+    by_stage = {s.stage: s for s in snap.stats}
+    view["shuffles"] = [_shuffle(s, snap.spans, by_stage.get(s.stage)) for s in snap.shuffles]
     view["recovery"] = snap.recovery
     return view
 
@@ -130,7 +132,7 @@ def _summary(record: QueryRecord, snap: Snapshot, queued: dict | None) -> dict[s
 def _stage_figures(stats: StageStats, snap: Snapshot) -> dict[str, Any]:
     return stats.as_dict() | {
         "parents": list(stats.parents),
-        "tasks_done": snap.done.get(stats.stage),
+        "tasks_done": snap.done.get(stats.stage, 0),
         "tasks_running": snap.running_tasks.get(stats.stage, 0),
     }
 
@@ -173,10 +175,13 @@ def _edges(stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return edges
 
 
-def _shuffle(shuffle: ShuffleStats, spans: list[TaskSpan]) -> dict[str, Any]:
+def _shuffle(shuffle: ShuffleStats, spans: list[TaskSpan], stage: StageStats | None) -> dict[str, Any]:
     """A shuffle's metrics, its load per host by address, and when its map tasks ended and
-    its pushes after them did (the push tail), for the timeline."""
+    its pushes after them did (the push tail), for the timeline. Until its reducers are
+    placed (when it is measured), its reducer sizes are the bytes its map tasks made so far."""
     view = shuffle.as_dict()
+    if not shuffle.actual and stage is not None:
+        view["actual_bytes"] = (list(stage.partition_bytes) + [0] * shuffle.partitions)[:shuffle.partitions]
     view["hosts"] = [{"address": a, "bytes": round(load), "round_robin_bytes": round(naive)}
                      for a, load, naive in zip(shuffle.hosts, shuffle.host_loads, shuffle.naive_host_loads, strict=False)]
     maps = [s.end for s in spans if s.stage == shuffle.stage and s.outcome == "done"]
