@@ -8,6 +8,8 @@ import contextlib
 import http.client
 import json
 import re
+import subprocess
+import sys
 import threading
 import urllib.parse
 
@@ -15,7 +17,7 @@ import pytest
 
 import qengine
 from qengine.planner.explain import shuffle_summary
-from tests.conftest import assert_same, engine_over, free_port, wait_until
+from tests.conftest import assert_same, engine_over, free_port, subprocess_env, wait_until
 from tests.test_cancellation import BOUND, ENDLESS
 from tests.test_multihost import cluster, data_root, register
 
@@ -237,3 +239,14 @@ def _run_quietly(cur) -> None:
     """Run the endless statement; its cancellation is expected."""
     with contextlib.suppress(qengine.Error):
         cur.execute(ENDLESS).fetchall()
+
+
+def test_cli_sql_prints_the_ui_address(tmp_path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "qengine.cli", "sql", "--ui", "-c", "SELECT 42 AS answer"],
+                          capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^qengine web UI: http://127\.0\.0\.1:\d+/\?token=\S+$", proc.stderr, re.MULTILINE), proc.stderr
+    assert "42" in proc.stdout and "web UI" not in proc.stdout
+    refused = subprocess.run([sys.executable, "-m", "qengine.cli", "sql", "--ui", "--cluster", "127.0.0.1:1", "-c", "SELECT 1"],
+                             capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path, timeout=120)
+    assert refused.returncode == 1 and "coordinator --ui" in refused.stderr

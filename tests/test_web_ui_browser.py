@@ -99,6 +99,7 @@ def test_pages_draw_a_running_and_a_finished_query(ui_engine, browser, tmp_path)
         if cur.query_id is not None:
             ui_engine.cancel(cur.query_id)
         thread.join(BOUND)
+    cancelled = cur.query_id
     # The page follows the query to its end.
     wait_until(lambda: browser.find_element(By.TAG_NAME, "body").get_attribute("data-status") == "failed", PAGE_WAIT,
                "the page to show the query cancelled")
@@ -113,6 +114,13 @@ def test_pages_draw_a_running_and_a_finished_query(ui_engine, browser, tmp_path)
     assert len(browser.find_elements(By.CSS_SELECTOR, "#shuffles .shuffle canvas")) == len(query["shuffles"])
     assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-status") == "finished"
     screenshot(browser, tmp_path, "query-finished")
+    no_script_errors(browser)
+
+    browser.get(ui_engine.ui_url.split("?")[0])
+    wait_until(lambda: cur.query_id in browser.find_element(By.ID, "queries").text, PAGE_WAIT, "the finished query to be listed")
+    rows = {r.find_element(By.TAG_NAME, "a").text: r.text for r in browser.find_elements(By.CSS_SELECTOR, "#queries tbody tr")}
+    assert "finished" in rows[cur.query_id] and "cancelled" in rows[cancelled]
+    screenshot(browser, tmp_path, "queries-after")
     no_script_errors(browser)
 
     browser.get(ui_engine.ui_url.split("?")[0] + "workers")

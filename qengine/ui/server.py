@@ -44,7 +44,7 @@ def _digest(token: str) -> str:
     return hmac.new(token.encode(), b"qengine web UI", hashlib.sha256).hexdigest()
 
 
-def create_app(cluster: Any, token: str, waiting: Callable[[], list[dict]] = list) -> Flask:
+def create_app(cluster: Any, token: str, waiting: Callable[[], list[dict]] | None = None) -> Flask:
     """The app over ``cluster`` (a LocalCluster or a coordinator's WorkerRegistry: their
     ``history``, ``worker_states()``, ``load`` and ``pool``); ``waiting`` gives the statements
     a standalone coordinator holds back (``Admission.waiting``)."""
@@ -103,7 +103,7 @@ def create_app(cluster: Any, token: str, waiting: Callable[[], list[dict]] = lis
         return send_from_directory(STATIC, PAGES["workers"])
 
     def queued() -> dict[str, dict]:
-        return {entry["query"]: entry for entry in waiting()}
+        return {entry["query"]: entry for entry in waiting()} if waiting is not None else {}
 
     @app.get("/api/queries")
     def api_queries() -> Response:
@@ -145,7 +145,7 @@ class UiServer:
         token: str,
         host: str = "127.0.0.1",
         port: int = 0,
-        waiting: Callable[[], list[dict]] = list,
+        waiting: Callable[[], list[dict]] | None = None,
         tls_files: tuple[str, str] | None = None,
     ) -> None:
         """``tls_files`` (certificate file, key file) serves HTTPS, as the coordinator's own TLS."""
