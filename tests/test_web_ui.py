@@ -125,6 +125,12 @@ def test_a_statement_is_served_as_explain_analyze_reports_it(ui_engine, oracle) 
     for spans in by_slot.values():
         spans.sort()
         assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+    # pushes (prefetch): each from the worker its map task ran on, of shuffles that pushed
+    ran_on = {(s["stage"], s["task"]): s["worker"] for s in query["spans"] if s["outcome"] == "done"}
+    for push in query["pushes"]:
+        assert push["outcome"] == "pushed" and 0 <= push["start"] <= push["end"]
+        assert push["worker"] == ran_on[(push["stage"], push["task"])]
+    assert {p["stage"] for p in query["pushes"]} <= {stage for stage, shuffle in shuffles.items() if shuffle["pushed_map_tasks"]}
     # per shuffle: reducer sizes, and the bytes per host adding up to what was shuffled
     for stage, shuffle in shuffles.items():
         assert len(shuffle["actual_bytes"]) == shuffle["partitions"] == stages[stage]["exchange"]["partitions"]

@@ -111,6 +111,10 @@ class QueryRun:
         self.done_tasks = 0
         self.began = time.monotonic()  # what the task spans count from
         self.spans: list[TaskSpan] = []
+        # Pushes of map output to reducers' hosts (prefetch), as spans of their senders: those
+        # under way by their body's id, and those ended. The web UI's timeline draws them.
+        self.pushing: dict[int, TaskSpan] = {}
+        self.pushes: list[TaskSpan] = []
         self.futures: dict[Future, tuple[str, StageRun, Any]] = {}
         # Calls put themselves here as they end: the loop takes them in O(1) each, where
         # waiting on every outstanding future cost O(futures) a pass, and a stage of thousands
@@ -223,7 +227,8 @@ class QueryRun:
         runs = self.state.runs
         shuffles = [r.shuffle for r in runs if r.shuffle is not None]
         return QueryStats(
-            [r.stats for r in runs], seconds, shuffles, recovery=self.state.recovery, sharing=self.state.sharing, spans=list(self.spans)
+            [r.stats for r in runs], seconds, shuffles, recovery=self.state.recovery, sharing=self.state.sharing, spans=list(self.spans),
+            pushes=list(self.pushes),
         )
 
     def _keep_to_hosts(self) -> None:
@@ -346,6 +351,8 @@ class QueryRun:
             sizes, sender = run.task_bytes.get(body["task"], []), self.state.addresses[worker]
             moving = [(sender, to, sizes[int(p)]) for p, to in body["destinations"].items() if int(p) < len(sizes)]
             self.moving[id(body)] = self.cluster.network.begin(moving, owner=self.state.query_id)
+            began = time.monotonic() - self.began
+            self.pushing[id(body)] = TaskSpan(run.stage.id, body["task"], body["attempt"], sender, began, began, "pushing")
         fut = self.aux_calls.submit(self._call, worker, kind, body)
         self.futures[fut] = (kind, run, (worker, body))
         fut.add_done_callback(self.ended.put)
@@ -363,6 +370,10 @@ class QueryRun:
         run.aux_pending -= 1
         run.carrying.subtract(self._carried(kind, body))
         self.cluster.network.end(self.moving.pop(id(body), None))
+        push = self.pushing.pop(id(body), None)
+        if push is not None:
+            push.end, push.outcome = time.monotonic() - self.began, "pushed"
+            self.pushes.append(push)
 
     def _submit(self, run: StageRun) -> None:
         state = self.state

@@ -121,7 +121,7 @@ def create_app(cluster: Any, token: str, waiting: Callable[[], list[dict]] | Non
         entry = queued().get(query_id)
         if entry is None:
             abort(404)
-        return jsonify(queued_statement(entry) | {"edges": [], "spans": [], "shuffles": [], "recovery": None})
+        return jsonify(queued_statement(entry) | {"edges": [], "spans": [], "pushes": [], "shuffles": [], "recovery": None})
 
     @app.get("/api/workers")
     def api_workers() -> Response:

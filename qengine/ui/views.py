@@ -10,6 +10,7 @@ A figure nobody measured is None ("unknown" on the pages), never a made-up 0.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +38,7 @@ class Snapshot:
         self.stats: list[StageStats] = []
         self.shuffles: list[ShuffleStats] = []
         self.spans: list[TaskSpan] = []
+        self.pushes: list[TaskSpan] = []
         self.done: Counter[int] | dict[int, int] = {}
         self.running_tasks: dict[int, int] = {}
         self.elapsed: float | None = None
@@ -48,7 +50,7 @@ class Snapshot:
             self._from_stats(record.stats)
 
     def _from_stats(self, stats: QueryStats) -> None:
-        self.stats, self.shuffles, self.spans = stats.stages, stats.shuffles, list(stats.spans)
+        self.stats, self.shuffles, self.spans, self.pushes = stats.stages, stats.shuffles, list(stats.spans), list(stats.pushes)
         done = {(span.stage, span.task) for span in stats.spans if span.outcome == "done"}
         self.done = Counter(stage for stage, _ in done)  # a failed run's stages may not all be done
         self.elapsed, self.spilled, self.recovery = stats.seconds, stats.spilled_bytes, stats.recovery.summary()
@@ -65,11 +67,12 @@ class Snapshot:
                         for number, (worker, started, speculative) in list(attempts.items()):
                             spans.append(TaskSpan(r.stage.id, task, number, addresses[worker], started - run.began, now - run.began,
                                                   "running", speculative))
+                pushes = list(run.pushes) + [dataclasses.replace(p, end=now - run.began) for p in list(run.pushing.values())]
                 self.done = {r.stage.id: len(r.completed) for r in runs}
                 self.running_tasks = {r.stage.id: len(r.running) for r in runs}
                 self.stats = [r.stats for r in runs]
                 self.shuffles = [r.shuffle for r in runs if r.shuffle is not None]
-                self.spans, self.elapsed = spans, now - run.began
+                self.spans, self.pushes, self.elapsed = spans, pushes, now - run.began
                 return
             except RuntimeError:  # a dict the scheduler changed while it was copied
                 if attempt == COPY_TRIES - 1:
@@ -92,8 +95,13 @@ def query_detail(record: QueryRecord, queued: dict[str, dict] | None = None) -> 
          "end": round(s.end, 6), "read_seconds": round(s.read_seconds, 6), "outcome": s.outcome, "speculative": s.speculative}
         for s, slot in slot_rows(snap.spans)
     ]
+    view["pushes"] = [
+        {"stage": p.stage, "task": p.task, "attempt": p.attempt, "worker": p.worker, "start": round(p.start, 6), "end": round(p.end, 6),
+         "outcome": p.outcome}
+        for p in snap.pushes
+    ]
     by_stage = {s.stage: s for s in snap.stats}
-    view["shuffles"] = [_shuffle(s, snap.spans, by_stage.get(s.stage)) for s in snap.shuffles]
+    view["shuffles"] = [_shuffle(s, by_stage.get(s.stage)) for s in snap.shuffles]
     view["recovery"] = snap.recovery
     return view
 
@@ -175,17 +183,14 @@ def _edges(stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return edges
 
 
-def _shuffle(shuffle: ShuffleStats, spans: list[TaskSpan], stage: StageStats | None) -> dict[str, Any]:
-    """A shuffle's metrics, its load per host by address, and when its map tasks ended and
-    its pushes after them did (the push tail), for the timeline. Until its reducers are
-    placed (when it is measured), its reducer sizes are the bytes its map tasks made so far."""
+def _shuffle(shuffle: ShuffleStats, stage: StageStats | None) -> dict[str, Any]:
+    """A shuffle's metrics and its load per host by address. Until its reducers are placed
+    (when it is measured), its reducer sizes are the bytes its map tasks made so far."""
     view = shuffle.as_dict()
     if not shuffle.actual and stage is not None:
         view["actual_bytes"] = (list(stage.partition_bytes) + [0] * shuffle.partitions)[:shuffle.partitions]
     view["hosts"] = [{"address": a, "bytes": round(load), "round_robin_bytes": round(naive)}
                      for a, load, naive in zip(shuffle.hosts, shuffle.host_loads, shuffle.naive_host_loads, strict=False)]
-    maps = [s.end for s in spans if s.stage == shuffle.stage and s.outcome == "done"]
-    view["maps_end"] = round(max(maps), 6) if maps else None
     return view
 
 

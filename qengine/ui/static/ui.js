@@ -153,7 +153,8 @@ function drawDag(q) {
 }
 
 // Bars of the timeline: per task attempt its fetch wait, then its map or reduce work; per
-// shuffle its push tail. Each bar is {x: [from, to], y: row, span}.
+// worker, on a row of their own, its pushes of map output to reducers' hosts (prefetch), which
+// overlap the map work where pull's reducers wait to fetch. Each bar is {x: [from, to], y: row, span}.
 function timelineData(q) {
   const roles = Object.fromEntries(q.stages.map(s => [s.stage, s.role || "map"]));
   const rowOf = s => `${s.worker} slot ${s.slot}`;
@@ -164,14 +165,13 @@ function timelineData(q) {
     if (wait > 0) sets.fetch.push({x: [s.start, s.start + wait], y: rowOf(s), span: s});
     sets[roles[s.stage] === "reduce" ? "reduce" : "map"].push({x: [s.start + wait, s.end], y: rowOf(s), span: s});
   }
-  for (const sh of q.shuffles) {
-    if (sh.maps_end !== null && sh.push_tail_seconds > 0) {
-      const row = `stage ${sh.stage} pushes`;
-      rows.push(row);
-      sets.push.push({x: [sh.maps_end, sh.maps_end + sh.push_tail_seconds], y: row, span: {stage: sh.stage, outcome: "push tail"}});
-    }
+  const pushRows = new Set();
+  for (const p of q.pushes) {
+    const row = `${p.worker} pushes`;
+    pushRows.add(row);
+    sets.push.push({x: [p.start, p.end], y: row, span: p});
   }
-  return {rows, sets};
+  return {rows: rows.concat([...pushRows].sort()), sets};
 }
 
 const outcomeBorder = ctx => {
@@ -189,7 +189,7 @@ function timelineDatasets(sets) {
     {...common, label: "map", data: sets.map, backgroundColor: colour(0.85), borderColor: outcomeBorder,
      borderWidth: ctx => (ctx.raw && ctx.raw.span.outcome !== "done" ? 2 : 0)},
     {...common, label: "reduce", data: sets.reduce, backgroundColor: colour(0.45), borderColor: outcomeBorder, borderWidth: 2},
-    {...common, label: "push tail", data: sets.push, backgroundColor: colour(0.25), borderColor: "#e67e00", borderWidth: 2},
+    {...common, label: "push", data: sets.push, backgroundColor: colour(0.25), borderColor: "#e67e00", borderWidth: 1},
   ];
 }
 
@@ -211,8 +211,8 @@ function drawTimeline(q) {
           legend: {position: "top"},
           tooltip: {callbacks: {label: ctx => {
             const s = ctx.raw.span, [a, b] = ctx.raw.x;
-            const what = s.task === undefined ? `stage ${s.stage} ${s.outcome}` : `stage ${s.stage} task ${s.task}` +
-              (s.attempt ? ` attempt ${s.attempt}` : "") + ` ${ctx.dataset.label} (${s.outcome}${s.speculative ? ", speculative" : ""})`;
+            const what = `stage ${s.stage} task ${s.task}` + (s.attempt ? ` attempt ${s.attempt}` : "") +
+              ` ${ctx.dataset.label} (${s.outcome}${s.speculative ? ", speculative" : ""})`;
             return `${what}: ${a.toFixed(3)}–${b.toFixed(3)} s`;
           }}},
         },
