@@ -71,6 +71,7 @@ def test_every_request_needs_the_token(ui_engine) -> None:
     cookie = headers["Set-Cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and token not in cookie
     jar = cookie.split(";")[0]
+    assert request(ui_engine, f"//elsewhere.example/?token={token}", token=None)[1]["Location"] == "/elsewhere.example/"
     assert request(ui_engine, "/api/queries", token=None, cookie=jar)[0] == 200
     assert request(ui_engine, "/", token=None, cookie=jar)[0] == 200
     assert request(ui_engine, "/api/queries", token=None, cookie=jar.split("=")[0] + "=forged")[0] == 401

@@ -68,7 +68,9 @@ def create_app(cluster: Any, token: str, waiting: Callable[[], list[dict]] | Non
             return None
         given = request.args.get("token")
         if given is not None and request.method == "GET" and hmac.compare_digest(given.encode(), token.encode()):
-            return with_cookie(redirect(request.path, code=303))  # the token leaves the address bar
+            # The token leaves the address bar; "/" + the path without its leading slashes, so
+            # that a path such as //host/ is not taken for another site.
+            return with_cookie(redirect("/" + request.path.lstrip("/"), code=303))
         if authorized():
             return None
         if request.path.startswith("/api/"):

@@ -32,14 +32,13 @@ class Snapshot:
     """A statement's figures at one moment: from its live run, or from its final statistics."""
 
     def __init__(self, record: QueryRecord) -> None:
-        self.record = record
         self.plan: StagePlan | None = record.plan
         run = record.run
         self.stats: list[StageStats] = []
         self.shuffles: list[ShuffleStats] = []
         self.spans: list[TaskSpan] = []
         self.pushes: list[TaskSpan] = []
-        self.done: Counter[int] | dict[int, int] = {}
+        self.done: dict[int, int] = {}  # tasks done, per stage
         self.running_tasks: dict[int, int] = {}
         self.elapsed: float | None = None
         self.spilled: int | None = None
@@ -52,7 +51,7 @@ class Snapshot:
     def _from_stats(self, stats: QueryStats) -> None:
         self.stats, self.shuffles, self.spans, self.pushes = stats.stages, stats.shuffles, list(stats.spans), list(stats.pushes)
         done = {(span.stage, span.task) for span in stats.spans if span.outcome == "done"}
-        self.done = Counter(stage for stage, _ in done)  # a failed run's stages may not all be done
+        self.done = dict(Counter(stage for stage, _ in done))  # a failed run's stages may not all be done
         self.elapsed, self.spilled, self.recovery = stats.seconds, stats.spilled_bytes, stats.recovery.summary()
 
     def _from_run(self, run: Any) -> None:
