@@ -8,15 +8,20 @@ import contextlib
 import http.client
 import json
 import re
+import shutil
+import ssl
 import subprocess
 import sys
 import threading
+import types
 import urllib.parse
 
 import pytest
 
 import qengine
 from qengine.planner.explain import shuffle_summary
+from qengine.runtime.query_history import QueryHistory
+from qengine.ui.server import UiServer
 from tests.conftest import assert_same, engine_over, free_port, subprocess_env, wait_until
 from tests.test_cancellation import BOUND, ENDLESS
 from tests.test_multihost import cluster, data_root, register
@@ -257,3 +262,28 @@ def test_cli_sql_prints_the_ui_address(tmp_path) -> None:
     refused = subprocess.run([sys.executable, "-m", "qengine.cli", "sql", "--ui", "--cluster", "127.0.0.1:1", "-c", "SELECT 1"],
                              capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path, timeout=120)
     assert refused.returncode == 1 and "coordinator --ui" in refused.stderr
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
+def test_the_ui_serves_https_with_the_clusters_certificate(tmp_path) -> None:
+    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", cert],
+        check=True, capture_output=True, timeout=60,
+    )
+    ui = UiServer(types.SimpleNamespace(history=QueryHistory()), "secret", tls_files=(cert, key))
+    try:
+        assert ui.url.startswith("https://127.0.0.1:")
+        port = urllib.parse.urlsplit(ui.url).port
+        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=30, context=ssl.create_default_context(cafile=cert))
+        conn.request("GET", "/?token=secret")
+        response = conn.getresponse()
+        response.read()
+        assert response.status == 303 and "Secure" in response.getheader("Set-Cookie")
+        conn.request("GET", "/api/queries", headers={"Authorization": "Bearer secret"})
+        response = conn.getresponse()
+        assert response.status == 200 and json.loads(response.read()) == []
+        conn.close()
+    finally:
+        ui.stop()
