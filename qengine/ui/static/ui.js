@@ -208,7 +208,10 @@ function drawTimeline(q) {
         indexAxis: "y", animation: false, maintainAspectRatio: false,
         scales: {x: {type: "linear", min: 0, title: {display: true, text: "seconds from the query's start"}}, y: {type: "category", stacked: false}},
         plugins: {
-          legend: {position: "top"},
+          // the bars' colours follow their stage: the legend shows stage 0's
+          legend: {position: "top", labels: {generateLabels: chart => Chart.defaults.plugins.legend.labels.generateLabels(chart).map(
+            item => ({...item, fillStyle: {map: stageColour(0, 0.85), reduce: stageColour(0, 0.45), push: stageColour(0, 0.25)}[item.text] ||
+                                          item.fillStyle}))}},
           tooltip: {callbacks: {label: ctx => {
             const s = ctx.raw.span, [a, b] = ctx.raw.x;
             const what = `stage ${s.stage} task ${s.task}` + (s.attempt ? ` attempt ${s.attempt}` : "") +
