@@ -74,6 +74,7 @@ def connect(
     tls_root_certs: bytes | None = None,
     user: str | None = None,
     lazy_start: bool = False,
+    ui: bool | str = False,
 ) -> Any:
     """Open a connection. With no ``target`` it starts a local cluster of ``workers`` processes.
 
@@ -107,6 +108,10 @@ def connect(
     that read no data (``SELECT 1``) run without them. ``lazy_start`` starts them only when a
     statement first needs them: for a client that runs one statement and goes (the CLI's
     ``-c``), where starting them alongside would only compete with it for the cores.
+
+    ``ui`` serves the local cluster's web UI (its statements, their stage DAGs, task timelines
+    and shuffles, its workers) on 127.0.0.1 at a free port, or at ``ui="HOST:PORT"``; the
+    connection's ``ui_url`` is its address with a token that logs a browser in.
     """
     from qengine.api.dbapi import Connection
     from qengine.api.session import Session
@@ -136,6 +141,8 @@ def connect(
                 "allowed_roots, output_roots, shuffle_memory and hang_timeout are set on the cluster (qengine coordinator "
                 "--data-root/--output-root/--heartbeat-timeout, qengine worker --memory-budget), not per connection"
             )
+        if ui:
+            raise ProgrammingError("ui applies to a local cluster: start a standalone coordinator's with qengine coordinator --ui HOST:PORT")
         if user is not None and (not isinstance(user, str) or not user or len(user) > 128):
             raise ProgrammingError(f"user must be a name of 1 to 128 characters, not {user!r}")
         session = RemoteSession(target, token, settings, tls_root_certs, user)
@@ -152,9 +159,33 @@ def connect(
         raise ProgrammingError(f"hang_timeout must be a positive number of seconds, not {hang_timeout!r}")
     if not isinstance(lazy_start, bool):
         raise ProgrammingError(f"lazy_start must be True or False, not {lazy_start!r}")
+    if not isinstance(ui, bool | str):
+        raise ProgrammingError(f"ui must be True, False or 'HOST:PORT', not {ui!r}")
+    listen = _ui_address(ui) if ui else None
     cluster = LocalCluster(workers, shuffle_memory=memory, lazy=lazy_start, **({"hang_timeout": hang_timeout} if hang_timeout else {}))
     session = Session(cluster, settings, workers, catalog)
-    return Connection(session, cluster)
+    connection = Connection(session, cluster)
+    if listen is not None:
+        import secrets
+
+        from qengine.ui.server import UiServer
+
+        try:
+            connection.attach_ui(UiServer(cluster, secrets.token_urlsafe(24), *listen))
+        except BaseException:
+            connection.close()
+            raise
+    return connection
+
+
+def _ui_address(ui: bool | str) -> tuple[str, int]:
+    """Where ``connect(ui=...)`` serves the web UI: loopback at a free port, or HOST:PORT."""
+    if ui is True:
+        return "127.0.0.1", 0
+    host, _, port = str(ui).rpartition(":")
+    if not host or not port.isdigit():
+        raise ProgrammingError(f"ui must be True or 'HOST:PORT' (e.g. '127.0.0.1:8080'), not {ui!r}")
+    return host, int(port)
 
 
 def default_connection() -> Any:

@@ -288,6 +288,8 @@ class Connection:
         self._cluster = cluster
         self._session = session
         self._closed = False
+        self._ui: Any = None  # the web UI of the local cluster (connect(ui=True)), stopped on close
+        self.ui_url: str | None = None  # its address, with the token that logs a browser in
 
     def _check(self) -> None:
         if self._closed:
@@ -300,6 +302,11 @@ class Connection:
     @property
     def session(self) -> Session:
         return self._session
+
+    def attach_ui(self, ui: Any) -> None:
+        """Keep the web UI serving this connection's local cluster (``qengine.ui.server.UiServer``)
+        until the connection closes; ``ui_url`` is where a browser logs in to it."""
+        self._ui, self.ui_url = ui, ui.login_url
 
     def cursor(self) -> Cursor:
         self._check()
@@ -422,6 +429,8 @@ class Connection:
         if self._closed:
             return
         self._closed = True
+        if self._ui is not None:
+            self._ui.stop()
         if self._cluster is not None:  # its workers go with it: nothing of theirs to release
             self._session.coordinator.close()
             self._cluster.close()

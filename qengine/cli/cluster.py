@@ -131,15 +131,32 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     stop_on_sigterm(server.shutdown)  # before saying so: a SIGTERM sent once it listens must stop it
     print(f"qengine coordinator listening on {server.address}", flush=True)
     health = health_endpoint(args, token, pair, "coordinator")
+    ui = None
     try:
+        ui = web_ui(args, server, token)
         if health is not None:
             health.set_serving(True)
         server.serve()
     finally:
+        if ui is not None:
+            ui.stop()
         server.release()
         if health is not None:
             health.stop()
     return 0
+
+
+def web_ui(args: argparse.Namespace, server: Any, token: str) -> Any:
+    """The coordinator's web UI that ``--ui`` asks for (HTTPS with --tls-cert), or None."""
+    if not args.ui:
+        return None
+    from qengine.ui.server import UiServer
+
+    host, port = parse_listen(args.ui)
+    tls_files = (args.tls_cert, args.tls_key) if args.tls_cert else None
+    ui = UiServer(server.registry, token, host, port, server.admission.waiting, tls_files)
+    print(f"qengine web UI on {ui.url} (log in with the cluster token)", flush=True)
+    return ui
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -224,6 +241,9 @@ def add_parsers(sub: Any) -> None:
     co.add_argument("--samp", action=argparse.BooleanOptionalAction, default=True,
                     help="ShuffleWatcher's SAMP: keep a shuffle-heavy query that shares the cluster to as many hosts "
                          "as its share, its reducers with its map output (default on)")
+    co.add_argument("--ui", nargs="?", const="127.0.0.1:0", metavar="HOST:PORT",
+                    help="serve the web UI (queries, their stage DAGs and timelines, workers) here; it takes the cluster "
+                         "token (default 127.0.0.1, a free port; HTTPS with --tls-cert)")
     add_security_arguments(co)
     co.set_defaults(func=cmd_coordinator)
 

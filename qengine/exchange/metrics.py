@@ -33,6 +33,7 @@ class ShuffleStats:
     # map task had finished before the reducers were placed
     pushed_tasks: int = 0
     push_decision: str = ""  # pushed or fetched, and why (``exchange.push_decision``); prefetch only
+    hosts: list[str] = field(default_factory=list)  # the query's worker addresses, which ``host_loads`` index
 
     def prediction_errors(self) -> tuple[float | None, float | None]:
         """(max, mean) relative error of predicted vs actual reducer sizes, over non-empty reducers."""

@@ -415,6 +415,11 @@ class BlockStore:
     def nbytes(self) -> int:
         return self.memory
 
+    def spilled_bytes(self) -> int:
+        """Bytes of blocks on disk now (spilled, not yet released)."""
+        with self._lock:
+            return sum(self._spilled.values())
+
     def close(self) -> None:
         """Remove the spill directory (its own, or the one it was given) with every file in it."""
         shutil.rmtree(self.spill_dir, ignore_errors=True)

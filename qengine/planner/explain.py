@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from qengine.planner import logical as lp
 from qengine.planner.partition_pruning import prune_plan
-from qengine.planner.stages import StagePlan
+from qengine.planner.stages import Stage, StagePlan
 
 if TYPE_CHECKING:
     from qengine.runtime.stats import QueryStats
@@ -57,6 +57,29 @@ def describe(node: lp.Node) -> str:
     return type(node).__name__
 
 
+def operator_lines(root: lp.Node) -> list[str]:
+    """A stage's operators, one line each, indented two spaces a level below ``root``."""
+    out: list[str] = []
+    _tree(root, 0, out)
+    return out
+
+
+def exchange_target(stage: Stage) -> str:
+    """Where a stage's output goes: the result, or its exchange with its keys and partitions."""
+    ex = stage.output
+    if ex is None:
+        return "result"
+    if ex.kind == "hash":
+        return f"hash exchange on ({', '.join(ex.keys)}) into {ex.partitions} partitions"
+    if ex.kind == "range":
+        return f"range exchange on ({', '.join(_sql(o) for o in ex.order)}) into {ex.partitions} partitions"
+    if ex.kind == "materialize":
+        return "materialized for its readers (computed once)"
+    if ex.kind == "broadcast":
+        return "broadcast exchange to " + ("the first reading task" if ex.once else "every reading task")
+    return f"{ex.kind} exchange into {ex.partitions} partition(s)"
+
+
 def _tree(node: lp.Node, depth: int, out: list[str]) -> None:
     out.append("  " * depth + describe(node))
     for name, sub in node.subqueries.items():
@@ -86,19 +109,7 @@ def explain_lines(plan: StagePlan, workers: int, split_bytes: int, stats: QueryS
     counts = [tasks for _, tasks in plan.scan_tasks(workers, split_bytes)]
     for stage in reversed(plan.stages):
         tasks = counts[stage.id]
-        ex = stage.output
-        if ex is None:
-            target = "result"
-        elif ex.kind == "hash":
-            target = f"hash exchange on ({', '.join(ex.keys)}) into {ex.partitions} partitions"
-        elif ex.kind == "range":
-            target = f"range exchange on ({', '.join(_sql(o) for o in ex.order)}) into {ex.partitions} partitions"
-        elif ex.kind == "materialize":
-            target = "materialized for its readers (computed once)"
-        elif ex.kind == "broadcast":
-            target = "broadcast exchange to " + ("the first reading task" if ex.once else "every reading task")
-        else:
-            target = f"{ex.kind} exchange into {ex.partitions} partition(s)"
+        target = exchange_target(stage)
         deps = f" reads stages {stage.parents}" if stage.parents else ""
         lines.append(f"Stage {stage.id}: {tasks} task(s) → {target}{deps}")
         if stats is not None:

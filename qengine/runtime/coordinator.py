@@ -73,6 +73,7 @@ class Coordinator:
         """
         run = None
         record = self.cluster.history.current()  # the statement this query runs for, if recorded
+        finished = False
         try:
             with self.cluster.running_query():
                 run = QueryRun(
@@ -83,6 +84,7 @@ class Coordinator:
                 if record is not None:
                     record.plan, record.run = plan, run
                 placement, stats, query_id = run.execute()
+                finished = True
                 if record is not None:
                     record.stats = stats
                 return placement, stats, query_id
@@ -93,6 +95,8 @@ class Coordinator:
             with self._lock:
                 self._running.discard(run)
             if record is not None:
+                if run is not None and not finished:  # failed or cancelled: what it did until then
+                    record.stats = run.statistics(time.monotonic() - run.began)
                 record.run = None
 
     def run_here(self, plan: StagePlan) -> tuple[pa.Table, QueryStats]:

@@ -363,6 +363,17 @@ class LocalCluster:
         proc.kill()
         proc.wait()
 
+    def worker_states(self) -> list[dict]:
+        """The workers as the watchdog sees them, without waiting for them to start: id,
+        address, whether alive, seconds since each last answered a ping, and memory budget."""
+        now = time.monotonic()
+        with self._lock:
+            return [
+                {"id": w.id, "address": w.address, "alive": w.alive(), "heartbeat_age": now - w.last_answer,
+                 "memory_budget": self.shuffle_memory}
+                for w in self._handles
+            ]
+
     def check_readable(self, paths: list[str]) -> None:
         """Local workers share this process's host and user, which has just resolved the paths."""
 

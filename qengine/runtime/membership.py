@@ -113,6 +113,15 @@ class WorkerRegistry:
         with self._lock:
             return list(self._members.values())
 
+    def worker_states(self) -> list[dict]:
+        """Every member, dead ones too: id, address, whether alive, seconds since its last
+        heartbeat, and memory budget (as :meth:`LocalCluster.worker_states`)."""
+        now = time.monotonic()
+        return [
+            {"id": m.id, "address": m.address, "alive": m.alive, "heartbeat_age": now - m.last_seen, "memory_budget": m.memory_budget}
+            for m in self.members()
+        ]
+
     def lost(self, addresses: list[str]) -> dict[str, str]:
         """Those of ``addresses`` (a query's workers) that are marked dead, with why."""
         with self._lock:

@@ -111,6 +111,10 @@ class QueryRun:
         self.done_tasks = 0
         self.began = time.monotonic()  # what the task spans count from
         self.spans: list[TaskSpan] = []
+        # Pushes of map output to reducers' hosts (prefetch), as spans of their senders: those
+        # under way by their body's id, and those ended. The web UI's timeline draws them.
+        self.pushing: dict[int, TaskSpan] = {}
+        self.pushes: list[TaskSpan] = []
         self.futures: dict[Future, tuple[str, StageRun, Any]] = {}
         # Calls put themselves here as they end: the loop takes them in O(1) each, where
         # waiting on every outstanding future cost O(futures) a pass, and a stage of thousands
@@ -214,11 +218,18 @@ class QueryRun:
         # a worker that hangs never does, and is not waited for).
         wait(list(self.futures), timeout=CANCEL_TIMEOUT)
         result = runs[-1]
-        shuffles = [r.shuffle for r in runs if r.shuffle is not None]
-        stats = QueryStats(
-            [r.stats for r in runs], time.perf_counter() - started, shuffles, recovery=state.recovery, sharing=state.sharing, spans=self.spans
-        )
+        stats = self.statistics(time.perf_counter() - started)
         return [(state.addresses[w], o) for w, o in zip(result.placement, result.outputs, strict=True)], stats, state.query_id
+
+    def statistics(self, seconds: float) -> QueryStats:
+        """What the run measured: at its end, or as far as it got (a failed run's, which the
+        query history keeps so that the web UI shows where it failed)."""
+        runs = self.state.runs
+        shuffles = [r.shuffle for r in runs if r.shuffle is not None]
+        return QueryStats(
+            [r.stats for r in runs], seconds, shuffles, recovery=self.state.recovery, sharing=self.state.sharing, spans=list(self.spans),
+            pushes=list(self.pushes),
+        )
 
     def _keep_to_hosts(self) -> None:
         """SAMP: a shuffle-heavy query that shares the cluster keeps its map tasks, and so its
@@ -340,6 +351,8 @@ class QueryRun:
             sizes, sender = run.task_bytes.get(body["task"], []), self.state.addresses[worker]
             moving = [(sender, to, sizes[int(p)]) for p, to in body["destinations"].items() if int(p) < len(sizes)]
             self.moving[id(body)] = self.cluster.network.begin(moving, owner=self.state.query_id)
+            began = time.monotonic() - self.began
+            self.pushing[id(body)] = TaskSpan(run.stage.id, body["task"], body["attempt"], sender, began, began, "pushing")
         fut = self.aux_calls.submit(self._call, worker, kind, body)
         self.futures[fut] = (kind, run, (worker, body))
         fut.add_done_callback(self.ended.put)
@@ -357,6 +370,10 @@ class QueryRun:
         run.aux_pending -= 1
         run.carrying.subtract(self._carried(kind, body))
         self.cluster.network.end(self.moving.pop(id(body), None))
+        push = self.pushing.pop(id(body), None)
+        if push is not None:
+            push.end, push.outcome = time.monotonic() - self.began, "pushed"
+            self.pushes.append(push)
 
     def _submit(self, run: StageRun) -> None:
         state = self.state

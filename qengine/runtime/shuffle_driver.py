@@ -327,6 +327,7 @@ class ShuffleDriver:
             reducers.append(Reducer(g, size))
         naive = round_robin(reducers, list(range(workers))).loads
         shuffle.host_loads, shuffle.naive_host_loads = loads, [naive[h] for h in range(workers)]
+        shuffle.hosts = list(self.state.addresses)
         for task, sizes in source.task_bytes.items():
             for p, b in enumerate(sizes):
                 if not b or p not in host_of:

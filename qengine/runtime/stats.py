@@ -112,7 +112,9 @@ class TaskSpan:
     worker: str
     start: float
     end: float
-    outcome: str  # "done", "outrun" (a copy finished first), "failed", "lost" (its worker was), "cancelled"
+    # "done", "outrun" (a copy finished first), "failed", "lost" (its worker was), "cancelled";
+    # a push's: "pushed" (ended), "pushing" (under way)
+    outcome: str
     speculative: bool = False
     read_seconds: float = 0.0  # of its time, waiting for its input blocks
 
@@ -126,6 +128,7 @@ class QueryStats:
     recovery: RecoveryStats = field(default_factory=RecoveryStats)
     sharing: SharingStats = field(default_factory=SharingStats)
     spans: list[TaskSpan] = field(default_factory=list)
+    pushes: list[TaskSpan] = field(default_factory=list)  # map tasks' pushes to reducers' hosts, on their senders
 
     @property
     def tasks(self) -> int:
@@ -149,4 +152,5 @@ class QueryStats:
             RecoveryStats(**data.get("recovery", {})),
             SharingStats(**data.get("sharing", {})),
             [TaskSpan(**t) for t in data.get("spans", [])],
+            [TaskSpan(**t) for t in data.get("pushes", [])],
         )

@@ -98,6 +98,8 @@ class WorkerServer(ActionServer):
                 "pid": os.getpid(),
                 "tasks_run": self.tasks_run,
                 "bytes": self.store.nbytes(),
+                "spilled": self.store.spilled_bytes(),
+                "rss": resident_bytes(),
                 "budget": self.store.budget,
                 "spill_dir": self.store.spill_dir,
             }
@@ -130,6 +132,15 @@ class WorkerServer(ActionServer):
             pieces.setdefault((meta["p"], (meta["s"], meta.get("a", 0))), []).append(chunk.data)
         for (partition, (source, attempt)), batches in pieces.items():
             self.store.put(spec["key"], partition, pa.Table.from_batches(batches), source, attempt)
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory (Linux's /proc), for the web UI's workers page; None elsewhere."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _exit_when_parent_goes(store: BlockStore) -> None:
