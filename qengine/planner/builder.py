@@ -200,6 +200,8 @@ class Builder(JoinPlanning, AggregatePlanning):
             cte = self._ctes[-1].get(item.name.lower())
             if cte is not None and not item.args.get("db"):
                 rel = self._cte(cte)
+                if isinstance(rel.node, SharedScan) and not alias.startswith("_"):  # its own columns, read as alias.column
+                    self.names.labels.update({i: f"{alias}.{n}" for n, i in zip(rel.names, rel.node.columns, strict=True)})
             else:
                 source: Source = self.catalog.table(item.name)
                 scan = Scan(source, {})
@@ -285,7 +287,7 @@ class Builder(JoinPlanning, AggregatePlanning):
         if qualify is not None:
             node = self._finish(Filter(node, replaced[-1]))
 
-        names = [self.names.new() for _ in resolved]
+        names = [self.names.new(None if d.startswith("_col_") else d) for d in display]  # not the optimizer's "_col_0"
         exprs = list(zip(names, resolved, strict=True))
         for n, e in exprs:
             self.widths[n] = self.widths.get(e.name, 8.0) if isinstance(e, exp.Column) else 8.0
@@ -396,7 +398,7 @@ class Builder(JoinPlanning, AggregatePlanning):
                 f"{kind.upper()} inputs have {len(left.names)} and {len(right.names)} columns; they must match"
             )
         distinct = query.args.get("distinct") is not False
-        names = [self.names.new() for _ in left.names]
+        names = [self.names.new(n) for n in left.names]
         node = self._finish(SetOp(kind, distinct, [left.node, right.node], names))
         return self._order_limit(Rel(node, left.names), query)
 
@@ -408,7 +410,7 @@ class Builder(JoinPlanning, AggregatePlanning):
         alias = values.args.get("alias")
         display = [c.name for c in alias.columns] if alias is not None and alias.columns else []
         display += [f"col{i}" for i in range(len(display), width)]
-        names = [self.names.new() for _ in range(width)]
+        names = [self.names.new(d) for d in display]
         node = self._finish(Values(exp.Values(expressions=[r.copy() for r in rows]), names))
         return Rel(node, display)
 

@@ -7,19 +7,17 @@ from typing import TYPE_CHECKING
 from qengine.planner import logical as lp
 from qengine.planner.partition_pruning import prune_plan
 from qengine.planner.stages import StagePlan
+from qengine.planner.user_names import UserNames
 
 if TYPE_CHECKING:
     from qengine.runtime.stats import QueryStats
 
 
-def _sql(e) -> str:
-    return e.sql(dialect="duckdb")
-
-
-def describe(node: lp.Node) -> str:
-    """One line for an operator."""
+def describe(node: lp.Node, names: UserNames) -> str:
+    """One line for an operator, its columns in the user's words."""
+    sql = names.sql
     if isinstance(node, lp.Scan):
-        cols = ", ".join(f"{s} AS {i}" for s, i in node.column_map.items())
+        cols = ", ".join(names.name(i) for i in node.column_map.values())
         pruned = node.pruned
         files = (
             f" files: {pruned.files - pruned.skipped} of {pruned.files} ({pruned.skipped} skipped by partition filter)"
@@ -32,22 +30,24 @@ def describe(node: lp.Node) -> str:
         kind = {"once": "broadcast, first task only", "whole": "materialized, whole, in every task"}.get(node.kind, node.kind)
         return f"ExchangeRead stage {node.shuffle_id} ({kind}) as {node.table}"
     if isinstance(node, lp.Filter):
-        return f"Filter {_sql(node.condition)}"
+        return f"Filter {sql(node.condition)}"
     if isinstance(node, lp.Project):
-        return "Project " + ("*, " if node.passthrough else "") + ", ".join(f"{_sql(e)} AS {n}" for n, e in node.exprs)
+        return "Project " + ("*, " if node.passthrough else "") + ", ".join(names.output(n, e) for n, e in node.exprs)
     if isinstance(node, lp.Join):
-        keys = " AND ".join(f"{_sql(a)} = {_sql(b)}" for a, b in zip(node.left_keys, node.right_keys, strict=True))
-        residual = f" residual {_sql(node.residual)}" if node.residual is not None else ""
+        keys = " AND ".join(f"{sql(a)} = {sql(b)}" for a, b in zip(node.left_keys, node.right_keys, strict=True))
+        residual = f" residual {sql(node.residual)}" if node.residual is not None else ""
         return f"Join {node.kind.upper()} {keys}{residual}".rstrip()
     if isinstance(node, lp.Aggregate):
-        keys = ", ".join(f"{_sql(e)} AS {n}" for n, e in node.keys)
-        aggs = ", ".join(f"{_sql(e)} AS {n}" for n, e in node.aggs)
+        keys = ", ".join(names.output(n, e) for n, e in node.keys)
+        # a final phase combines the partial results: shown as the aggregate the user wrote
+        aggs = ", ".join(names.name(n) if node.phase == "final" else names.output(n, e) for n, e in node.aggs)
         sets = f" grouping sets {node.grouping_sets}" if node.grouping_sets is not None else ""
-        return f"Aggregate keys [{keys}] aggs [{aggs}]{sets}"
+        phase = f" ({node.phase})" if node.phase else ""
+        return f"Aggregate{phase} keys [{keys}] aggs [{aggs}]{sets}"
     if isinstance(node, lp.Window):
-        return "Window " + ", ".join(f"{_sql(e)} AS {n}" for n, e in node.exprs)
+        return "Window " + ", ".join(names.output(n, e) for n, e in node.exprs)
     if isinstance(node, lp.Sort):
-        return "Sort " + ", ".join(_sql(o) for o in node.order)
+        return "Sort " + ", ".join(sql(o) for o in node.order)
     if isinstance(node, lp.Limit):
         return f"Limit {node.limit} offset {node.offset}"
     if isinstance(node, lp.Distinct):
@@ -57,12 +57,12 @@ def describe(node: lp.Node) -> str:
     return type(node).__name__
 
 
-def _tree(node: lp.Node, depth: int, out: list[str]) -> None:
-    out.append("  " * depth + describe(node))
+def _tree(node: lp.Node, depth: int, out: list[str], names: UserNames) -> None:
+    out.append("  " * depth + describe(node, names))
     for name, sub in node.subqueries.items():
-        out.append("  " * (depth + 1) + f"subquery {name} ← {describe(sub)}")
+        out.append("  " * (depth + 1) + f"subquery {name} ← {describe(sub, names)}")
     for child in node.children:
-        _tree(child, depth + 1, out)
+        _tree(child, depth + 1, out, names)
 
 
 def shuffle_summary(s: dict) -> str:
@@ -82,6 +82,7 @@ def shuffle_summary(s: dict) -> str:
 def explain_lines(plan: StagePlan, workers: int, split_bytes: int, stats: QueryStats | None = None) -> list[str]:
     """The stage DAG, result stage first; with ``stats`` (EXPLAIN ANALYZE) rows, bytes and times."""
     lines: list[str] = []
+    names = UserNames(plan)
     prune_plan(plan)
     counts = [tasks for _, tasks in plan.scan_tasks(workers, split_bytes)]
     for stage in reversed(plan.stages):
@@ -90,9 +91,9 @@ def explain_lines(plan: StagePlan, workers: int, split_bytes: int, stats: QueryS
         if ex is None:
             target = "result"
         elif ex.kind == "hash":
-            target = f"hash exchange on ({', '.join(ex.keys)}) into {ex.partitions} partitions"
+            target = f"hash exchange on ({', '.join(names.name(k) for k in ex.keys)}) into {ex.partitions} partitions"
         elif ex.kind == "range":
-            target = f"range exchange on ({', '.join(_sql(o) for o in ex.order)}) into {ex.partitions} partitions"
+            target = f"range exchange on ({', '.join(names.sql(o) for o in ex.order)}) into {ex.partitions} partitions"
         elif ex.kind == "materialize":
             target = "materialized for its readers (computed once)"
         elif ex.kind == "broadcast":
@@ -110,7 +111,7 @@ def explain_lines(plan: StagePlan, workers: int, split_bytes: int, stats: QueryS
             shuffle = next((x.as_dict() for x in stats.shuffles if x.stage == stage.id), None)
             if shuffle is not None:
                 lines.append("  [shuffle] " + shuffle_summary(shuffle))
-        _tree(stage.root, 1, lines)
+        _tree(stage.root, 1, lines, names)
     if stats is not None:
         lines.append(
             f"Total: {stats.seconds:.3f}s, {stats.tasks} tasks, {stats.shuffle_bytes} bytes shuffled, "

@@ -44,7 +44,8 @@ class SourceScope:
         if actual is None:
             return None
         if actual not in self.scan.column_map:
-            internal = self.builder.names.new()
+            # the alias as the user wrote it (or the table's name); not one the planner made up
+            internal = self.builder.names.new(actual if self.alias.startswith("_") else f"{self.alias}.{actual}")
             self.scan.column_map[actual] = internal
             self.builder.widths[internal] = source.column_width(actual)
         return self.scan.column_map[actual]

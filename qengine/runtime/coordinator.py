@@ -16,10 +16,10 @@ import duckdb
 import pyarrow as pa
 
 from qengine.errors import Error, error_class, first_line
-from qengine.planner.frontend import with_user_columns
 from qengine.planner.null_columns import null_columns
 from qengine.planner.render import render
 from qengine.planner.stages import StagePlan
+from qengine.planner.user_names import with_user_columns
 from qengine.runtime.key_ranges import KeyRanges
 from qengine.runtime.query_run import QueryRun
 from qengine.runtime.query_state import Cluster, ExecutionOptions, release_blocks
