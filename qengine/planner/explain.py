@@ -10,7 +10,7 @@ from qengine.planner.stages import StagePlan
 from qengine.planner.user_names import UserNames
 
 if TYPE_CHECKING:
-    from qengine.runtime.stats import QueryStats
+    from qengine.runtime.stats import QueryStats, StageStats
 
 
 def describe(node: lp.Node, names: UserNames) -> str:
@@ -79,6 +79,31 @@ def shuffle_summary(s: dict) -> str:
     )
 
 
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f}{unit}"
+    return f"{n}B"
+
+
+def task_counts(s: StageStats) -> str:
+    """A stage's planned and actual task counts, and why they are what they are: how its scan
+    was split, the files a partition filter skipped, the row groups a join's key ranges did,
+    the reduce partitions coalesced into fewer tasks, or the shared output it follows."""
+    why = []
+    if s.split_by:
+        why.append(f"split into {s.planned_tasks} by {s.split_by}")
+    if s.files_skipped:
+        why.append(f"{s.files_skipped} of {s.files} files skipped by partition filter")
+    if s.row_groups_pruned:
+        why.append(f"{s.row_groups_pruned} of {s.row_groups} row groups pruned by key ranges, the rest re-split into {s.tasks}")
+    if s.partitions_read > s.tasks:
+        why.append(f"{s.partitions_read} reduce partitions coalesced into {s.tasks}, each task reading up to {_size(s.coalesce_bytes)}")
+    if s.follows is not None and s.tasks != s.planned_tasks:
+        why.append(f"one per partition of stage {s.follows}'s shared output, cut to {s.tasks}")
+    return f"{s.planned_tasks} planned, {s.tasks} run" + (f" ({'; '.join(why)})" if why else "")
+
+
 def explain_lines(plan: StagePlan, workers: int, split_bytes: int, stats: QueryStats | None = None) -> list[str]:
     """The stage DAG, result stage first; with ``stats`` (EXPLAIN ANALYZE) rows, bytes and times."""
     lines: list[str] = []
@@ -108,6 +133,7 @@ def explain_lines(plan: StagePlan, workers: int, split_bytes: int, stats: QueryS
                 f"  [actual] tasks={s['tasks']} rows={s['rows']} bytes={s['bytes']} "
                 f"shuffled={s['shuffle_bytes']} time={s['seconds']:.3f}s" + (f" stolen={s['stolen']}" if s.get("stolen") else "")
             )
+            lines.append("  [tasks] " + task_counts(stats.stages[stage.id]))
             shuffle = next((x.as_dict() for x in stats.shuffles if x.stage == stage.id), None)
             if shuffle is not None:
                 lines.append("  [shuffle] " + shuffle_summary(shuffle))
