@@ -165,3 +165,11 @@ def test_the_reasons_survive_the_stats_json(default_engine) -> None:
     assert any(s.row_groups_pruned for s in stats.stages) and any(s.partitions_read > s.tasks for s in stats.stages)
     again = QueryStats.from_json(stats.to_json())
     assert again.stages == stats.stages
+
+
+def test_explain_names_a_file_read_in_from_as_written(default_engine, data_paths) -> None:
+    path = str(Path(data_paths["items"]) / "*.parquet")
+    lines = plan_lines(default_engine, f"SELECT it.brand FROM read_parquet('{path}') AS it WHERE it.item_id > 3")
+    text = "\n".join(lines)
+    assert not [line for line in lines if INTERNAL.search(line)] and "__parquet" not in text, text
+    assert f"Scan read_parquet('{path}') [" in text and "Filter it.item_id > 3" in text, text

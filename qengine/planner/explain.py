@@ -23,7 +23,7 @@ def describe(node: lp.Node, names: UserNames) -> str:
             f" files: {pruned.files - pruned.skipped} of {pruned.files} ({pruned.skipped} skipped by partition filter)"
             if pruned is not None and pruned.filtered else ""
         )
-        return f"Scan {node.source.name} [{cols}]" + (" whole, in every task" if node.replicated else "") + files
+        return f"Scan {node.source.written or node.source.name} [{cols}]" + (" whole, in every task" if node.replicated else "") + files
     if isinstance(node, lp.Values):
         return f"Values {len(node.rows.expressions)} row(s)"
     if isinstance(node, lp.ExchangeRead):

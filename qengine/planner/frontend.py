@@ -678,6 +678,7 @@ def expand_sources(statement: exp.Expression, catalog: Catalog, dialect: str, de
             except Error as e:  # it names the table, which the user knows only as the call
                 e.args = (str(e).replace(f"table {name!r}", f"{fname}()"),)
                 raise
+            source.written = func.sql(dialect=dialect, normalize_functions="lower")
             catalog.add_table(source)
             alias = table.alias or fname
             table.replace(exp.Table(this=exp.to_identifier(name), alias=exp.TableAlias(this=exp.to_identifier(alias))))
