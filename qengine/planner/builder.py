@@ -40,6 +40,7 @@ from qengine.planner.logical import (
     Window,
     col,
     evaluated,
+    made_up,
     walk,
 )
 from qengine.planner.scope import Rel, SourceScope
@@ -200,7 +201,7 @@ class Builder(JoinPlanning, AggregatePlanning):
             cte = self._ctes[-1].get(item.name.lower())
             if cte is not None and not item.args.get("db"):
                 rel = self._cte(cte)
-                if isinstance(rel.node, SharedScan) and not alias.startswith("_"):  # its own columns, read as alias.column
+                if isinstance(rel.node, SharedScan) and not made_up(alias):  # its own columns, read as alias.column
                     self.names.labels.update({i: f"{alias}.{n}" for n, i in zip(rel.names, rel.node.columns, strict=True)})
             else:
                 source: Source = self.catalog.table(item.name)
@@ -287,7 +288,7 @@ class Builder(JoinPlanning, AggregatePlanning):
         if qualify is not None:
             node = self._finish(Filter(node, replaced[-1]))
 
-        names = [self.names.new(None if d.startswith("_col_") else d) for d in display]  # not the optimizer's "_col_0"
+        names = [self.names.new(d) for d in display]
         exprs = list(zip(names, resolved, strict=True))
         for n, e in exprs:
             self.widths[n] = self.widths.get(e.name, 8.0) if isinstance(e, exp.Column) else 8.0

@@ -28,15 +28,16 @@ def describe(node: lp.Node, names: UserNames) -> str:
         return f"Values {len(node.rows.expressions)} row(s)"
     if isinstance(node, lp.ExchangeRead):
         kind = {"once": "broadcast, first task only", "whole": "materialized, whole, in every task"}.get(node.kind, node.kind)
-        return f"ExchangeRead stage {node.shuffle_id} ({kind}) as {node.table}"
+        table = "" if lp.made_up(node.table) else f" as {node.table}"  # not a subquery's placeholder
+        return f"ExchangeRead stage {node.shuffle_id} ({kind}){table}"
     if isinstance(node, lp.Filter):
         return f"Filter {sql(node.condition)}"
     if isinstance(node, lp.Project):
         return "Project " + ("*, " if node.passthrough else "") + ", ".join(names.output(n, e) for n, e in node.exprs)
     if isinstance(node, lp.Join):
         keys = " AND ".join(f"{sql(a)} = {sql(b)}" for a, b in zip(node.left_keys, node.right_keys, strict=True))
-        residual = f" residual {sql(node.residual)}" if node.residual is not None else ""
-        return f"Join {node.kind.upper()} {keys}{residual}".rstrip()
+        residual = f"residual {sql(node.residual)}" if node.residual is not None else ""
+        return " ".join(part for part in (f"Join {node.kind.upper()}", keys, residual) if part)
     if isinstance(node, lp.Aggregate):
         keys = ", ".join(names.output(n, e) for n, e in node.keys)
         # a final phase combines the partial results: shown as the aggregate the user wrote
@@ -59,8 +60,8 @@ def describe(node: lp.Node, names: UserNames) -> str:
 
 def _tree(node: lp.Node, depth: int, out: list[str], names: UserNames) -> None:
     out.append("  " * depth + describe(node, names))
-    for name, sub in node.subqueries.items():
-        out.append("  " * (depth + 1) + f"subquery {name} ← {describe(sub, names)}")
+    for sub in node.subqueries.values():
+        out.append("  " * (depth + 1) + f"subquery ← {describe(sub, names)}")
     for child in node.children:
         _tree(child, depth + 1, out, names)
 

@@ -13,6 +13,7 @@ turns each into a broadcast input of the stage that evaluates the expression.
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -38,10 +39,21 @@ class Names:
         self.origins: dict[str, exp.Expression] = {}
 
     def new(self, label: str | None = None) -> str:
+        """A new column; ``label`` is what the user calls it, unless the planner made it up."""
         name = f"c{next(self._counter)}"
-        if label:
+        if label and not made_up(label):
             self.labels[name] = label
         return name
+
+
+# A name the user did not write: sqlglot's for an unaliased output, a decorrelated subquery or
+# a derived table ("_col_0", "_u_1", "_q_0"), or qengine's own ("__sq0", "__parquet_2")
+_MADE_UP = re.compile(r"_(col|u|q)_\d+(_lo|_hi)?|__.*")
+
+
+def made_up(name: str) -> bool:
+    """Whether a column or table alias was made up by the planner, not written by the user."""
+    return _MADE_UP.fullmatch(name) is not None
 
 
 # What EXPLAIN calls an aggregate's grouping-set id column (DuckDB's GROUPING_ID over every key)

@@ -49,6 +49,12 @@ class UserNames:
                 self._add({alias: lp.col(name) for alias, name in zip(node.aliases, node.names, strict=True)})
             elif isinstance(node, lp.SetOp) and node.inputs:
                 self._add({name: lp.col(first) for name, first in zip(node.names, node.inputs[0].columns, strict=False)})
+        # an uncorrelated subquery's placeholder table ("__sq0") → the stage that computes it
+        self._subqueries = {
+            name: f"stage {read.shuffle_id}"
+            for stage in plan.stages for node in lp.walk(stage.root) for name, read in node.subqueries.items()
+            if isinstance(read, lp.ExchangeRead)
+        }
         self._shown: dict[str, str] = {}
 
     def _add(self, exprs: dict[str, exp.Expression]) -> None:
@@ -82,6 +88,8 @@ class UserNames:
         def visit(n: exp.Expression) -> exp.Expression:
             if isinstance(n, exp.Column) and INTERNAL.fullmatch(n.name):
                 return exp.column(self.name(n.name), quoted=False)
+            if isinstance(n, exp.Table) and n.name in self._subqueries:
+                return exp.table_(self._subqueries[n.name], quoted=False)
             return n
 
         return e.transform(visit).sql(dialect="duckdb", normalize_functions="lower")
