@@ -411,7 +411,8 @@ class Builder(JoinPlanning, AggregatePlanning):
         alias = values.args.get("alias")
         display = [c.name for c in alias.columns] if alias is not None and alias.columns else []
         display += [f"col{i}" for i in range(len(display), width)]
-        names = [self.names.new(d) for d in display]
+        # DuckDB's names for VALUES' columns where the optimizer gave them its own ("_col_0")
+        names = [self.names.new(f"col{i}" if made_up(d) else d) for i, d in enumerate(display)]
         node = self._finish(Values(exp.Values(expressions=[r.copy() for r in rows]), names))
         return Rel(node, display)
 

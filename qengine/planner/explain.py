@@ -28,8 +28,7 @@ def describe(node: lp.Node, names: UserNames) -> str:
         return f"Values {len(node.rows.expressions)} row(s)"
     if isinstance(node, lp.ExchangeRead):
         kind = {"once": "broadcast, first task only", "whole": "materialized, whole, in every task"}.get(node.kind, node.kind)
-        table = "" if lp.made_up(node.table) else f" as {node.table}"  # not a subquery's placeholder
-        return f"ExchangeRead stage {node.shuffle_id} ({kind}){table}"
+        return f"ExchangeRead stage {node.shuffle_id} ({kind})"  # not the table name its fragment's SQL gives it
     if isinstance(node, lp.Filter):
         return f"Filter {sql(node.condition)}"
     if isinstance(node, lp.Project):

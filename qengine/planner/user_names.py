@@ -33,7 +33,11 @@ class UserNames:
     """
 
     def __init__(self, plan: StagePlan, qualified: bool = True) -> None:
-        self._labels = plan.labels if qualified else {}
+        self._labels = dict(plan.labels) if qualified else {}
+        # the result's columns as the user spelled their aliases ("Customer Id"; the optimizer lower-cases them)
+        for internal, shown in zip(plan.result.root.columns, plan.names, strict=False):
+            if qualified and self._labels.get(internal, "").lower() == shown.lower():
+                self._labels[internal] = shown
         self._columns: dict[str, str] = {}  # internal name → a table's column
         self._computed: dict[str, exp.Expression] = dict(plan.origins)  # internal name → its expression
         for node in (n for stage in plan.stages for n in lp.walk(stage.root)):
@@ -103,7 +107,8 @@ class UserNames:
         label = self._labels[internal]
         # the name DuckDB gives an unaliased expression (``frontend.name_outputs``) is the expression
         bare = _QUALIFIER.sub("", computed).lower().replace("count(*)", "count_star()")
-        return computed if bare in (label.lower(), _QUALIFIER.sub("", label).lower()) else f"{computed} AS {label}"
+        written = {label.lower(), _QUALIFIER.sub("", label).lower()}
+        return computed if bare in written or f"({bare})" in written else f"{computed} AS {label}"
 
 
 def with_user_columns(message: str, plan: StagePlan) -> str:
