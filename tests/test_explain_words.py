@@ -93,6 +93,12 @@ QUERIES = [
         id="uncorrelated-subquery-join",
     ),
     pytest.param(
+        'SELECT cust_id AS "Customer Id", count(*) AS "N" FROM sales GROUP BY 1 ORDER BY "N" DESC',
+        ["sales.cust_id AS Customer Id, count(*) AS N", "Sort N DESC"],  # aliases as spelled, as the result's columns are
+        id="quoted-aliases",
+    ),
+    pytest.param("SELECT * FROM (VALUES (1, 'a'), (2, 'b'))", ["Project col0, col1"], id="values"),
+    pytest.param(
         "SELECT t.k, t.total FROM (SELECT store_id AS k, sum(qty) AS total FROM sales GROUP BY store_id) t "
         "WHERE t.total > 100 ORDER BY t.k",
         ["sales.store_id AS k", "Filter sum(sales.qty) > 100", "Sort k ASC"],
@@ -190,3 +196,7 @@ def test_explain_names_a_file_read_in_from_as_written(default_engine, data_paths
     text = "\n".join(lines)
     assert not [line for line in lines if INTERNAL.search(line)] and "__parquet" not in text, text
     assert f"Scan read_parquet('{path}') [" in text and "Filter it.item_id > 3" in text, text
+
+
+def test_a_query_over_constants_runs_its_one_planned_task(default_engine) -> None:
+    assert _task_lines(default_engine, "SELECT 1 + 1 AS two") == {0: (1, 1, 1, "")}

@@ -114,7 +114,7 @@ class Coordinator:
         finally:
             con.close()
         seconds = time.perf_counter() - started
-        stage_stats = StageStats(stage.id, "result", 1, table.num_rows, table.nbytes, seconds=seconds, task_seconds=seconds)
+        stage_stats = StageStats(stage.id, "result", 1, table.num_rows, table.nbytes, seconds=seconds, task_seconds=seconds, planned_tasks=1)
         return table, QueryStats([stage_stats], seconds)
 
     def cancel(self) -> None:
