@@ -19,6 +19,8 @@ from qengine.planner.stages import StagePlan
 # An internal column name, as ``logical.Names`` makes them
 INTERNAL = re.compile(r"c\d+")
 UNNAMED = "(an unnamed column)"
+# An internal column in a DuckDB message: "... when casting from source column c3", or quoted.
+_MESSAGE_COLUMN = re.compile(r'(?<=column )(c\d+)\b|"(c\d+)"')
 # A column's table qualifier ("s." of "s.amount")
 _QUALIFIER = re.compile(r"(?<![\w.'\"])[A-Za-z_]\w*\.(?=[A-Za-z_\"])")
 
@@ -83,10 +85,6 @@ class UserNames:
             return UNNAMED
         return self.sql(e)
 
-    def named(self, internal: str) -> bool:
-        """Whether the user gave or wrote a name for the column (else :meth:`name` is its expression)."""
-        return internal in self._labels or internal in self._columns
-
     def sql(self, e: exp.Expression) -> str:
         """An expression over internal columns, over the user's instead."""
         def visit(n: exp.Expression) -> exp.Expression:
@@ -115,12 +113,8 @@ def with_user_columns(message: str, plan: StagePlan) -> str:
     """A worker's error message with the plan's internal column names ("c17") replaced by what
     the user wrote: a table's column, or the expression that computes it (as DuckDB names
     them: ``when casting from source column price``)."""
-    found = _MESSAGE_COLUMN.search(message)
-    if not found:
+    if not _MESSAGE_COLUMN.search(message):
         return message
     names = UserNames(plan, qualified=False)
     return _MESSAGE_COLUMN.sub(lambda m: names.name(m.group(1)) if m.group(1) else f'"{names.name(m.group(2))}"', message)
 
-
-# An internal column in a DuckDB message: "... when casting from source column c3", or quoted.
-_MESSAGE_COLUMN = re.compile(r'(?<=column )(c\d+)\b|"(c\d+)"')

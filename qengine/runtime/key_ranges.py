@@ -64,7 +64,7 @@ def prune_scan(state: QueryState, run: StageRun, key_ranges: KeyRanges) -> None:
         return
     before = scan.row_groups(run.splits or [])
     run.splits = run.stage.scan.read_source.splits(state.workers, state.options.split_bytes, ranges)
-    run.stats.row_groups_pruned = before - scan.row_groups(run.splits)
+    run.stats.row_groups_pruned += before - scan.row_groups(run.splits)
     state.set_tasks(run, len(run.splits))
 
 
