@@ -4,9 +4,11 @@ planned and actual task counts with the reason they differ."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -200,3 +202,16 @@ def test_explain_names_a_file_read_in_from_as_written(default_engine, data_paths
 
 def test_a_query_over_constants_runs_its_one_planned_task(default_engine) -> None:
     assert _task_lines(default_engine, "SELECT 1 + 1 AS two") == {0: (1, 1, 1, "")}
+
+
+def test_files_skipped_by_a_partition_filter_say_so(default_engine, tmp_path) -> None:
+    years = (2021, 2022, 2023)
+    for year in years:
+        os.makedirs(tmp_path / f"year={year}")
+        pq.write_table(pa.table({"v": list(range(year, year + 50))}), tmp_path / f"year={year}" / "f.parquet", row_group_size=10)
+    default_engine.register_parquet("explain_years", str(tmp_path))
+    counts = _task_lines(default_engine, "SELECT count(*) FROM explain_years WHERE year = 2022")
+    scans = [c for c in counts.values() if "split into" in c[3]]
+    assert len(scans) == 1, counts
+    header, planned, run, why = scans[0]
+    assert header == planned == run and f"{len(years) - 1} of {len(years)} files skipped by partition filter" in why, why
