@@ -170,6 +170,21 @@ def split_files(split: dict) -> tuple[str, ...]:
     return tuple(sorted(paths))
 
 
+# What a scan's tasks were cut by, per kind of split, as EXPLAIN ANALYZE says it
+_CUT_BY = {"parquet": "row groups", "csv": "files", "records": "byte ranges", "memory": "partitions"}
+
+
+def cut_by(splits: list[dict]) -> str:
+    """What ``splits`` were cut by ("row groups" of Parquet files…), or "" where it is not one thing."""
+    kinds = {_CUT_BY.get(s.get("kind", "")) for s in splits}
+    return (kinds.pop() or "") if len(kinds) == 1 else ""
+
+
+def row_groups(splits: list[dict]) -> int:
+    """The Parquet row groups ``splits`` read."""
+    return sum(len(indexes) for s in splits for _, indexes in s.get("pieces") or [])
+
+
 def read_split(split: dict, columns: list[tuple[str, str]], fetch_memory: Callable[[dict], pa.Table]) -> pa.Table:
     """Read one split; ``columns`` pairs source names with the internal names to give them."""
     sources = [s for s, _ in columns]

@@ -47,6 +47,8 @@ class Source:
 
     name: str
     schema: pa.Schema
+    # How the query named it, where ``name`` is made up (a read_parquet() call in FROM): for EXPLAIN
+    written: str | None = None
 
     def __deepcopy__(self, memo: dict) -> Source:
         """The catalog's table itself: a copied plan (``planner.templates``) reads the same one."""

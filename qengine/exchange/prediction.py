@@ -68,6 +68,11 @@ def grouped(reducers: list[Reducer], groups: list[list[int]]) -> list[Reducer]:
 MIN_COALESCED_BYTES = 1 << 20
 
 
+def coalesce_target(sizes: list[float], target: float, workers: int = 1) -> float:
+    """The bytes :func:`coalesce` puts in a group at most (see there)."""
+    return min(target, max(MIN_COALESCED_BYTES, sum(sizes) / max(1, workers)))
+
+
 def coalesce(sizes: list[float], target: float, workers: int = 1) -> list[list[int]]:
     """Group consecutive partitions until a group holds about ``target`` bytes (Spark AQE).
 
@@ -75,7 +80,7 @@ def coalesce(sizes: list[float], target: float, workers: int = 1) -> list[list[i
     still holds ``MIN_COALESCED_BYTES``: merging a 20 MB shuffle into one task would leave every
     other worker idle for the whole stage.
     """
-    target = min(target, max(MIN_COALESCED_BYTES, sum(sizes) / max(1, workers)))
+    target = coalesce_target(sizes, target, workers)
     groups: list[list[int]] = [[]]
     acc = 0.0
     for p, b in enumerate(sizes):

@@ -48,4 +48,5 @@ def plan_query(query: exp.Expression, catalog: Catalog, options: PlanOptions) ->
     plan = cut(root, rel.names, options.replicate_bytes)
     plan.readable = catalog.parquet_files()
     plan.access = catalog.effective_policy().to_json()
+    plan.labels, plan.origins = builder.names.labels, builder.names.origins
     return plan

@@ -15,7 +15,7 @@ import sqlglot.expressions as exp
 from qengine.errors import ProgrammingError
 from qengine.planner.expressions import in_place_of
 from qengine.planner.frontend import unparen
-from qengine.planner.logical import Aggregate, Node, col
+from qengine.planner.logical import GROUPING_ID, Aggregate, Node, col
 from qengine.planner.scope import SourceScope
 
 
@@ -50,7 +50,7 @@ class AggregatePlanning:
             name = self.names.new()
             agg_list.append((name, resolved))
             mapping[original] = name
-        gid = self.names.new() if sets is not None else None
+        gid = self.names.new(GROUPING_ID) if sets is not None else None
         agg = self._finish(Aggregate(node, keys, agg_list, sets, gid))
 
         def grouping(e: exp.Expression) -> exp.Expression:

@@ -40,6 +40,7 @@ from qengine.planner.logical import (
     Window,
     col,
     evaluated,
+    made_up,
     walk,
 )
 from qengine.planner.scope import Rel, SourceScope
@@ -200,6 +201,8 @@ class Builder(JoinPlanning, AggregatePlanning):
             cte = self._ctes[-1].get(item.name.lower())
             if cte is not None and not item.args.get("db"):
                 rel = self._cte(cte)
+                if isinstance(rel.node, SharedScan) and not made_up(alias):  # its own columns, read as alias.column
+                    self.names.labels.update({i: f"{alias}.{n}" for n, i in zip(rel.names, rel.node.columns, strict=True)})
             else:
                 source: Source = self.catalog.table(item.name)
                 scan = Scan(source, {})
@@ -285,7 +288,7 @@ class Builder(JoinPlanning, AggregatePlanning):
         if qualify is not None:
             node = self._finish(Filter(node, replaced[-1]))
 
-        names = [self.names.new() for _ in resolved]
+        names = [self.names.new(d) for d in display]
         exprs = list(zip(names, resolved, strict=True))
         for n, e in exprs:
             self.widths[n] = self.widths.get(e.name, 8.0) if isinstance(e, exp.Column) else 8.0
@@ -396,7 +399,7 @@ class Builder(JoinPlanning, AggregatePlanning):
                 f"{kind.upper()} inputs have {len(left.names)} and {len(right.names)} columns; they must match"
             )
         distinct = query.args.get("distinct") is not False
-        names = [self.names.new() for _ in left.names]
+        names = [self.names.new(n) for n in left.names]
         node = self._finish(SetOp(kind, distinct, [left.node, right.node], names))
         return self._order_limit(Rel(node, left.names), query)
 
@@ -408,7 +411,8 @@ class Builder(JoinPlanning, AggregatePlanning):
         alias = values.args.get("alias")
         display = [c.name for c in alias.columns] if alias is not None and alias.columns else []
         display += [f"col{i}" for i in range(len(display), width)]
-        names = [self.names.new() for _ in range(width)]
+        # DuckDB's names for VALUES' columns where the optimizer gave them its own ("_col_0")
+        names = [self.names.new(f"col{i}" if made_up(d) else d) for i, d in enumerate(display)]
         node = self._finish(Values(exp.Values(expressions=[r.copy() for r in rows]), names))
         return Rel(node, display)
 

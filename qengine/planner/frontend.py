@@ -17,7 +17,7 @@ import inspect
 import itertools
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import duckdb
 import sqlglot
@@ -40,7 +40,6 @@ from sqlglot.tokens import Token, TokenType
 from qengine.catalog.catalog import Catalog
 from qengine.catalog.sources import CsvSource, Source, hive_parquet
 from qengine.errors import Error, NotSupportedError, ProgrammingError
-from qengine.planner import logical as lp
 from qengine.planner import table_sources
 from qengine.planner.eliminate_joins import eliminate_joins
 from qengine.planner.grouping_syntax import parse_tokens
@@ -50,9 +49,6 @@ from qengine.planner.parquet_options import hive_options
 from qengine.planner.templates import PARAMETER
 from qengine.planner.unnest import unnest_subqueries
 from qengine.planner.unsupported import refuse_unmodelled
-
-if TYPE_CHECKING:
-    from qengine.planner.stages import StagePlan
 
 
 class _Rule:
@@ -691,6 +687,7 @@ def expand_sources(statement: exp.Expression, catalog: Catalog, dialect: str, de
             except Error as e:  # it names the table, which the user knows only as the call
                 e.args = (str(e).replace(f"table {name!r}", f"{fname}()"),)
                 raise
+            source.written = func.sql(dialect=dialect, normalize_functions="lower")
             catalog.add_table(source)
             alias = table.alias or fname
             table.replace(exp.Table(this=exp.to_identifier(name), alias=exp.TableAlias(this=exp.to_identifier(alias))))
@@ -995,44 +992,3 @@ def _columns_of(source: exp.Table | Scope, schema: dict[str, dict[str, str]]) ->
     """The lower-cased columns of a FROM item: a catalog table's, or a subquery's or CTE's outputs."""
     names = schema.get(source.name.lower(), {}) if isinstance(source, exp.Table) else source.expression.named_selects
     return {n.lower() for n in names}
-
-
-# An internal column in a DuckDB message: "... when casting from source column c3", or quoted.
-_INTERNAL_COLUMN = re.compile(r'(?<=column )(c\d+)\b|"(c\d+)"')
-
-
-def with_user_columns(message: str, plan: StagePlan) -> str:
-    """A worker's error message with the plan's internal column names ("c17") replaced by what
-    the user wrote: a table's column, or the expression that computes it."""
-    if not _INTERNAL_COLUMN.search(message):
-        return message
-    columns: dict[str, str] = {}  # internal name → a table's column
-    computed: dict[str, exp.Expression] = {}  # internal name → its expression over other internal names
-    for node in (n for stage in plan.stages for n in lp.walk(stage.root)):
-        if isinstance(node, lp.Scan):
-            columns.update({internal: source for source, internal in node.column_map.items()})
-        elif isinstance(node, lp.SharedScan):
-            computed.update({own: lp.col(producer) for producer, own in node.column_map.items()})
-        elif isinstance(node, lp.Project | lp.Window):
-            computed.update(node.exprs)
-        elif isinstance(node, lp.Aggregate):
-            computed.update(node.keys + node.aggs)
-        elif isinstance(node, lp.ExchangeRead) and node.aliases:
-            computed.update({alias: lp.col(name) for alias, name in zip(node.aliases, node.names, strict=True)})
-        elif isinstance(node, lp.SetOp) and node.inputs:
-            computed.update({name: lp.col(first) for name, first in zip(node.names, node.inputs[0].columns, strict=False)})
-
-    def shown(name: str, depth: int = 0) -> str:
-        if name in columns:
-            return columns[name]
-        e = computed.get(name)
-        # None: a column of inline VALUES, say, has no name to give; a chain of renames longer
-        # than there are computed columns would be a cycle
-        if e is None or depth > len(computed):
-            return "(an unnamed column)"
-        if (inner := lp.plain_column(e)) is not None:
-            return shown(inner, depth + 1)
-        e = e.transform(lambda n: exp.column(shown(n.name, depth + 1), quoted=False) if isinstance(n, exp.Column) and not n.table else n)
-        return e.sql(dialect="duckdb", normalize_functions="lower")
-
-    return _INTERNAL_COLUMN.sub(lambda m: shown(m.group(1)) if m.group(1) else f'"{shown(m.group(2))}"', message)

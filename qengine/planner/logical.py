@@ -13,6 +13,7 @@ turns each into a broadcast input of the stage that evaluates the expression.
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -23,14 +24,40 @@ if TYPE_CHECKING:
 
 
 class Names:
-    """Generates the query-unique internal column names."""
+    """Generates the query-unique internal column names, and keeps what the user calls them.
+
+    EXPLAIN shows a column as the user knows it (``planner.user_names``): ``labels`` holds the
+    names the user gave or wrote (``s.cust_id``, an output alias) for the columns that have
+    one, and ``origins`` what a column computes where the plan shows a rewritten form of it (a
+    final aggregate combining partial ones computes the user's ``sum(amount)``, not a sum of
+    sums). Both are recorded where the column is made, since only there is it known.
+    """
 
     def __init__(self) -> None:
         self._counter = itertools.count()
+        self.labels: dict[str, str] = {}
+        self.origins: dict[str, exp.Expression] = {}
 
-    def new(self) -> str:
-        return f"c{next(self._counter)}"
+    def new(self, label: str | None = None) -> str:
+        """A new column; ``label`` is what the user calls it, unless the planner made it up."""
+        name = f"c{next(self._counter)}"
+        if label and not made_up(label):
+            self.labels[name] = label
+        return name
 
+
+# A name the user did not write: sqlglot's for an unaliased output, a decorrelated subquery or
+# a derived table ("_col_0", "_u_1", "_q_0"), or qengine's own ("__sq0", "__parquet_2")
+_MADE_UP = re.compile(r"_(col|u|q)_\d+(_lo|_hi)?|__.*")
+
+
+def made_up(name: str) -> bool:
+    """Whether a column or table alias was made up by the planner, not written by the user."""
+    return _MADE_UP.fullmatch(name) is not None
+
+
+# What EXPLAIN calls an aggregate's grouping-set id column (DuckDB's GROUPING_ID over every key)
+GROUPING_ID = "grouping_id"
 
 # What a fragment calls the split its (first) scan reads; a concatenated union's others are s1, s2…
 SCAN_TABLE = "s"
@@ -233,6 +260,8 @@ class Aggregate(Unary):
     aggs: list[tuple[str, exp.Expression]]
     grouping_sets: list[list[int]] | None = None
     grouping_id: str | None = None
+    # "partial" or "final" where the physical planner split it in two phases, for EXPLAIN
+    phase: str = ""
 
     @property
     def columns(self) -> list[str]:

@@ -16,7 +16,7 @@ import sqlglot.expressions as exp
 from qengine.catalog.sources import DEFAULT_SPLIT_BYTES
 from qengine.planner import estimates
 from qengine.planner import logical as lp
-from qengine.planner.logical import Exchange, col, not_null_operand, plain_column
+from qengine.planner.logical import GROUPING_ID, Exchange, col, not_null_operand, plain_column
 from qengine.planner.templates import slot_kind, value_of
 
 
@@ -309,8 +309,8 @@ class PhysicalPlanner:
             return node, Dist("hash", tuple(hashed), out.partitions) if out.kind == "hash" else out
         partial_aggs, final_aggs = split
         partial_keys = [(self.names.new(), e) for _, e in node.keys]
-        partial_gid = self.names.new() if node.grouping_sets is not None else None
-        partial = lp.Aggregate(child, partial_keys, partial_aggs, node.grouping_sets, partial_gid)
+        partial_gid = self.names.new(GROUPING_ID) if node.grouping_sets is not None else None
+        partial = lp.Aggregate(child, partial_keys, partial_aggs, node.grouping_sets, partial_gid, phase="partial")
         partial.est_rows = node.est_rows
         partial.subqueries = node.subqueries  # the aggregates' arguments are evaluated there
         renamed = {n: p for (n, _), (p, _) in zip(node.keys, partial_keys, strict=True)}
@@ -319,7 +319,7 @@ class PhysicalPlanner:
         final_keys = [(n, col(renamed[n])) for n, _ in node.keys]
         if partial_gid:
             final_keys.append((node.grouping_id, col(partial_gid)))
-        final = lp.Aggregate(moved, final_keys, final_aggs)
+        final = lp.Aggregate(moved, final_keys, final_aggs, phase="final")
         final.est_rows = node.est_rows
         if out.kind == "single":
             return final, SINGLE
@@ -360,12 +360,12 @@ class PhysicalPlanner:
         if split is None:
             return None
         partial_aggs, final_aggs = split
-        partial = lp.Aggregate(fact, [(name, col(name)) for name in keep], partial_aggs)
+        partial = lp.Aggregate(fact, [(name, col(name)) for name in keep], partial_aggs, phase="partial")
         partial.est_rows = estimates.rows(partial)
         left, right = (partial, join.right) if fact_is_left else (join.left, partial)
         joined = lp.Join(left, right, "inner", join.left_keys, join.right_keys, key=join.key)
         joined.est_rows = estimates.rows(joined)
-        final = lp.Aggregate(joined, node.keys, final_aggs)
+        final = lp.Aggregate(joined, node.keys, final_aggs, phase="final")
         final.est_rows = node.est_rows
         return final
 
@@ -376,6 +376,7 @@ class PhysicalPlanner:
         partial: list[tuple[str, exp.Expression]] = []
         final: list[tuple[str, exp.Expression]] = []
         for name, e in node.aggs:
+            self.names.origins.setdefault(name, e)  # what EXPLAIN calls the final form
             agg = e.this if isinstance(e, exp.Filter) else e
             if isinstance(agg.this, exp.Distinct) or agg.args.get("distinct"):
                 return None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from qengine.planner.logical import Names, Node, Scan
+from qengine.planner.logical import Names, Node, Scan, made_up
 
 
 class ColumnAllocator(Protocol):
@@ -44,7 +44,8 @@ class SourceScope:
         if actual is None:
             return None
         if actual not in self.scan.column_map:
-            internal = self.builder.names.new()
+            # the alias as the user wrote it (or the table's name); not one the planner made up
+            internal = self.builder.names.new(actual if made_up(self.alias) else f"{self.alias}.{actual}")
             self.scan.column_map[actual] = internal
             self.builder.widths[internal] = source.column_width(actual)
         return self.scan.column_map[actual]

@@ -85,6 +85,9 @@ class StagePlan:
     readable: tuple[str, ...] = ()
     # the roots the workers check every file they open against (catalog.effective_policy)
     access: dict = field(default_factory=dict)
+    # what the user calls its internal columns, and what some compute (``logical.Names``), for EXPLAIN
+    labels: dict[str, str] = field(default_factory=dict)
+    origins: dict[str, exp.Expression] = field(default_factory=dict)
 
     @property
     def result(self) -> Stage:

@@ -16,10 +16,10 @@ import duckdb
 import pyarrow as pa
 
 from qengine.errors import Error, error_class, first_line
-from qengine.planner.frontend import with_user_columns
 from qengine.planner.null_columns import null_columns
 from qengine.planner.render import render
 from qengine.planner.stages import StagePlan
+from qengine.planner.user_names import with_user_columns
 from qengine.runtime.key_ranges import KeyRanges
 from qengine.runtime.query_run import QueryRun
 from qengine.runtime.query_state import Cluster, ExecutionOptions, release_blocks
@@ -118,7 +118,7 @@ class Coordinator:
         finally:
             con.close()
         seconds = time.perf_counter() - started
-        stage_stats = StageStats(stage.id, "result", 1, table.num_rows, table.nbytes, seconds=seconds, task_seconds=seconds)
+        stage_stats = StageStats(stage.id, "result", 1, table.num_rows, table.nbytes, seconds=seconds, task_seconds=seconds, planned_tasks=1)
         return table, QueryStats([stage_stats], seconds)
 
     def cancel(self) -> None:

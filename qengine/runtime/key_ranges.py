@@ -62,7 +62,9 @@ def prune_scan(state: QueryState, run: StageRun, key_ranges: KeyRanges) -> None:
         ranges[f.column] = (lo, hi) if old is None else (max(old[0], lo), min(old[1], hi))
     if not ranges:
         return
+    before = scan.row_groups(run.splits or [])
     run.splits = run.stage.scan.read_source.splits(state.workers, state.options.split_bytes, ranges)
+    run.stats.row_groups_pruned += before - scan.row_groups(run.splits)
     state.set_tasks(run, len(run.splits))
 
 

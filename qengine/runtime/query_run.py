@@ -29,6 +29,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
+from qengine.catalog import scan
 from qengine.errors import Error, InputLostError, InternalError, OperationalError, WorkerUnreachableError, lost_input
 from qengine.exchange.metrics import ShuffleStats
 from qengine.planner import direct, estimates
@@ -96,7 +97,8 @@ class QueryRun:
             kind = stage.output.kind if stage.output is not None else (output or {}).get("kind", "result")
             pruned = [n.pruned for n in lp.walk(stage.root) if isinstance(n, lp.Scan) and n.pruned is not None]
             stats = StageStats(
-                stage.id, kind, tasks, files=sum(p.files for p in pruned), files_skipped=sum(p.skipped for p in pruned), parents=stage.parents
+                stage.id, kind, tasks, files=sum(p.files for p in pruned), files_skipped=sum(p.skipped for p in pruned), parents=stage.parents,
+                planned_tasks=tasks, split_by=scan.cut_by(splits or []), row_groups=scan.row_groups(splits or []),
             )
             run = StageRun(stage, tasks, splits, stats)
             if stage.output is not None and stage.output.kind in SHUFFLE_KINDS:
@@ -384,6 +386,7 @@ class QueryRun:
         shared = [r for r in run.stage.reads if r.kind == "materialized"]
         if shared:  # one task per partition of the shared output, however many it was cut to
             state.set_tasks(run, state.runs[shared[0].shuffle_id].tasks)
+            run.stats.follows = shared[0].shuffle_id
         ahead = state.placements.get(run.stage.id)
         if ahead is not None:
             state.apply_groups(run, ahead.groups)

@@ -20,7 +20,7 @@ import pyarrow as pa
 from qengine.errors import Error
 from qengine.exchange.metrics import ShuffleStats
 from qengine.exchange.placement import Reducer
-from qengine.exchange.prediction import coalesce
+from qengine.exchange.prediction import coalesce, coalesce_target
 from qengine.planner.stages import Stage, StagePlan
 from qengine.runtime.cluster_load import ClusterLoad
 from qengine.runtime.network_load import NetworkLoad
@@ -350,10 +350,12 @@ class QueryState:
         """The reduce partitions each of ``run``'s tasks reads, adjacent small ones coalesced."""
         if not self.coalescable(run):
             return [[p] for p in range(run.tasks)]
+        run.stats.coalesce_bytes = int(coalesce_target(sizes, self.options.coalesce_bytes, self.workers))
         return coalesce(sizes, self.options.coalesce_bytes, self.workers)
 
     def apply_groups(self, run: StageRun, groups: list[list[int]]) -> None:
         run.groups = groups
+        run.stats.partitions_read = sum(len(g) for g in groups)
         self.set_tasks(run, len(groups))
 
 

@@ -30,12 +30,22 @@ class StageStats:
     # the files of its hive-partitioned scans, and of those how many their partition filters skipped
     files: int = 0
     files_skipped: int = 0
+    # Why it ran as many tasks as it did, for EXPLAIN ANALYZE's planned and actual counts: what
+    # the plan gave it (``StagePlan.scan_tasks``), and what changed that at run time.
+    planned_tasks: int = 0
+    split_by: str = ""  # a scan's tasks: one per split of its "row groups", "files", "byte ranges" or "partitions"
+    row_groups: int = 0  # of a Parquet scan's planned splits
+    row_groups_pruned: int = 0  # of those, skipped by a join's key ranges before the scan was re-split
+    partitions_read: int = 0  # reduce partitions its tasks read, adjacent small ones coalesced into a task
+    coalesce_bytes: int = 0  # how much coalescing put in a task at most
+    follows: int | None = None  # the shared (materialized) stage whose partitions it reads, one a task
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "stage": self.stage,
             "output": self.kind,
             "tasks": self.tasks,
+            "planned_tasks": self.planned_tasks,
             "rows": self.rows,
             "bytes": self.bytes,
             "shuffle_bytes": sum(self.partition_bytes) if self.kind not in FINAL_KINDS else 0,

@@ -20,6 +20,7 @@ from qengine.api.trace import slot_rows
 from qengine.exchange.metrics import ShuffleStats
 from qengine.planner.explain import exchange_target, operator_lines
 from qengine.planner.stages import StagePlan
+from qengine.planner.user_names import UserNames
 from qengine.runtime.query_history import QueryRecord
 from qengine.runtime.stats import QueryStats, StageStats, TaskSpan
 
@@ -148,13 +149,14 @@ def _stages(snap: Snapshot) -> list[dict[str, Any]]:
     """Each stage's figures with what the plan says of it: its operators and its exchange."""
     by_id = {s["stage"]: s for s in (_stage_figures(s, snap) for s in snap.stats)}
     stages = []
+    names = UserNames(snap.plan) if snap.plan is not None else None
     for stage in snap.plan.stages if snap.plan is not None else []:
         out = stage.output
         stages.append(by_id.get(stage.id, {"stage": stage.id}) | {
             "parents": list(stage.parents),
             "exchange": None if out is None else {"kind": out.kind, "partitions": out.partitions, "keys": list(out.keys), "once": out.once},
-            "target": exchange_target(stage),
-            "operators": operator_lines(stage.root),
+            "target": exchange_target(stage, names),
+            "operators": operator_lines(stage.root, names),
             "role": _role(stage.id, snap.plan),
         })
     if snap.plan is None:  # a plan run without a record of it: what the statistics have
