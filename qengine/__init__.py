@@ -193,7 +193,7 @@ def default_connection() -> Any:
     (``qengine.connect()``) started on first use and stopped when the interpreter exits."""
     from qengine.api.default_connection import default_connection as connection
 
-    return connection()
+    return connection(connect)
 
 
 def sql(query: str) -> Any:

@@ -273,8 +273,20 @@ def test_read_parquet_read_csv_and_table(con, oracle, data_paths: dict[str, str]
     same_frames(con.table("customers").df(), oracle.table("customers").df())
     with pytest.raises(qengine.ProgrammingError, match="does not exist"):
         con.table("no_such_table")
-    with pytest.raises(qengine.NotSupportedError, match="hive_partitioning"):
-        con.read_parquet(sales, hive_partitioning=True)
+    # options go to the SQL readers, which take those they model and refuse the others
+    same_frames(con.read_parquet(sales, hive_partitioning=False).df(), oracle.read_parquet(sales, hive_partitioning=False).df())
+    with pytest.raises(qengine.NotSupportedError, match="union_by_name"):
+        con.read_parquet(sales, union_by_name=True).fetchall()
+    with pytest.raises(qengine.NotSupportedError, match="options are not supported"):
+        con.read_csv(csv, header=False).fetchall()
+
+
+@pytest.mark.parametrize("layout", ["newline_delimited", "array"])
+def test_read_json(con, oracle, roots: str, layout: str) -> None:
+    path = os.path.join(roots, f"items-{layout}.json")
+    oracle.execute(f"COPY (SELECT * FROM items) TO '{path}' (FORMAT json, ARRAY {str(layout == 'array').lower()})")
+    same_frames(con.read_json(path).df(), oracle.read_json(path).df())
+    same_frames(con.read_json(path, format=layout).df(), oracle.read_json(path, format=layout).df())
 
 
 def test_read_parquet_stays_inside_the_roots(con, tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -296,3 +296,20 @@ def test_copy_returns_its_count_and_stays_in_the_output_roots(con, files, tmp_pa
         with pytest.raises(qengine.ProgrammingError, match="outside the output roots"):
             con.execute(f"COPY (SELECT 1 AS a, 2 AS b) TO '{tmp_path / target}'{options}")
         assert not os.path.exists(tmp_path / target)
+
+
+def test_tables_named_with_their_schema_as_bi_tools_write_them(con, oracle) -> None:
+    """``main.t`` and ``memory.main.t`` are the catalog's tables and views, as in DuckDB; any other
+    schema or catalog holds nothing, and saying so beats reading a table of the same name."""
+    con.execute("CREATE OR REPLACE VIEW few_sales AS SELECT sale_id FROM sales WHERE sale_id < 10")
+    oracle.execute("CREATE OR REPLACE VIEW few_sales AS SELECT sale_id FROM sales WHERE sale_id < 10")
+    try:
+        for sql in ["SELECT count(*) AS n FROM main.sales", "SELECT count(*) AS n FROM memory.main.few_sales",
+                    "SELECT count(*) AS n FROM main.few_sales s JOIN memory.main.sales t ON s.sale_id = t.sale_id"]:
+            assert con.execute(sql).fetchall() == oracle.execute(sql).fetchall(), sql
+        for sql in ["SELECT * FROM other.sales", "SELECT * FROM elsewhere.main.sales"]:
+            with pytest.raises(qengine.ProgrammingError, match="memory.main"):
+                con.execute(sql)
+    finally:
+        con.execute("DROP VIEW few_sales")
+        oracle.execute("DROP VIEW few_sales")

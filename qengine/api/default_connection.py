@@ -6,22 +6,21 @@ from __future__ import annotations
 
 import atexit
 import threading
+from collections.abc import Callable
 from typing import Any
 
 _lock = threading.Lock()
 _connection: Any = None
 
 
-def default_connection() -> Any:
-    """The default connection, connected (``qengine.connect()``) on first use, or again after
-    it was closed."""
+def default_connection(connect: Callable[[], Any]) -> Any:
+    """The default connection, made with ``connect`` (``qengine.connect``, which lives above
+    this module) on first use, or again after it was closed."""
     global _connection
     with _lock:
         if _connection is None:
             atexit.register(_close)  # once: a connection made again after a close is the same global
         if _connection is None or _connection.closed:
-            from qengine import connect
-
             _connection = connect()
         return _connection
 

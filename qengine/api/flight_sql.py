@@ -47,7 +47,9 @@ from qengine.transport.flight_sql_messages import (
 )
 
 IDLE_SECONDS = 600.0  # how long an unfetched result or an unused prepared statement is kept
-CATALOG = "qengine"  # the one catalog and schema tables are listed under
+# The one catalog and schema tables are listed under: DuckDB's names for its in-memory database,
+# which information_schema reports too, so a BI tool's qualified names are the ones SQL knows.
+CATALOG = "memory"
 SCHEMA = "main"
 ACTIONS = ("CreatePreparedStatement", "ClosePreparedStatement", "CancelFlightInfo", "CancelQuery")
 

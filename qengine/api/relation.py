@@ -22,7 +22,7 @@ import sqlglot.expressions as exp
 from qengine.api.frames import polars_frame
 from qengine.api.replacement_scans import ScopedQuery, caller_scope, reads_variables
 from qengine.api.statements import checked_sql
-from qengine.cli.output import print_table
+from qengine.api.table_text import print_table
 from qengine.errors import NotSupportedError, ProgrammingError
 from qengine.planner.frontend import parse
 from qengine.sandbox.carried_types import restoring_query

@@ -672,7 +672,8 @@ def expand_sources(statement: exp.Expression, catalog: Catalog, dialect: str, de
                 continue
             if kind is None:
                 raise NotSupportedError(f"table function {fname}() is not supported")
-            args = func.expressions if func.expressions else [func.this]
+            # read_csv() is read as ReadCSV(this=path, expressions=options); others as Anonymous(args)
+            args = [func.this, *func.expressions] if isinstance(func.this, exp.Expression) else func.expressions
             specs = args[0].expressions if args and isinstance(args[0], exp.Array) else args[:1]
             if not specs or not all(isinstance(a, exp.Literal) and a.is_string for a in specs):
                 raise ProgrammingError(f"{fname}() takes a path or a list of paths as a string literal")
@@ -682,6 +683,8 @@ def expand_sources(statement: exp.Expression, catalog: Catalog, dialect: str, de
             try:
                 if kind == "parquet":
                     source: Source = hive_parquet(name, files, hive_options(fname, args[1:]))
+                elif args[1:]:  # never ignored: a delimiter or header option would change every row
+                    raise NotSupportedError(f"{fname}() options are not supported: register_csv(name, path, delimiter, header) takes them")
                 else:
                     source = CsvSource(name, [path for path, _ in files])
             except Error as e:  # it names the table, which the user knows only as the call
@@ -692,7 +695,7 @@ def expand_sources(statement: exp.Expression, catalog: Catalog, dialect: str, de
             alias = table.alias or fname
             table.replace(exp.Table(this=exp.to_identifier(name), alias=exp.TableAlias(this=exp.to_identifier(alias))))
             continue
-        if table.args.get("db") or not isinstance(table.this, exp.Identifier):
+        if not isinstance(table.this, exp.Identifier) or not _unqualified(table):
             continue
         view = catalog.views.get(table.name.lower())
         if _is_cte_reference(table):
@@ -708,6 +711,28 @@ def expand_sources(statement: exp.Expression, catalog: Catalog, dialect: str, de
         alias = table.alias or table.name
         table.replace(exp.Subquery(this=body, alias=exp.TableAlias(this=exp.to_identifier(alias))))
     return statement
+
+
+# Where every table and view is, in DuckDB's names for its in-memory database (as
+# information_schema and the Flight SQL metadata report them).
+CATALOG, SCHEMA = "memory", "main"
+
+
+def _unqualified(table: exp.Table) -> bool:
+    """Drop a table name's ``main.`` or ``memory.main.`` (what BI tools write); whether it now
+    names a catalog table or view. ``information_schema`` keeps its name; any other catalog or
+    schema holds nothing, and saying so beats reading the table of the same name elsewhere."""
+    schema, database = table.db, table.catalog
+    if not schema and not database:
+        return True
+    if schema.lower() == "information_schema" and not database:  # api.system_tables' to fill in
+        return False
+    if schema.lower() != SCHEMA or database.lower() not in ("", CATALOG):
+        where = f"{database}.{schema}" if database else schema
+        raise ProgrammingError(f"no schema {where!r}: tables and views are in {CATALOG}.{SCHEMA} (or named without a schema)")
+    table.set("db", None)
+    table.set("catalog", None)
+    return True
 
 
 def _is_cte_reference(table: exp.Table) -> bool:
