@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import qengine
 from qengine.api.options import DEFAULT_WORKERS, default_partitions
 from qengine.catalog.sources import records
+from qengine.cli.common import announce_ui
 from qengine.runtime.stats import QueryStats
 
 
@@ -67,6 +68,7 @@ def sort(
     # The output directory was named on the command line: COPY may write there.
     output_roots = [os.path.dirname(os.path.abspath(output_dir))]
     with qengine.connect(**{"coalesce_size": 0, "output_roots": output_roots, **options}) as con:
+        announce_ui(con)  # --ui: watch the sort run
         if any(n.endswith(".parquet") for n in names):
             con.register_parquet("records", input_dir)
         else:

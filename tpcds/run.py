@@ -143,9 +143,10 @@ def run(
     texts = all_queries()
     report = RunReport(config={"data": os.path.abspath(data), **connect_options})
     ref = reference(data)
-    from qengine.cli.common import register_directory
+    from qengine.cli.common import announce_ui, register_directory
 
     with qengine.connect(**connect_options) as con:
+        announce_ui(con)  # --ui: watch the queries run
         register_directory(con, data)
         for i, number in enumerate(selection):
             sql = texts[number]

@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import os
 import shutil
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -91,10 +92,19 @@ def connection_options(args: argparse.Namespace) -> dict[str, Any]:
         "shuffle_memory": args.shuffle_memory,
         "prefetch_fraction": args.prefetch_fraction,
         "speculation": args.speculation,
+        "ui": args.ui or False,
     }
 
 
+def announce_ui(con: Any) -> None:
+    """Say where a connection's web UI is (``--ui``), on stderr: stdout holds results."""
+    if con.ui_url is not None:
+        print(f"qengine web UI: {con.ui_url}", file=sys.stderr, flush=True)
+
+
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ui", nargs="?", const=True, metavar="HOST:PORT",
+                        help="serve the local cluster's web UI (default 127.0.0.1, a free port) and print its URL on stderr")
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help=f"worker processes of the local cluster (default {DEFAULT_WORKERS})")
     parser.add_argument("--partitions", type=int, default=None, help="reduce partitions per shuffle (default 2 per worker)")
     parser.add_argument(

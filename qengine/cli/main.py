@@ -12,7 +12,7 @@ from typing import Any
 
 import qengine
 from qengine.cli import cluster, serve
-from qengine.cli.common import add_cluster_arguments, connection_options, register_directory
+from qengine.cli.common import add_cluster_arguments, announce_ui, connection_options, register_directory
 from qengine.cli.repl import repl, run_statement
 from qengine.errors import Error
 
@@ -24,15 +24,14 @@ def _connect(args: argparse.Namespace, one_statement: bool) -> Any:
     cluster that serves one statement starts its workers only if the statement needs them."""
     options = connection_options(args)
     if not args.cluster:
-        con = qengine.connect(**options, output_roots=args.output_root, lazy_start=one_statement, ui=args.ui or False)
-        if con.ui_url is not None:
-            print(f"qengine web UI: {con.ui_url}", file=sys.stderr, flush=True)
+        con = qengine.connect(**options, output_roots=args.output_root, lazy_start=one_statement)
+        announce_ui(con)
         return con
     if args.ui:
         raise qengine.ProgrammingError("--ui serves a local cluster's web UI; a standalone coordinator serves its own (qengine coordinator --ui HOST:PORT)")
     if args.output_root:
         raise qengine.ProgrammingError("--output-root is set on the coordinator (qengine coordinator --output-root DIR), not with --cluster")
-    del options["workers"], options["shuffle_memory"]
+    del options["workers"], options["shuffle_memory"], options["ui"]
     root = cluster.read_pem(args.tls_ca) if args.tls_ca else None
     return qengine.connect(f"qengine://{args.cluster}", token=cluster.read_token(args.token_file), tls_root_certs=root, **options)
 
@@ -66,8 +65,6 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument("--output-root", action="append", metavar="DIR",
                      help="a directory COPY may write below (repeatable; default: the current directory)")
     sql.add_argument("--no-progress", action="store_true", help="no progress bar")
-    sql.add_argument("--ui", nargs="?", const=True, metavar="HOST:PORT",
-                     help="serve the local cluster's web UI (default 127.0.0.1, a free port) and print its URL on stderr")
     add_cluster_arguments(sql)
     sql.add_argument("--cluster", metavar="HOST:PORT", help="run on the standalone coordinator at HOST:PORT instead of a local cluster")
     sql.add_argument("--token-file", help="with --cluster: file holding the cluster token")
