@@ -26,6 +26,7 @@ import pytest
 
 import qengine
 from tests.conftest import free_port, subprocess_env, wait_until
+from tests.test_multihost import cluster
 from tpcds.compare import compare
 
 BOUND = 60.0  # seconds; only guards against hangs
@@ -290,3 +291,28 @@ def test_tls(tmp_path, data_paths, oracle) -> None:
                 plain.cursor().execute("SELECT 1")
         finally:
             plain.close()
+
+
+def test_a_standalone_coordinator_speaks_flight_sql(tmp_path, data_paths, oracle) -> None:
+    """``qengine coordinator -d DIR`` serves DIR's tables to Flight SQL clients beside its own
+    sessions, with the same token; a view one client makes is there for the next."""
+    data = os.path.dirname(data_paths["sales"])
+    with cluster(tmp_path, 2, data_roots=[data], coordinator_args=["-d", data]) as c:
+        kwargs = {adbc_driver_flightsql.DatabaseOptions.AUTHORIZATION_HEADER.value: f"Bearer {c.token}"}
+        first = flight_sql.connect(f"grpc://{c.address}", db_kwargs=kwargs, autocommit=True)
+        try:
+            with first.cursor() as cur:
+                cur.execute("CREATE VIEW big_items AS SELECT * FROM items WHERE list_price > 50")
+        finally:
+            first.close()
+        second = flight_sql.connect(f"grpc://{c.address}", db_kwargs=kwargs, autocommit=True)
+        try:
+            sql = "SELECT category, count(*) AS n FROM big_items GROUP BY category"
+            with second.cursor() as cur:
+                cur.execute(sql)
+                got = cur.fetch_arrow_table()
+            same(got, oracle.execute(sql.replace("big_items", "(SELECT * FROM items WHERE list_price > 50)")).to_arrow_table(), sql)
+            tables = second.adbc_get_objects(depth="tables").read_all().to_pylist()[0]["catalog_db_schemas"][0]["db_schema_tables"]
+            assert {"sales", "customers", "items", "big_items"} <= {t["table_name"] for t in tables}
+        finally:
+            second.close()
