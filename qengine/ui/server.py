@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from flask import Flask, Response, abort, jsonify, redirect, request, send_from_directory
+from flask import Flask, Response, abort, jsonify, redirect, render_template, request
 from werkzeug.serving import make_server
 
 from qengine.errors import OperationalError, ProgrammingError
@@ -26,7 +26,8 @@ from qengine.ui.views import query_detail, query_summary, queued_statement, work
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 COOKIE = "qengine_ui"
-PAGES = {"queries": "queries.html", "query": "query.html", "workers": "workers.html"}
+TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+PAGES = {"queries": "Queries", "query": "Query", "workers": "Workers"}  # each page's template name → title
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; object-src 'none'; frame-ancestors 'none'; form-action 'self'",
     "X-Content-Type-Options": "nosniff",
@@ -44,11 +45,16 @@ def _digest(token: str) -> str:
     return hmac.new(token.encode(), b"qengine web UI", hashlib.sha256).hexdigest()
 
 
+def _page(name: str) -> str:
+    """A page: the shared layout (``templates/base.html``) around what the page draws into."""
+    return render_template(f"{name}.html", page=name, title=PAGES[name])
+
+
 def create_app(cluster: Any, token: str, waiting: Callable[[], list[dict]] | None = None) -> Flask:
     """The app over ``cluster`` (a LocalCluster or a coordinator's WorkerRegistry: their
     ``history``, ``worker_states()``, ``load`` and ``pool``); ``waiting`` gives the statements
     a standalone coordinator holds back (``Admission.waiting``)."""
-    app = Flask("qengine.ui", static_folder=STATIC, static_url_path="/static")
+    app = Flask("qengine.ui", static_folder=STATIC, static_url_path="/static", template_folder=TEMPLATES)
     app.json.sort_keys = False
     cookie_value = _digest(token)
 
@@ -93,16 +99,16 @@ def create_app(cluster: Any, token: str, waiting: Callable[[], list[dict]] | Non
         return with_cookie(redirect("/", code=303))
 
     @app.get("/")
-    def queries_page() -> Response:
-        return send_from_directory(STATIC, PAGES["queries"])
+    def queries_page() -> str:
+        return _page("queries")
 
     @app.get("/queries/<query_id>")
-    def query_page(query_id: str) -> Response:
-        return send_from_directory(STATIC, PAGES["query"])
+    def query_page(query_id: str) -> str:
+        return _page("query")
 
     @app.get("/workers")
-    def workers_page() -> Response:
-        return send_from_directory(STATIC, PAGES["workers"])
+    def workers_page() -> str:
+        return _page("workers")
 
     def queued() -> dict[str, dict]:
         return {entry["query"]: entry for entry in waiting()} if waiting is not None else {}
