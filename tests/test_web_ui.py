@@ -23,7 +23,7 @@ from qengine.planner.explain import shuffle_summary
 from qengine.runtime.query_history import QueryHistory
 from qengine.ui.server import UiServer
 from tests.conftest import assert_same, engine_over, free_port, subprocess_env, wait_until
-from tests.test_cancellation import BOUND, ENDLESS
+from tests.test_cancellation import BOUND, ENDLESS, run_endless
 from tests.test_multihost import cluster, data_root, register
 
 JOIN = "SELECT c.city, count(*) AS n, sum(s.amount) AS total FROM sales s JOIN customers c ON s.cust_id = c.cust_id GROUP BY c.city"
@@ -154,17 +154,7 @@ def test_a_statement_is_served_as_explain_analyze_reports_it(ui_engine, oracle) 
 
 def test_a_running_statement_is_seen_while_it_runs(ui_engine) -> None:
     cur = ui_engine.cursor()
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            cur.execute(ENDLESS).fetchall()
-        except qengine.Error as e:
-            errors.append(e)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    wait_until(lambda: cur.query_id is not None, BOUND, "the statement to start")
+    thread, errors = run_endless(cur)
 
     def running_tasks() -> list[dict]:
         query = get_json(ui_engine, f"/api/queries/{cur.query_id}")

@@ -6,13 +6,11 @@ must be drawn, the page must log no script error, and screenshots are saved as a
 from __future__ import annotations
 
 import os
-import threading
 
 import pytest
 
-import qengine
 from tests.conftest import engine_over, wait_until
-from tests.test_cancellation import BOUND, ENDLESS
+from tests.test_cancellation import BOUND, run_endless
 from tests.test_web_ui import JOIN, get_json
 
 CHROMIUM = "/usr/bin/chromium"
@@ -68,18 +66,8 @@ def drawn(driver, stages: int) -> bool:
 
 def test_pages_draw_a_running_and_a_finished_query(ui_engine, browser, tmp_path) -> None:
     cur = ui_engine.cursor()
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            cur.execute(ENDLESS).fetchall()
-        except qengine.Error as e:
-            errors.append(e)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    thread, errors = run_endless(cur)
     try:
-        wait_until(lambda: cur.query_id is not None, BOUND, "the statement to start")
         running = f"/api/queries/{cur.query_id}"
         wait_until(lambda: any(s["outcome"] == "running" for s in get_json(ui_engine, running)["spans"]), BOUND, "its tasks to run")
         # The printed URL logs the browser in and lands on the queries page.
