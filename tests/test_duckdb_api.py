@@ -359,3 +359,32 @@ def test_the_same_text_reads_what_the_variable_holds_now(con, oracle) -> None:
     for bound in (10, 20):
         picked = con.sql(f"SELECT cust_id FROM customers WHERE cust_id < {bound}")  # noqa: F841
         assert con.sql(outer).fetchall() == [(bound - 3,)]
+
+
+def test_relational_methods_are_duckdbs(con, oracle, roots: str) -> None:
+    """filter, project/select, order, limit and aggregate build on a relation as DuckDB's do;
+    write_parquet and write_csv write one file of its rows."""
+    for c in (con, oracle):
+        c.execute("CREATE OR REPLACE VIEW rel_sales AS SELECT sale_id, store_id, qty, amount, note FROM sales")
+    try:
+        built = [
+            lambda r: r.filter("qty > 90 AND note IS NOT NULL").order("sale_id DESC").limit(7, 3),
+            lambda r: r.project("sale_id, qty * 2 AS double_qty").order("sale_id").limit(5),
+            lambda r: r.select("store_id").filter("store_id IS NULL").limit(3),
+            lambda r: r.aggregate("store_id, count(*) AS n, sum(qty) AS q", "store_id"),
+            lambda r: r.aggregate("max(amount) AS top"),
+        ]
+        for build in built:
+            ours, theirs = build(con.sql("SELECT * FROM rel_sales")), build(oracle.sql("SELECT * FROM rel_sales"))
+            same_frames(ours.df(), theirs.df())
+        out = os.path.join(roots, "relation.parquet")
+        con.sql("SELECT * FROM rel_sales").filter("qty < 5").write_parquet(out)
+        same_table(pq.read_table(out), oracle.sql("SELECT * FROM rel_sales WHERE qty < 5").arrow().read_all(), "write_parquet")
+        csv = os.path.join(roots, "relation.csv")
+        con.sql("SELECT * FROM rel_sales").limit(10).write_csv(csv)
+        assert oracle.read_csv(csv).shape == (10, 5)
+        with pytest.raises(qengine.ProgrammingError, match="cannot read a filter"):
+            con.sql("SELECT * FROM rel_sales").filter("qty >")
+    finally:
+        for c in (con, oracle):
+            c.execute("DROP VIEW IF EXISTS rel_sales")

@@ -62,11 +62,88 @@ class Relation(ScopedQuery):
     def _run(self) -> Any:
         return self.connection.cursor().execute_scoped(self.sql, self.scope)
 
-    def _run_over(self, outer: exp.Select) -> Any:
-        """Run ``outer`` with this relation as what it reads FROM."""
+    def _over(self, outer: exp.Select) -> str:
+        """The text of ``outer`` with this relation as what it reads FROM."""
+        if self._explains:
+            raise NotSupportedError("an EXPLAIN's rows cannot be queried further")
         dialect = self.connection.session.dialect
         inner = exp.Subquery(this=parse(self.sql, dialect)[0], alias=exp.TableAlias(this=exp.to_identifier(_SELF)))
-        return self.connection.cursor().execute_scoped(outer.from_(inner).sql(dialect=dialect), self.scope)
+        return outer.from_(inner).sql(dialect=dialect)
+
+    def _run_over(self, outer: exp.Select) -> Any:
+        """Run ``outer`` with this relation as what it reads FROM."""
+        return self.connection.cursor().execute_scoped(self._over(outer), self.scope)
+
+    def _derived(self, outer: exp.Select) -> Relation:
+        """A relation of ``outer`` over this one, not run yet."""
+        return Relation(self.connection, self._over(outer), self.scope)
+
+    def _part(self, text: str, what: str) -> exp.Expression:
+        """An expression given as SQL text (a filter, a column list), read as DuckDB would."""
+        if not isinstance(text, str) or not text.strip():
+            raise ProgrammingError(f"{what} must be SQL text, such as 'qty > 5', not {text!r}")
+        try:
+            return exp.maybe_parse(text, dialect=self.connection.session.dialect)
+        except Exception as e:  # sqlglot's parse errors: the user's text in the user's terms
+            raise ProgrammingError(f"cannot read {what} {text!r}: {str(e).splitlines()[0]}") from e
+
+    # ---- building on it, as DuckDB's relational API does ----------------------------------------
+
+    def filter(self, condition: str) -> Relation:
+        """The rows for which ``condition`` holds."""
+        return self._derived(exp.select("*").where(self._part(condition, "a filter")))
+
+    def project(self, *columns: str) -> Relation:
+        """Only ``columns``: SQL text, each one or several expressions (``"b, a * 2 AS a2"``)."""
+        if not columns:
+            raise ProgrammingError("project() takes at least one column")
+        return self._derived(exp.select(*[e for c in columns for e in self._list(c, "the columns")]))
+
+    select = project
+
+    def _list(self, text: str, what: str) -> list[exp.Expression]:
+        """Comma-separated expressions given as SQL text."""
+        if not isinstance(text, str) or not text.strip():
+            raise ProgrammingError(f"{what} must be SQL text, such as 'city, sum(qty) AS q', not {text!r}")
+        return self._part(f"SELECT {text}", what).expressions
+
+    def order(self, keys: str) -> Relation:
+        """The rows in the order of ``keys`` (``"qty DESC, sale_id"``)."""
+        ordered = exp.maybe_parse(f"SELECT * ORDER BY {keys}", dialect=self.connection.session.dialect) if isinstance(keys, str) else None
+        if ordered is None or not keys.strip():
+            raise ProgrammingError(f"order() takes SQL text such as 'qty DESC', not {keys!r}")
+        return self._derived(exp.select("*").order_by(*ordered.args["order"].expressions))
+
+    def limit(self, n: int, offset: int = 0) -> Relation:
+        """At most ``n`` rows, after the first ``offset``."""
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (n, offset)):
+            raise ProgrammingError(f"limit() takes whole numbers of rows, not {n!r} and {offset!r}")
+        return self._derived(exp.select("*").limit(n).offset(offset) if offset else exp.select("*").limit(n))
+
+    def aggregate(self, aggregates: str, groups: str = "") -> Relation:
+        """``aggregates`` (``"city, sum(qty) AS q"``) grouped by ``groups`` (none: one row)."""
+        outer = exp.select(*self._list(aggregates, "the aggregates"))
+        if groups:
+            outer = outer.group_by(*self._list(groups, "the groups"))
+        return self._derived(outer)
+
+    def write_parquet(self, path: str) -> None:
+        """Write the rows to one Parquet file (COPY, inside the connection's output roots)."""
+        self._copy(path, "parquet")
+
+    def write_csv(self, path: str) -> None:
+        """Write the rows to one CSV file with a header (COPY, inside the output roots)."""
+        self._copy(path, "csv")
+
+    to_parquet, to_csv = write_parquet, write_csv
+
+    def _copy(self, path: str, fmt: str) -> None:
+        if not isinstance(path, str) or not path:
+            raise ProgrammingError(f"the file to write must be a path, not {path!r}")
+        query = parse(self._over(exp.select("*")), self.connection.session.dialect)[0]
+        copy = exp.Copy(this=exp.Subquery(this=query), files=[exp.Literal.string(path)], kind=False,
+                        params=[exp.CopyParameter(this=exp.var("FORMAT"), expression=exp.var(fmt))])
+        self.connection.cursor().execute_scoped(copy.sql(dialect=self.connection.session.dialect), self.scope)
 
     @property
     def _explains(self) -> bool:
