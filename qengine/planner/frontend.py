@@ -15,6 +15,7 @@ import decimal
 import functools
 import inspect
 import itertools
+import logging
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -101,6 +102,17 @@ MAX_NESTING = 256
 TOO_DEEP = "query too deeply nested"
 _OPENING = {TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.L_BRACE}
 _CLOSING = {TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.R_BRACE}
+
+
+class _CommandNotice(logging.Filter):
+    """Drops sqlglot's stderr notice that it read a statement as a bare Command (RESET, PRAGMA,
+    ...): qengine takes such statements itself, or refuses them in the user's terms."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Falling back to parsing as a 'Command'" not in record.getMessage()
+
+
+logging.getLogger("sqlglot").addFilter(_CommandNotice())
 
 
 def parse(sql: str, dialect: str) -> list[exp.Expression]:
