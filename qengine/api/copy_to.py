@@ -74,7 +74,8 @@ def target(st: exp.Copy, policy: AccessPolicy) -> Target:
         raise NotSupportedError(f"COPY format {fmt!r} is not supported ({', '.join(FORMATS)})")
     resolved = policy.check_write(path)
     if partition is not None:
-        columns = partition.expression.expressions if isinstance(partition.expression, exp.Tuple) else [partition.expression]
+        given_columns = partition.expression.unnest() if isinstance(partition.expression, exp.Paren) else partition.expression  # (col)
+        columns = given_columns.expressions if isinstance(given_columns, exp.Tuple) else [given_columns]
         names = [c.name for c in columns if isinstance(c, exp.Column | exp.Identifier | exp.Var)]
         if not names or len(names) != len(columns):
             raise ProgrammingError("PARTITION_BY takes column names: PARTITION_BY (col, ...)")
