@@ -316,3 +316,16 @@ def test_a_standalone_coordinator_speaks_flight_sql(tmp_path, data_paths, oracle
             assert {"sales", "customers", "items", "big_items"} <= {t["table_name"] for t in tables}
         finally:
             second.close()
+
+
+def test_a_prepared_statement_knows_its_schema_and_its_mistakes(adbc, oracle) -> None:
+    sql = "SELECT brand, count(*) AS n, max(list_price) AS top FROM items GROUP BY brand"
+    with adbc.cursor() as cur:
+        schema = cur.adbc_execute_schema(sql)  # prepared, not run: the schema came with the prepare
+        expected = oracle.execute(f"SELECT * FROM ({sql}) LIMIT 0").to_arrow_table().schema
+        assert [(f.name, f.type) for f in schema] == [(f.name, f.type) for f in expected]
+        with pytest.raises(adbc_driver_manager.ProgrammingError, match="syntax error"):
+            cur.adbc_prepare("SELEC brand FROM items")
+        cur.adbc_prepare("SELECT ? + 1 AS x")  # its schema waits for its parameters
+        cur.execute("SELECT ? + 1 AS x", (41,))
+        assert cur.fetchall() == [(42,)]

@@ -29,12 +29,14 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
+import sqlglot.expressions as exp
 
 from qengine.api.result_stream import ResultStream
 from qengine.api.session import Result, Session
 from qengine.catalog.sources import Source
 from qengine.catalog.types import type_code
 from qengine.errors import DataError, Error, NotSupportedError, OperationalError, ProgrammingError
+from qengine.planner.frontend import parse
 from qengine.sandbox.carried_types import untagged_schema
 from qengine.transport.flight_sql_messages import (
     CANCELLED,
@@ -183,11 +185,33 @@ class FlightSqlService:
             sql = self._prepared_statement(command.prepared_statement_handle).sql
         else:
             raise NotSupportedError(f"GetSchema of {name} is not supported")
-        # The schema of a query's result is known once a task has made it: ask for none of its rows.
-        result = self._run(context, f"SELECT * FROM ({sql.strip().rstrip(';')}) LIMIT 0", None)
-        schema = _described(result.rows.schema) if result.rows is not None else pa.schema([])
-        result.close()
+        schema = self._result_schema(context, sql)
+        if schema is None:
+            raise NotSupportedError("the schema of a statement with parameters, or of more than one statement, is known only once it runs")
         return flight.SchemaResult(schema)
+
+    def _result_schema(self, context: flight.ServerCallContext, sql: str) -> pa.Schema | None:
+        """The schema of what ``sql`` returns: none of its rows are made, a query's being known
+        once a task has made its first batch. None where that cannot be known without running it
+        (parameters not bound yet, several statements, a statement qengine reads as a bare command)."""
+        dialect = self._session().dialect
+        statements = parse(sql, dialect)
+        if len(statements) != 1 or any(statements[0].find_all(exp.Placeholder, exp.Parameter)):
+            return None
+        statement = statements[0]
+        if isinstance(statement, exp.Query | exp.Values):
+            probe = exp.select("*").from_(exp.Subquery(this=statement, alias=exp.TableAlias(this=exp.to_identifier("q")))).limit(0)
+        elif isinstance(statement, exp.Describe):
+            probe = statement  # cheap, and it has rows
+        elif isinstance(statement, exp.Create | exp.Insert | exp.Drop | exp.Copy | exp.Set):
+            return pa.schema([])  # COPY's count aside, they return no rows
+        else:
+            return None
+        result = self._run(context, probe.sql(dialect=dialect), None)
+        try:
+            return _described(result.rows.schema) if result.rows is not None else pa.schema([])
+        finally:
+            result.close()
 
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.FlightDataStream:
         name, command = _command(ticket.ticket)
@@ -245,10 +269,16 @@ class FlightSqlService:
             if name != "ActionCreatePreparedStatementRequest":
                 raise ProgrammingError(f"CreatePreparedStatement takes an ActionCreatePreparedStatementRequest, not {name}")
             _no_transaction(request)
+            # Read now, as a database prepares: a mistake shows here, and the result's schema with it.
+            schema = self._result_schema(context, request.query)
             handle = secrets.token_bytes(16)
             with self._lock:
                 self._prepared[handle] = _Prepared(request.query, [], time.monotonic() + IDLE_SECONDS)
-            reply = sql_message("ActionCreatePreparedStatementResult", prepared_statement_handle=handle)
+            reply = sql_message(
+                "ActionCreatePreparedStatementResult",
+                prepared_statement_handle=handle,
+                dataset_schema=schema.serialize().to_pybytes() if schema is not None else b"",
+            )
             return [flight.Result(packed(reply))]
         if action.type == "ClosePreparedStatement":
             _, request = _command(body)
