@@ -10,7 +10,6 @@ from collections.abc import Iterator
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from qengine.sandbox.carried_types import restoring_query
 from qengine.sandbox.connection import safe_connection
@@ -35,6 +34,7 @@ def filters_mishandle(table: pa.Table, sql: str) -> bool:
         return False
     if _NAN_LITERAL.search(sql):
         return True
+    import pyarrow.compute as pc  # here, not at the top: it costs a one-statement CLI run ~30 ms to import
     return any(pc.any(pc.is_nan(c)).as_py() for c in floats)
 
 
