@@ -169,7 +169,7 @@ class FlightSqlService:
             if len(prepared.rows) > 1:
                 raise NotSupportedError("a query takes one row of parameters; run an update to bind several")
             return self._execute_info(context, descriptor, prepared.sql, prepared.rows[0] if prepared.rows else None)
-        table = self._metadata(name, command)
+        table = self._metadata(context, name, command)
         return self._info(descriptor, ResultStream.of_table(table), table.schema)
 
     def get_schema(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor) -> flight.SchemaResult:
@@ -369,7 +369,7 @@ class FlightSqlService:
 
     # ---- metadata -------------------------------------------------------------------------------
 
-    def _metadata(self, name: str, command: Any) -> pa.Table:
+    def _metadata(self, context: flight.ServerCallContext, name: str, command: Any) -> pa.Table:
         if name == "CommandGetSqlInfo":
             return _sql_info(list(command.info))
         if name == "CommandGetTableTypes":
@@ -380,14 +380,13 @@ class FlightSqlService:
             keep = _in_catalog(command) and _matches(command, "db_schema_filter_pattern", SCHEMA)
             return pa.table({"catalog_name": [CATALOG] * keep, "db_schema_name": [SCHEMA] * keep}, schema=SCHEMAS[name])
         if name == "CommandGetTables":
-            return self._tables(command)
+            return self._tables(context, command)
         if name in ("CommandGetPrimaryKeys", "CommandGetExportedKeys", "CommandGetImportedKeys"):
             return SCHEMAS[name].empty_table()  # qengine has no keys
         raise NotSupportedError(f"Flight SQL command {name} is not supported")
 
-    def _tables(self, command: Any) -> pa.Table:
-        session = self._session()
-        catalog = session.catalog
+    def _tables(self, context: flight.ServerCallContext, command: Any) -> pa.Table:
+        catalog = self._session().catalog
         wanted = {t.upper() for t in command.table_types}
         rows: list[tuple[str, str, Source | None]] = []
         if _in_catalog(command) and _matches(command, "db_schema_filter_pattern", SCHEMA):
@@ -402,19 +401,16 @@ class FlightSqlService:
         }
         schema = SCHEMAS["CommandGetTables"]
         if command.include_schema:
-            columns["table_schema"] = [self._table_schema(session, name, source).serialize().to_pybytes() for name, _, source in rows]
+            columns["table_schema"] = [self._table_schema(context, name, source).serialize().to_pybytes() for name, _, source in rows]
             schema = schema.append(_TABLE_SCHEMA_FIELD)
         return pa.table(columns, schema=schema)
 
-    def _table_schema(self, session: Session, name: str, source: Source | None) -> pa.Schema:
-        """A table's columns; a view's, from a run of it that returns no rows."""
+    def _table_schema(self, context: flight.ServerCallContext, name: str, source: Source | None) -> pa.Schema:
+        """A table's columns; a view's, as its query's result has them."""
         if source is not None:
             return _described(source.schema)
-        result = session.execute(f'SELECT * FROM "{name.replace(chr(34), chr(34) * 2)}" LIMIT 0')
-        try:
-            return _described(result.rows.schema)
-        finally:
-            result.close()
+        view = exp.select("*").from_(exp.Table(this=exp.to_identifier(name, quoted=True)))
+        return self._result_schema(context, view.sql(dialect=self._session().dialect)) or pa.schema([])
 
 
 def _command(data: bytes) -> tuple[str, Any]:
