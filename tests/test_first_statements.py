@@ -316,3 +316,14 @@ def test_tables_named_with_their_schema_as_bi_tools_write_them(con, oracle) -> N
     finally:
         con.execute("DROP VIEW few_sales")
         oracle.execute("DROP VIEW few_sales")
+
+
+def test_a_file_named_as_a_table_beside_read_parquet_reads_its_own_files(con, duck, files) -> None:
+    """Regression: a file named as a table and a read_parquet() call in one query were each given
+    the hidden table name ``__parquet_0`` by two counters, so both sides read the second's files."""
+    path = files["parquet"]
+    other = os.path.join(files["root"], "other.parquet")
+    duck.execute(f"COPY (SELECT 7 AS v UNION ALL SELECT 8) TO '{other}' (FORMAT parquet)")
+    sql = (f"SELECT (SELECT count(*) FROM '{path}') AS a, (SELECT sum(v) FROM read_parquet('{other}')) AS b, "
+           f"(SELECT count(*) FROM read_csv('{files['csv']}')) AS c")
+    assert con.execute(sql).fetchall() == duck.execute(sql).fetchall()

@@ -39,14 +39,12 @@ from sqlglot.optimizer.unnest_subqueries import unnest_subqueries as sqlglot_unn
 from sqlglot.tokens import Token, TokenType
 
 from qengine.catalog.catalog import Catalog
-from qengine.catalog.sources import CsvSource, Source, hive_parquet
 from qengine.errors import Error, NotSupportedError, ProgrammingError
 from qengine.planner import table_sources
 from qengine.planner.eliminate_joins import eliminate_joins
 from qengine.planner.grouping_syntax import parse_tokens
 from qengine.planner.join_order import optimize_joins
 from qengine.planner.merge_derived import merge_subqueries
-from qengine.planner.parquet_options import hive_options
 from qengine.planner.templates import PARAMETER
 from qengine.planner.unnest import unnest_subqueries
 from qengine.planner.unsupported import refuse_unmodelled
@@ -89,8 +87,6 @@ _RULES = tuple(
     if rule not in (simplify, pushdown_predicates, annotate_types, canonicalize)
 )
 
-_TABLE_FUNCTIONS = {"read_parquet": "parquet", "parquet_scan": "parquet", "read_csv": "csv", "read_csv_auto": "csv"}
-_counter = itertools.count()
 
 
 # How deep parentheses (and brackets) may nest. sqlglot's parser recurses a few Python frames a
@@ -679,33 +675,8 @@ def expand_sources(statement: exp.Expression, catalog: Catalog, dialect: str, de
             # The name as the user wrote it: sqlglot reads range() as a GenerateSeries node, and
             # writes it back (in the dialect it was read in) as range() again.
             fname = func.sql(dialect=dialect).split("(")[0].lower()
-            kind = _TABLE_FUNCTIONS.get(fname)
-            if kind is None and table_sources.expand_call(table, fname, catalog):
-                continue
-            if kind is None:
+            if not table_sources.expand_call(table, fname, catalog, dialect):
                 raise NotSupportedError(f"table function {fname}() is not supported")
-            # read_csv() is read as ReadCSV(this=path, expressions=options); others as Anonymous(args)
-            args = [func.this, *func.expressions] if isinstance(func.this, exp.Expression) else func.expressions
-            specs = args[0].expressions if args and isinstance(args[0], exp.Array) else args[:1]
-            if not specs or not all(isinstance(a, exp.Literal) and a.is_string for a in specs):
-                raise ProgrammingError(f"{fname}() takes a path or a list of paths as a string literal")
-            suffixes = (".parquet", ".parq") if kind == "parquet" else (".csv", ".tsv", ".txt")
-            files = [f for spec in specs for f in catalog.resolve_files(spec.name, suffixes, from_sql=True)]
-            name = f"__{kind}_{next(_counter)}"
-            try:
-                if kind == "parquet":
-                    source: Source = hive_parquet(name, files, hive_options(fname, args[1:]))
-                elif args[1:]:  # never ignored: a delimiter or header option would change every row
-                    raise NotSupportedError(f"{fname}() options are not supported: register_csv(name, path, delimiter, header) takes them")
-                else:
-                    source = CsvSource(name, [path for path, _ in files])
-            except Error as e:  # it names the table, which the user knows only as the call
-                e.args = (str(e).replace(f"table {name!r}", f"{fname}()"),)
-                raise
-            source.written = func.sql(dialect=dialect, normalize_functions="lower")
-            catalog.add_table(source)
-            alias = table.alias or fname
-            table.replace(exp.Table(this=exp.to_identifier(name), alias=exp.TableAlias(this=exp.to_identifier(alias))))
             continue
         if not isinstance(table.this, exp.Identifier) or not _unqualified(table):
             continue

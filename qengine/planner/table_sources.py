@@ -1,5 +1,7 @@
 """Tables named in FROM by something other than a catalog name, as DuckDB reads them.
 
+* ``read_parquet(path, [hive options])`` / ``parquet_scan`` and ``read_csv`` / ``read_csv_auto``:
+  a hidden catalog table over the files (Parquet read as hive partitions where DuckDB would).
 * A file name as the table (``FROM 'sales.parquet'``, ``FROM 'x.csv'``, ``FROM 'events.json'``,
   globs too), which DuckDB reads by the file's suffix: a hidden catalog table over the files.
 * ``read_json(path)`` / ``read_json_auto(path)`` (and ``read_ndjson``): a JSON source
@@ -17,13 +19,15 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable
+from typing import Any
 
 import duckdb
 import sqlglot.expressions as exp
 
 from qengine.catalog.catalog import Catalog
-from qengine.catalog.sources import CsvSource, JsonSource, ParquetSource, RangeSource, Source
+from qengine.catalog.sources import CsvSource, JsonSource, RangeSource, Source, hive_parquet
 from qengine.errors import Error, NotSupportedError, ProgrammingError
+from qengine.planner.parquet_options import hive_options
 from qengine.sandbox.connection import scratch_connection
 
 # A file's suffix → how DuckDB reads it when it is named as a table.
@@ -33,6 +37,9 @@ FILE_SUFFIXES = {
     ".json": "json", ".jsonl": "json", ".ndjson": "json",
 }
 SUFFIXES = {kind: tuple(s for s, k in FILE_SUFFIXES.items() if k == kind) for kind in set(FILE_SUFFIXES.values())}
+# What read_csv() also reads beside the suffixes a file named as a table needs.
+READ_SUFFIXES = {**SUFFIXES, "csv": (*SUFFIXES["csv"], ".txt")}
+READERS = {"read_parquet": "parquet", "parquet_scan": "parquet", "read_csv": "csv", "read_csv_auto": "csv"}
 JSON_FUNCTIONS = {"read_json": "auto", "read_json_auto": "auto", "read_ndjson": "newline_delimited"}
 _JSON_FORMATS = ("auto", "newline_delimited", "array")
 _counter = itertools.count()
@@ -47,25 +54,30 @@ def file_kind(name: str) -> str | None:
 def expand_file(table: exp.Table, catalog: Catalog) -> bool:
     """Replace a table whose name is a file name (and no catalog table's) by a hidden table over
     the files; whether it was one."""
-    if table.args.get("db") or not isinstance(table.this, exp.Identifier) or table.name.lower() in catalog.tables:
-        return False
     kind = file_kind(table.name)
     if kind is None:
         return False
-    paths = catalog.resolve_paths(table.name, SUFFIXES[kind], from_sql=True)
-    make = {"parquet": ParquetSource, "csv": CsvSource, "json": JsonSource}[kind]
-    _replace(table, catalog, lambda name: make(name, paths), kind, table.name, os.path.splitext(os.path.basename(table.name))[0])
+    files = catalog.resolve_files(table.name, SUFFIXES[kind], from_sql=True)
+    stem = os.path.splitext(os.path.basename(table.name))[0]
+    _replace(table, catalog, _maker(kind, files, []), kind, table.name, stem, f"'{table.name}'")
     return True
 
 
-def expand_call(table: exp.Table, fname: str, catalog: Catalog) -> bool:
-    """Replace a table function this module reads (JSON, range, generate_series) by a hidden
-    table; whether it was one."""
+def expand_call(table: exp.Table, fname: str, catalog: Catalog, dialect: str) -> bool:
+    """Replace a table function this module reads (the file readers, range, generate_series)
+    by a hidden table; whether it was one."""
     func = table.this
-    if fname in JSON_FUNCTIONS:
-        path, json_format = _json_arguments(func, fname)
-        paths = [p for spec in path for p in catalog.resolve_paths(spec, SUFFIXES["json"], from_sql=True)]
-        _replace(table, catalog, lambda name: JsonSource(name, paths, json_format), "json", f"{fname}()", fname)
+    written = func.sql(dialect=dialect, normalize_functions="lower")
+    kind = READERS.get(fname) or ("json" if fname in JSON_FUNCTIONS else None)
+    if kind is not None:
+        # read_csv() is read as ReadCSV(this=path, expressions=options); others as Anonymous(args)
+        args = [func.this, *func.expressions] if isinstance(func.this, exp.Expression) else list(func.expressions)
+        specs = args[0].expressions if args and isinstance(args[0], exp.Array) else args[:1]
+        if not specs or not all(isinstance(a, exp.Literal) and a.is_string for a in specs):
+            raise ProgrammingError(f"{fname}() takes a path or a list of paths as a string literal")
+        files = [f for spec in specs for f in catalog.resolve_files(spec.name, READ_SUFFIXES[kind], from_sql=True)]
+        options = _json_format(fname, args[1:]) if kind == "json" else args[1:]
+        _replace(table, catalog, _maker(kind, files, options, fname), kind, f"{fname}()", fname, written)
         return True
     if fname in ("range", "generate_series") and isinstance(func, exp.GenerateSeries):
         start, stop, step = _series_arguments(func, fname)
@@ -73,21 +85,39 @@ def expand_call(table: exp.Table, fname: str, catalog: Catalog) -> bool:
             raise ProgrammingError(f"{fname}() step must not be zero")
         if fname == "generate_series":  # its end is included: stop one step past it
             stop += 1 if step > 0 else -1
-        _replace(table, catalog, lambda name: RangeSource(name, fname, start, stop, step), "range", f"{fname}()", fname)
+        _replace(table, catalog, lambda name: RangeSource(name, fname, start, stop, step), "range", f"{fname}()", fname, written)
         return True
     return False
 
 
-def _replace(table: exp.Table, catalog: Catalog, make: Callable[[str], Source], kind: str, shown: str, alias: str) -> None:
+def _maker(kind: str, files: list[tuple[str, str]], options: Any, fname: str = "") -> Callable[[str], Source]:
+    """How a hidden table of ``kind`` over ``files`` (resolved, as spelled) is made, given its
+    name: ``options`` are read_parquet()'s hive options, read_json()'s format, or read_csv()'s
+    (refused: a delimiter or header option would change every row, so it is never ignored)."""
+    paths = [path for path, _ in files]
+    if kind == "parquet":
+        hive = hive_options(fname, options)
+        return lambda name: hive_parquet(name, files, hive)
+    if kind == "json":
+        return lambda name: JsonSource(name, paths, options or "auto")
+    if options:
+        raise NotSupportedError(f"{fname}() options are not supported: register_csv(name, path, delimiter, header) takes them")
+    return lambda name: CsvSource(name, paths)
+
+
+def _replace(
+    table: exp.Table, catalog: Catalog, make: Callable[[str], Source], kind: str, shown: str, alias: str, written: str
+) -> None:
     """Put the source ``make(name)`` in the catalog as a hidden table and read it instead,
     under the alias written, else ``alias`` (DuckDB's: the function's name, or the file's
-    without its directory and suffix)."""
+    without its directory and suffix); EXPLAIN shows it as ``written``."""
     name = f"__{kind}_{next(_counter)}"
     try:
         source = make(name)
     except Error as e:  # it names the table, which the user knows only as the call or file
         e.args = (str(e).replace(f"table {name!r}", shown),)
         raise
+    source.written = written
     catalog.add_table(source)
     written = table.args.get("alias")
     if written is not None and written.columns:  # t(a, b) renames columns: the planner does so for a subquery
@@ -97,13 +127,8 @@ def _replace(table: exp.Table, catalog: Catalog, make: Callable[[str], Source], 
     table.replace(exp.Table(this=exp.to_identifier(name), alias=written.copy() if written else exp.TableAlias(this=exp.to_identifier(alias))))
 
 
-def _json_arguments(func: exp.Expression, fname: str) -> tuple[list[str], str]:
-    """read_json()'s paths (a string or a list of them) and its ``format``."""
-    args = list(func.expressions) if func.expressions else [func.this]
-    first, options = (args[0] if args else None), args[1:]
-    specs = first.expressions if isinstance(first, exp.Array) else [first]
-    if not specs or not all(isinstance(a, exp.Literal) and a.is_string for a in specs):
-        raise ProgrammingError(f"{fname}() takes a path or a list of paths as a string literal")
+def _json_format(fname: str, options: list[exp.Expression]) -> str:
+    """read_json()'s ``format`` option, the one it takes."""
     json_format = JSON_FUNCTIONS[fname]
     for option in options:
         key = option.this.name.lower() if isinstance(option, exp.EQ | exp.PropertyEQ | exp.Kwarg) else None
@@ -113,7 +138,7 @@ def _json_arguments(func: exp.Expression, fname: str) -> tuple[list[str], str]:
                 f"{fname}() option {option.sql(dialect='duckdb')} is not supported (format = 'auto', 'newline_delimited' or 'array' is)"
             )
         json_format = value.name.lower()
-    return [s.name for s in specs], json_format
+    return json_format
 
 
 def _series_arguments(func: exp.GenerateSeries, fname: str) -> tuple[int, int, int]:
@@ -130,7 +155,7 @@ def _series_arguments(func: exp.GenerateSeries, fname: str) -> tuple[int, int, i
     finally:
         con.close()
     kinds, values = row[0::2], row[1::2]
-    integers = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER", "INTEGER_LITERAL")
+    integers = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER")
     if not all(k in integers or k.startswith("INTEGER_LITERAL") for k in kinds):
         raise NotSupportedError(f"{fname}() over {', '.join(sorted(set(kinds)))} is not supported (integers are)")
     if any(v is None for v in values):
