@@ -222,7 +222,10 @@ def test_cancel_stops_a_running_query_and_the_server_goes_on(server: Served, adb
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    time.sleep(2.0)  # the statement runs on the workers
+    watcher = qengine.connect(f"qengine://{server.address}", token=server.token)
+    # the coordinator lists it among every client's statements, as Flight SQL's user's
+    wait_until(lambda: [q for q in watcher.queries() if q["user"] == "flightsql"], BOUND, "the statement to be listed running")
+    time.sleep(1.0)  # its tasks run on the workers
     started = time.monotonic()
     cur.adbc_cancel()
     thread.join(BOUND)
@@ -236,6 +239,9 @@ def test_cancel_stops_a_running_query_and_the_server_goes_on(server: Served, adb
     assert time.monotonic() - started < BOUND
     wait_until(lambda: "cancel" in Path(server.err).read_text(), BOUND, "the server to log the cancelled statement")
     con.close()
+    # ... and the statement itself stopped on the cluster: the coordinator lists none running
+    wait_until(lambda: not watcher.queries(), BOUND, lambda: f"the cancelled statement to end: {watcher.queries()}")
+    watcher.close()
 
 
 def test_clients_at_once_each_get_their_answer(server: Served, oracle) -> None:

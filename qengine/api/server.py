@@ -76,7 +76,9 @@ class CoordinatorServer(ActionServer):
         self._lock = threading.Lock()
         self.served_tables = served_tables or []
         self.flight_sql = FlightSqlService(self._flight_sql_session, self._run_flight_sql)
-        self._shared: Session | None = None  # Flight SQL's session
+        # Flight SQL's one session lives among the others under an id no client is given, so that
+        # cancelling, listing and releasing statements reach it as they reach theirs.
+        self._flight_sql_id = secrets.token_hex(16)
         self._flight_sql_lock = threading.Lock()
 
     # ---- actions ------------------------------------------------------------------------------
@@ -207,14 +209,17 @@ class CoordinatorServer(ActionServer):
         """The session Flight SQL statements run in, over the served tables; made on first use,
         once workers have joined (a plan's partitions follow their number)."""
         with self._flight_sql_lock:
-            if self._shared is None:
+            with self._lock:
+                session = self._sessions.get(self._flight_sql_id)
+            if session is None:
                 if not self.registry.addresses:
                     raise OperationalError("no worker has joined this coordinator yet")
                 session = self._new_session(SessionSettings(), FLIGHT_SQL_USER)
                 for name, kind, path in self.served_tables:
                     session.register_file(kind, name, path)
-                self._shared = session
-            return self._shared
+                with self._lock:
+                    self._sessions[self._flight_sql_id] = session
+            return session
 
     def _run_flight_sql(self, context: flight.ServerCallContext, sql: str, params: Sequence[Any] | None) -> Result:
         return self._run_watched(context, self._flight_sql_session(), sql, params, new_statement_id())
@@ -254,7 +259,7 @@ class CoordinatorServer(ActionServer):
 
     def _admit_by_memory(self, session: Session, plan: StagePlan) -> contextlib.AbstractContextManager[None]:
         """Hold a planned query until its predicted memory fits what the workers have left."""
-        statement = session.statements.current_id() or new_statement_id()
+        statement = session.statements.current_id()  # the gate runs inside a statement
         needs = plan.held_bytes(max(1, len(self.registry.addresses)))
         return self.admission.memory(session.user, statement, needs, self.registry.memory_budget, session.statements.current())
 
@@ -290,10 +295,8 @@ class CoordinatorServer(ActionServer):
         """Close every session and stop the workers that joined (a clean coordinator shutdown
         leaves no worker behind). Safe to call twice."""
         self.flight_sql.close()
-        with self._flight_sql_lock:
-            shared, self._shared = self._shared, None
         with self._lock:
-            sessions = list(self._sessions.values()) + ([shared] if shared is not None else [])
+            sessions = list(self._sessions.values())
             self._sessions.clear()
             streams = [stream for _, stream in self._results.values()]
             self._results.clear()
