@@ -327,3 +327,15 @@ def test_a_file_named_as_a_table_beside_read_parquet_reads_its_own_files(con, du
     sql = (f"SELECT (SELECT count(*) FROM '{path}') AS a, (SELECT sum(v) FROM read_parquet('{other}')) AS b, "
            f"(SELECT count(*) FROM read_csv('{files['csv']}')) AS c")
     assert con.execute(sql).fetchall() == duck.execute(sql).fetchall()
+
+
+def test_describe_names_the_types_a_session_table_carries(con, duck) -> None:
+    """A HUGEINT sum travels between processes as a tagged decimal; DESCRIBE says HUGEINT, as DuckDB does."""
+    sql = "CREATE OR REPLACE TABLE sums AS SELECT sum(v) AS s, 1 AS k FROM range(10) t(v)"
+    con.execute(sql)
+    duck.execute(sql)
+    try:
+        assert con.execute("DESCRIBE sums").fetchall() == duck.execute("DESCRIBE sums").fetchall()
+    finally:
+        con.execute("DROP TABLE sums")
+        duck.execute("DROP TABLE sums")

@@ -23,6 +23,7 @@ import sqlglot.expressions as exp
 from qengine.catalog.catalog import Catalog
 from qengine.errors import ProgrammingError
 from qengine.planner.frontend import expand_sources
+from qengine.sandbox.carried_types import restoring_query
 from qengine.sandbox.connection import safe_connection
 from qengine.sandbox.quoting import identifier
 
@@ -44,7 +45,9 @@ def ask(catalog: Catalog, dialect: str, sql: str, reads: exp.Expression | None =
             if key.startswith("__") and key not in needed:
                 continue
             con.register("__qengine_empty", source.schema.empty_table())
-            con.execute(f"CREATE TABLE {identifier(source.name)} AS SELECT * FROM __qengine_empty")
+            # in the DuckDB types the columns carry (a HUGEINT sum travels as a tagged decimal)
+            reading = restoring_query("__qengine_empty", source.schema) or "SELECT * FROM __qengine_empty"
+            con.execute(f"CREATE TABLE {identifier(source.name)} AS {reading}")
             con.unregister("__qengine_empty")
         for name, body in views:  # expanded: each reads tables only
             try:
