@@ -43,6 +43,7 @@ from shuffle import measure, median_of, mode_order, ratio, spread
 
 import qengine
 from qengine.cli.common import cache_dir, register_directory
+from qengine.cli.processes import stop_processes
 from sortbench.sortjob import copy_sql
 from tpcds.report import write_json
 
@@ -241,21 +242,6 @@ class NetCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def stop_processes(procs: list[subprocess.Popen]) -> None:
-    """SIGTERM each process, then wait for it (SIGKILL after 10 s); never raises."""
-    for p in procs:
-        with contextlib.suppress(ProcessLookupError):
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-        if p.stdout:
-            p.stdout.close()
 
 
 @contextlib.contextmanager

@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             register_directory(clusters[mode], root)
         for job in jobs:
             for mode in ("pull", "prefetch"):
-                measure(clusters[mode], job, JOBS[job])  # warm-up, untimed
+                timed_run(clusters[mode], JOBS[job])  # warm-up, untimed
             for round_ in range(args.repeat):
                 for mode in mode_order(round_):
                     seconds, stats = timed_run(clusters[mode], JOBS[job])

@@ -43,10 +43,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from chaos import Group, Job, terasort_data, terasort_group, tpcds_data, tpcds_group
-from netcluster import NetCluster, _signals_raise, missing_requirement, stop_processes
+from netcluster import NetCluster, _signals_raise, missing_requirement
 
 import qengine
 from qengine.cli.common import cache_dir
+from qengine.cli.processes import stop_processes
 from qengine.transport.rpc import Client
 from sortbench.valsort import summarize as summarize_records
 from tpcds.report import write_json

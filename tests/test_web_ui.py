@@ -163,7 +163,7 @@ def test_a_running_statement_is_seen_while_it_runs(ui_engine) -> None:
     wait_until(running_tasks, BOUND, "its tasks to be seen running")
     listed = next(q for q in get_json(ui_engine, "/api/queries") if q["id"] == cur.query_id)
     assert listed["status"] == "running" and listed["sql"] == ENDLESS
-    assert listed is not None and get_json(ui_engine, "/api/queries")[0]["id"] == cur.query_id  # running ones first
+    assert get_json(ui_engine, "/api/queries")[0]["id"] == cur.query_id  # running ones first
     query = get_json(ui_engine, f"/api/queries/{cur.query_id}")
     assert query["stages"] and all(s["operators"] for s in query["stages"])
     assert sum(s["tasks_running"] for s in query["stages"]) >= 1

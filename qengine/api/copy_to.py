@@ -150,7 +150,7 @@ def write_partitions(out: Target, schema: pa.Schema, batches: Iterable[pa.Record
     The directory is new or empty (``target``): COPY deletes nothing it cannot tell it wrote. Each
     partition's writer stays open while the result streams past, so a partition's rows, from
     whatever batch, go to its one file."""
-    keys = partition_keys(out, schema.names)
+    keys = out.partition_by  # as the result names them (``partition_keys``)
     kept = [n for n in schema.names if n not in keys]
     os.makedirs(out.path, exist_ok=True)
     file_schema = pa.schema([schema.field(n) for n in kept])

@@ -222,13 +222,11 @@ class FlightSqlService:
         if held is None:
             raise ProgrammingError("no such result: it was fetched already, cancelled, or not fetched in time")
         stream, schema = held.stream, held.schema
-        plain = untagged_schema(stream.schema)
 
         def batches() -> Iterator[pa.RecordBatch]:
             try:
                 for batch in stream:
-                    batch = batch if plain == stream.schema else batch.cast(plain)
-                    yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+                    yield batch.cast(schema)  # without qengine's type tags, with the SQL type names
             except Error as e:
                 raise flight_error(e) from e
             finally:  # read to its end, failed, or given up by the client
@@ -390,7 +388,7 @@ class FlightSqlService:
         wanted = {t.upper() for t in command.table_types}
         rows: list[tuple[str, str, Source | None]] = []
         if _in_catalog(command) and _matches(command, "db_schema_filter_pattern", SCHEMA):
-            rows = [(s.name, "TABLE", s) for key, s in list(catalog.tables.items()) if not key.startswith("__")]
+            rows = [(s.name, "TABLE", s) for s in catalog.user_tables()]
             rows += [(v.name, "VIEW", None) for v in list(catalog.views.values())]
         rows = sorted(r for r in rows if (not wanted or r[1] in wanted) and _matches(command, "table_name_filter_pattern", r[0]))
         columns: dict[str, list] = {

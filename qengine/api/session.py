@@ -32,7 +32,7 @@ from qengine.catalog.access import claim_output, record_output
 from qengine.catalog.catalog import Catalog, View
 from qengine.catalog.sources import CsvSource, MemorySource, Partition, RecordSource, Source, hive_parquet
 from qengine.errors import InputLostError, NotSupportedError, ProgrammingError, WorkerUnreachableError
-from qengine.planner import plan_query
+from qengine.planner import plan_query, table_sources
 from qengine.planner.explain import explain_lines
 from qengine.planner.frontend import (
     bind,
@@ -48,6 +48,7 @@ from qengine.planner.output_names import spelled, spelled_names
 from qengine.planner.stages import StagePlan, reads_no_data
 from qengine.planner.templates import Shape, Templates, instantiate, parameterize, planning, slot_holders
 from qengine.runtime.coordinator import Coordinator
+from qengine.runtime.query_state import ExecutionOptions
 from qengine.runtime.stats import QueryStats
 from qengine.sandbox.connection import scratch_connection
 from qengine.transport.wire import schema_from_hex, schema_to_hex
@@ -86,8 +87,7 @@ class Session:
         self.workers = workers
         self.plan_options = settings.plan_options(workers)
         self.catalog = catalog
-        exec_options = settings.execution_options()
-        self.coordinator = Coordinator(cluster, exec_options if user is None else dataclasses.replace(exec_options, user=user))
+        self.coordinator = Coordinator(cluster, _execution(settings, user))
         self.replicas = Replicas(cluster)
         self.templates = Templates()
         self.prepared = Prepared()
@@ -409,7 +409,7 @@ class Session:
             rows = sum(s["rows"] for _, s in placement)
         else:
             if out.kind == "hive":
-                copy_to.partition_keys(out, plan.names)  # before the query runs
+                out.partition_by = copy_to.partition_keys(out, plan.names)  # checked before the query runs
             result = self._run(plan, progress)
             try:
                 write = copy_to.write_file if out.kind == "file" else copy_to.write_partitions
@@ -433,8 +433,8 @@ class Session:
     def _set(self, settings: SessionSettings) -> Result:
         """Plan and run the session's next statements with ``settings``; plans made before
         (templates, prepared statements) are not reused, as after a change to the catalog."""
-        exec_options = dataclasses.replace(settings.execution_options(), user=self.coordinator.options.user)
-        self.settings, self.plan_options, self.coordinator.options = settings, settings.plan_options(self.workers), exec_options
+        self.settings, self.plan_options = settings, settings.plan_options(self.workers)
+        self.coordinator.options = _execution(settings, self.user)
         self.catalog.changed()
         return Result(None, -1)
 
@@ -478,7 +478,7 @@ class Session:
     def register_parquet(self, name: str, path: str) -> None:
         """A Parquet file, directory or glob; a hive-partitioned one (``y=2024/part.parquet``)
         with its partition columns, detected as DuckDB detects them."""
-        self._add(hive_parquet(name, self._resolve_files(path, (".parquet", ".parq"))), path)
+        self._add(hive_parquet(name, self._resolve_files(path, table_sources.SUFFIXES["parquet"])), path)
 
     def register_records(self, name: str, path: str) -> None:
         """Flat files of 100-byte sort-benchmark records (gensort's binary layout)."""
@@ -517,7 +517,7 @@ class Session:
     def table_names(self) -> list[str]:
         """Names of the registered tables and views."""
         catalog = self.catalog
-        return sorted([s.name for k, s in catalog.tables.items() if not k.startswith("__")] + [v.name for v in catalog.views.values()])
+        return sorted([s.name for s in catalog.user_tables()] + [v.name for v in catalog.views.values()])
 
     def register_arrow(self, name: str, table: pa.Table) -> None:
         """Spread an in-memory table over the workers as a session table, each piece on two."""
@@ -557,6 +557,12 @@ def _explain_options(analyze_word: str | None, options: str | None) -> tuple[boo
     if fmt == "trace" and not analyze:
         raise ProgrammingError("EXPLAIN (FORMAT trace) needs ANALYZE: a trace is of a run")
     return analyze, fmt == "trace"
+
+
+def _execution(settings: SessionSettings, user: str | None) -> ExecutionOptions:
+    """The scheduler's options from the connection's settings, for ``user`` (None: the default)."""
+    options = settings.execution_options()
+    return options if user is None else dataclasses.replace(options, user=user)
 
 
 def _partitions(key: str, placement: list[tuple[str, dict]]) -> list[Partition]:

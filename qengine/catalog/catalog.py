@@ -136,6 +136,12 @@ class Catalog:
             sources = list(self.tables.values())
         return tuple(sorted({p for s in sources if isinstance(s, ParquetSource) for p in s.paths}))
 
+    def user_tables(self) -> list[Source]:
+        """The tables a user made or registered: not the hidden ones (``__…``) a statement's
+        table functions and system tables are read through."""
+        with self._lock:
+            return [s for key, s in self.tables.items() if not key.startswith("__")]
+
     def add_table(self, source: Source, replace: bool = True) -> None:
         key = source.name.lower()
         with self._lock:

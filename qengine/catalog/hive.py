@@ -6,7 +6,7 @@ columns' types, NULL and URL-decoded values), so rather than re-implement its ru
 asks a sandboxed DuckDB connection, over the very files the table reads, for each file's values
 (:func:`detect`). Those values travel in each scan split as DuckDB's own text for them with their
 type, and the worker turns them back into constant columns (:func:`constant_sql`,
-:func:`constant_columns`) with a DuckDB cast, so every path reads the same values.
+:func:`constant_values`) with a DuckDB cast, so every path reads the same values.
 """
 
 from __future__ import annotations
@@ -118,9 +118,9 @@ def constant_sql(value: str | None, kind: str) -> str:
     return f"CAST({'NULL' if value is None else string_literal(value)} AS {kind})"
 
 
-def constant_columns(hive: dict, path: str, names: list[str], rows: int) -> list[pa.Array]:
-    """The named partition columns of file ``path`` of a split's ``hive`` entry, ``rows`` long,
-    cast by DuckDB from the text the split carries."""
+def constant_values(hive: dict, path: str, names: list[str]) -> list[pa.Scalar]:
+    """The named partition values of file ``path`` of a split's ``hive`` entry, cast by DuckDB
+    from the text the split carries (a reader repeats them over the file's rows)."""
     schema = schema_from_hex(hive["schema"])
     index = {n.lower(): i for i, n in enumerate(hive["names"])}
     values = hive["values"][path]
@@ -131,4 +131,4 @@ def constant_columns(hive: dict, path: str, names: list[str], rows: int) -> list
         one = con.sql(sql).arrow().read_all()
     finally:
         con.close()
-    return [pa.repeat(one.column(k)[0], rows).cast(schema.field(i).type) for k, i in enumerate(wanted)]
+    return [one.column(k)[0].cast(schema.field(i).type) for k, i in enumerate(wanted)]

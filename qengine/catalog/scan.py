@@ -22,8 +22,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from qengine.catalog import records
-from qengine.catalog.hive import constant_columns as hive_constant_columns
 from qengine.catalog.hive import constant_sql as hive_constant_sql
+from qengine.catalog.hive import constant_values as hive_constant_values
 from qengine.errors import DataError, OperationalError
 from qengine.sandbox.connection import safe_connection
 from qengine.sandbox.quoting import identifier, string_literal
@@ -239,10 +239,15 @@ def _read_parquet(split: dict, sources: list[str]) -> pa.Table:
     stored = [s for s in sources if s.lower() not in index]
     made = [s for s in sources if s.lower() in index]
     tables = []
+    constants: dict[tuple, list[pa.Scalar]] = {}  # by partition values: files of one partition share them
     for path, groups in split["pieces"]:
         table = _FOOTERS.file(path).read_row_groups(groups, columns=stored, use_threads=False)
-        for name, column in zip(made, hive_constant_columns(hive, path, made, table.num_rows) if made else [], strict=True):
-            table = table.append_column(name, column)
+        if made:
+            key = tuple(hive["values"][path])
+            if key not in constants:
+                constants[key] = hive_constant_values(hive, path, made)
+            for name, value in zip(made, constants[key], strict=True):
+                table = table.append_column(name, pa.repeat(value, table.num_rows))
         tables.append(table.select(sources))
     if tables:
         return tables[0] if len(tables) == 1 else pa.concat_tables(tables)

@@ -261,8 +261,6 @@ def hive_parquet(name: str, files: list[tuple[str, str]], options: HiveOptions |
     hive-partitioned dataset where ``options`` (DuckDB's, detected by default) make it one."""
     options = options or HiveOptions()
     paths = [path for path, _ in files]
-    if not paths:
-        raise ProgrammingError(f"table {name!r}: no Parquet files found")
     return ParquetSource(name, paths, detect_partitions([spelled for _, spelled in files], paths, options))
 
 
@@ -338,14 +336,14 @@ class JsonSource(Source):
         files = "[" + ", ".join(string_literal(p) for p in paths) + "]"
         con = safe_connection(readable=tuple(paths))
         try:
-            reader = f"read_json({files}, format = {string_literal(json_format)})"
-            described = con.execute(f"DESCRIBE SELECT * FROM {reader}").fetchall()
-            self.schema = con.execute(f"SELECT * FROM {reader} LIMIT 0").to_arrow_table().schema
+            relation = con.sql(f"SELECT * FROM read_json({files}, format = {string_literal(json_format)}) LIMIT 0")
+            described = list(zip(relation.columns, map(str, relation.types), strict=True))  # detected once, here
+            self.schema = relation.to_arrow_table().schema
         except duckdb.Error as e:
             raise ProgrammingError(f"cannot read JSON file {paths[0] if len(paths) == 1 else files}: {str(e).splitlines()[0]}") from e
         finally:
             con.close()
-        self.columns = "{" + ", ".join(f"{string_literal(c)}: {string_literal(t)}" for c, t, *_ in described) + "}"
+        self.columns = "{" + ", ".join(f"{string_literal(c)}: {string_literal(t)}" for c, t in described) + "}"
         self._bytes = sum(os.path.getsize(p) for p in paths)
 
     @property

@@ -14,6 +14,9 @@ from typing import Any
 
 import qengine
 from qengine.api.options import DEFAULT_WORKERS, SessionSettings
+from qengine.planner.table_sources import SUFFIXES
+
+PARQUET = SUFFIXES["parquet"]  # what a Parquet table's files are called
 
 
 def cache_dir() -> str:
@@ -56,7 +59,7 @@ def directory_tables(directory: str) -> list[tuple[str, str, str]]:
         if os.path.isdir(path):
             if _has_parquet(path):
                 tables.append((entry, "parquet", path))
-        elif ext in (".parquet", ".parq"):
+        elif ext in PARQUET:
             tables.append((stem, "parquet", path))
         elif ext in (".csv", ".tsv"):
             tables.append((stem, ext[1:], path))
@@ -76,7 +79,7 @@ def register_directory(con: Any, directory: str) -> list[str]:
 
 
 def _has_parquet(path: str) -> bool:
-    return os.path.isdir(path) and any(f.endswith((".parquet", ".parq")) for _, _, files in os.walk(path) for f in files)
+    return os.path.isdir(path) and any(f.endswith(PARQUET) for _, _, files in os.walk(path) for f in files)
 
 
 def connection_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -29,11 +29,11 @@ from qengine.cli.cluster import (
     tls_material,
 )
 from qengine.cli.common import cache_dir, directory_tables
+from qengine.cli.processes import stop_processes
 from qengine.errors import OperationalError, ProgrammingError
 from qengine.runtime.membership import DEFAULT_HEARTBEAT_TIMEOUT
 
 JOIN_SECONDS = 60.0  # how long the workers have to join before serve gives up
-STOP_SECONDS = 10.0  # how long a worker has to exit once asked
 
 
 def _token_file(path: str | None) -> str:
@@ -68,19 +68,6 @@ def _start_workers(args: argparse.Namespace, address: str, token_file: str) -> l
     return procs
 
 
-def _stop(procs: list[subprocess.Popen]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-    deadline = time.monotonic() + STOP_SECONDS
-    for proc in procs:
-        try:
-            proc.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     from qengine.api.server import CoordinatorServer
 
@@ -110,7 +97,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server.serve()
     finally:
         server.release()
-        _stop(procs)
+        stop_processes(procs)
         if health is not None:
             health.stop()
     return 0

@@ -131,8 +131,11 @@ def explain_lines(plan: StagePlan, workers: int, split_bytes: int, stats: QueryS
     """The stage DAG, result stage first; with ``stats`` (EXPLAIN ANALYZE) rows, bytes and times."""
     lines: list[str] = []
     names = UserNames(plan)
-    prune_plan(plan)
-    counts = [tasks for _, tasks in plan.scan_tasks(workers, split_bytes)]
+    if stats is None:  # the tasks it would be planned with
+        prune_plan(plan)
+        counts = [tasks for _, tasks in plan.scan_tasks(workers, split_bytes)]
+    else:  # the run pruned and split it already
+        counts = [s.planned_tasks for s in stats.stages]
     for stage in reversed(plan.stages):
         tasks = counts[stage.id]
         target = exchange_target(stage, names)

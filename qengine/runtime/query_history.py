@@ -69,7 +69,7 @@ class QueryHistory:
             raise
         finally:
             self._mine.record = outer
-            record.ended, record.run = time.time(), None
+            record.ended = time.time()  # the coordinator lets go of its run
             with self._lock:
                 self._running.pop(statement_id, None)
                 self._finished.append(record)

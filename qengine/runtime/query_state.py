@@ -297,10 +297,9 @@ class QueryState:
     def remote_input(self, run: StageRun, index: int, worker: int) -> list[tuple[str, str, int]]:
         """(sender, receiver, bytes) of the shuffled blocks task ``index`` of ``run`` reads from
         hosts other than ``worker``: what it fetches when it runs (``runtime.network_load``)."""
-        partitions = run.groups[index] if run.groups is not None else [index]
         moving = []
         for source in (self.runs[s] for s in run.shuffle_inputs):
-            for p in partitions:
+            for p in run.partitions_of(index):
                 for holder, _, nbytes, _ in source.blocks.get(p, {}).values():
                     if holder != worker:
                         moving.append((self.addresses[holder], self.addresses[worker], nbytes))

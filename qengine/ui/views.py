@@ -22,6 +22,7 @@ from qengine.planner.explain import exchange_target, operator_lines
 from qengine.planner.stages import StagePlan
 from qengine.planner.user_names import UserNames
 from qengine.runtime.query_history import QueryRecord
+from qengine.runtime.query_state import SHUFFLE_KINDS
 from qengine.runtime.stats import QueryStats, StageStats, TaskSpan
 
 PING_TIMEOUT = 1.0  # seconds a worker has to answer the workers page's ping
@@ -88,7 +89,7 @@ def query_detail(record: QueryRecord, queued: dict[str, dict] | None = None) -> 
     """One statement with its stage DAG, task spans by worker slot and shuffles."""
     snap = Snapshot(record)
     view = _summary(record, snap, (queued or {}).get(record.id))
-    view["stages"] = _stages(snap)
+    view["stages"] = _stages(snap, view["stages"])
     view["edges"] = _edges(view["stages"])
     view["spans"] = [
         {"stage": s.stage, "task": s.task, "attempt": s.attempt, "worker": s.worker, "slot": slot, "start": round(s.start, 6),
@@ -112,7 +113,7 @@ def queued_statement(entry: dict) -> dict[str, Any]:
     return {
         "id": entry["query"], "sql": None, "user": entry["user"], "status": "queued", "submitted": None, "seconds": None,
         "rows": None, "error": None, "stages": [], "tasks": None, "shuffle_bytes": None, "spilled_bytes": None,
-        "queue": {k: entry[k] for k in ("waits_for", "position", "needs_bytes") if k in entry},
+        "queue": _queue(entry),
     }
 
 
@@ -133,8 +134,13 @@ def _summary(record: QueryRecord, snap: Snapshot, queued: dict | None) -> dict[s
         "shuffle_bytes": sum(s["shuffle_bytes"] for s in stages) if stages else None,
         "spilled_bytes": snap.spilled,
         "elapsed": None if snap.elapsed is None else round(snap.elapsed, 4),
-        "queue": None if queued is None else {k: queued[k] for k in ("waits_for", "position", "needs_bytes") if k in queued},
+        "queue": None if queued is None else _queue(queued),
     }
+
+
+def _queue(entry: dict) -> dict[str, Any]:
+    """Where a waiting statement stands: what it waits for, its place, the memory it needs."""
+    return {k: entry[k] for k in ("waits_for", "position", "needs_bytes") if k in entry}
 
 
 def _stage_figures(stats: StageStats, snap: Snapshot) -> dict[str, Any]:
@@ -145,30 +151,27 @@ def _stage_figures(stats: StageStats, snap: Snapshot) -> dict[str, Any]:
     }
 
 
-def _stages(snap: Snapshot) -> list[dict[str, Any]]:
-    """Each stage's figures with what the plan says of it: its operators and its exchange."""
-    by_id = {s["stage"]: s for s in (_stage_figures(s, snap) for s in snap.stats)}
-    stages = []
-    names = UserNames(snap.plan) if snap.plan is not None else None
-    for stage in snap.plan.stages if snap.plan is not None else []:
-        out = stage.output
-        stages.append(by_id.get(stage.id, {"stage": stage.id}) | {
+def _stages(snap: Snapshot, figures: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each stage's ``figures`` (the summary's) with what the plan says of it: its operators,
+    its exchange, and whether it reduces a shuffle's partitions or maps tables."""
+    plan = snap.plan
+    if plan is None:  # a record's plan is set before its run or statistics: nothing is known yet
+        return []
+    by_id = {s["stage"]: s for s in figures}
+    names = UserNames(plan)
+    shuffled = {s.id for s in plan.stages if s.output is not None and s.output.kind in SHUFFLE_KINDS}
+    return [
+        by_id.get(stage.id, {"stage": stage.id}) | {
             "parents": list(stage.parents),
-            "exchange": None if out is None else {"kind": out.kind, "partitions": out.partitions, "keys": list(out.keys), "once": out.once},
+            "exchange": None if stage.output is None else {
+                "kind": stage.output.kind, "partitions": stage.output.partitions, "keys": list(stage.output.keys), "once": stage.output.once,
+            },
             "target": exchange_target(stage, names),
             "operators": operator_lines(stage.root, names),
-            "role": _role(stage.id, snap.plan),
-        })
-    if snap.plan is None:  # a plan run without a record of it: what the statistics have
-        stages = [s | {"exchange": None, "target": s["output"], "operators": [], "role": None} for s in by_id.values()]
-    return stages
-
-
-def _role(stage_id: int, plan: StagePlan) -> str:
-    """"reduce" for a stage that reads a shuffle's partitions, else "map" (it reads tables)."""
-    kinds = {s.id: s.output.kind if s.output is not None else None for s in plan.stages}
-    parents = plan.stages[stage_id].parents
-    return "reduce" if any(kinds.get(p) not in ("broadcast", "materialize", None) for p in parents) else "map"
+            "role": "reduce" if shuffled & set(stage.parents) else "map",
+        }
+        for stage in plan.stages
+    ]
 
 
 def _edges(stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -201,8 +204,9 @@ def worker_views(cluster: Any, records: list[QueryRecord]) -> list[dict[str, Any
     attempts of the recorded statements that failed on each."""
     states = cluster.worker_states()
     failed: Counter[str] = Counter()
-    for record in records:
-        for span in Snapshot(record).spans:
+    for record in records:  # a finished one's spans are its statistics'; a running one's, copied
+        spans = record.stats.spans if record.run is None and record.stats is not None else Snapshot(record).spans
+        for span in spans:
             if span.outcome in FAILED_OUTCOMES:
                 failed[span.worker] += 1
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(states)))) as pool:
