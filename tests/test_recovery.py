@@ -24,6 +24,7 @@ import pytest
 
 import qengine
 from qengine.api.dbapi import Connection
+from qengine.runtime import block_copies, query_run
 from qengine.runtime.faults import ENV
 from qengine.runtime.query_run import QueryRun
 from qengine.runtime.stats import QueryStats, RecoveryStats
@@ -259,7 +260,9 @@ def test_worker_exits_while_materializing(connect, oracle: duckdb.DuckDBPyConnec
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_worker_killed_after_materialization(connect, oracle: duckdb.DuckDBPyConnection, mode: str) -> None:
+def test_worker_killed_after_materialization(
+    connect, oracle: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
     """A worker killed once the shared CTE's stage (and every stage before it) has finished:
     the partitions it held are still to be read, so they are recomputed from their lineage.
 
@@ -268,6 +271,7 @@ def test_worker_killed_after_materialization(connect, oracle: duckdb.DuckDBPyCon
     materialization, exactly those have. ``coalesce_size=0`` keeps a task per partition, so
     every worker holds some of the CTE.
     """
+    monkeypatch.setattr(block_copies, "COPY_TASK_BYTES", -1)  # no copies: see the test below
     con = connect(mode, coalesce_size=0)
     clean = run_same(con, oracle, SHARED_CHAIN)  # the stage shapes, from a run without faults
     kinds = [s.kind for s in clean.stages]
@@ -408,3 +412,35 @@ def test_data_error_is_not_retried(connect, oracle: duckdb.DuckDBPyConnection, m
     assert con._cluster.addresses == before
     assert_cluster_recovered(con, oracle, None, q(7))
     assert con._cluster.addresses == before
+
+
+# ---- copies of small map output ----------------------------------------------------------
+
+
+def test_a_shared_cte_held_by_a_killed_worker_is_read_from_its_copies(
+    connect, oracle: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pull mode, where nothing is pushed and so no sender keeps a copy. The victim is killed as
+    soon as copies of the shared CTE's partitions are on record on a second worker
+    (``runtime.block_copies``), while its readers still run: the partitions it held are read
+    from the copies instead of being made again from their lineage, as
+    ``test_worker_killed_after_materialization`` has them made without copies."""
+    con = connect("pull", coalesce_size=0, speculation=False)
+    handle = next(w for w in con._cluster.workers if w.id == VICTIM)
+    killed: list[int] = []
+    record = block_copies.record_copies
+
+    def record_then_kill(state, run, body, result) -> int:
+        count = record(state, run, body, result)
+        held = any(host == VICTIM for per_task in run.blocks.values() for host, *_ in per_task.values())
+        if run.stats.kind == "materialize" and count and not killed and held:
+            killed.append(count)
+            os.kill(handle.process.pid, signal.SIGKILL)
+        return count
+
+    monkeypatch.setattr(query_run, "record_copies", record_then_kill)
+    stats = run_same(con, oracle, SHARED_CHAIN)
+    assert killed, f"no copy of the shared CTE held by worker {VICTIM} was on record before the query ended"
+    assert_lost_victim(stats.recovery, handle.address)
+    assert stats.recovery.from_backups >= 1, stats.recovery.summary()
+    assert_cluster_recovered(con, oracle, handle.address, q(7))

@@ -494,6 +494,35 @@ def test_memory_pressure_drops_backups_before_spilling(make_store):
     assert [values(store.get("q/s", p)) for p in (2, 3, 4)] == [list(range(s, s + ROWS)) for s in (200, 300, 400)]
 
 
+def test_copy_blocks_reads_one_attempt_and_leaves_it_in_place(make_store):
+    """A copy for a second worker (``runtime.block_copies``) is one map task attempt's blocks,
+    from its pull-mode file or from memory; the blocks stay where they are, and backups (copies
+    already) are not copied again."""
+    store = make_store()
+    store.write_parts("q/s", [block(0, 2), block(10, 0), block(20, 3)], source=4, attempt=1)
+    store.put_parts("q/s", [block(50, 1)], source=4, attempt=0)  # an older attempt's block
+    store.put_backups("q/s", 9, 0, {0: block(90, 2)})
+    copied = store.copy_blocks("q/s", 4, 1)
+    assert {p: values(t) for p, t in copied.items()} == {0: [0, 1], 2: [20, 21, 22]}
+    assert values(store.get("q/s", 2, want=[[4, 1]])) == [20, 21, 22]  # still here
+    assert store.copy_blocks("q/s", 9, 0) == {}
+    assert store.copy_blocks("q/other", 4, 1) == {}
+
+
+def test_a_block_and_its_copy_are_never_both_held(make_store):
+    """A worker holding a copy of a block that is then pushed to it (or holding the block and
+    then sent a copy) keeps one of the two: a reader naming the block must read its rows once."""
+    store = make_store()
+    assert store.put_backups("q/s", 3, 0, {1: block(0, 4)}) == [1]
+    store.put("q/s", 1, block(0, 4), source=3, attempt=0)  # the block itself arrives
+    assert values(store.get("q/s", 1, want=[[3, 0]])) == [0, 1, 2, 3]
+    assert store.backup_bytes == 0
+    assert store.put_backups("q/s", 3, 0, {1: block(0, 4)}) == []  # held already: not kept twice
+    assert values(store.get("q/s", 1, want=[[3, 0]])) == [0, 1, 2, 3]
+    assert store.put_backups("q/s", 3, 1, {1: block(7, 1)}) == [1]  # another attempt is another block
+    assert values(store.get("q/s", 1, want=[[3, 1]])) == [7]
+
+
 # ---- spill directories of killed workers -----------------------------------------------------
 
 

@@ -168,6 +168,8 @@ class BlockStore:
     def put(self, key: str, partition: int, table: pa.Table, source: int = -1, attempt: int = 0) -> None:
         with self._lock:
             self._schemas.setdefault(key, table.schema)
+            # A copy of the same block kept here before (``put_backups``) would be read twice.
+            self._take(key, partition, lambda b: b.backup and (b.source, b.attempt) == (source, attempt))
             if table.num_rows or not self._blocks.get((key, partition)):
                 self._blocks[(key, partition)].append(Block(table.nbytes, source, attempt, table))
                 self.memory += table.nbytes
@@ -191,7 +193,10 @@ class BlockStore:
         kept = []
         with self._lock:
             for p, table in blocks.items():
+                self._schemas.setdefault(key, table.schema)
                 block = Block(table.nbytes, source, attempt, table)
+                if any((b.source, b.attempt) == (source, attempt) for b in self._blocks.get((key, p), ())):
+                    continue  # held here already (pushed here): a second copy would be read twice
                 if table.num_rows and self._keep_as_backup(key, p, block):
                     self._blocks[(key, p)].append(block)
                     self.memory += table.nbytes
@@ -307,6 +312,21 @@ class BlockStore:
                 for p in partitions
             }
         return {p: concat([load(*snap) for snap in snaps], schema) for p, snaps in taken.items() if snaps}
+
+    def copy_blocks(self, key: str, source: int, attempt: int) -> dict[int, pa.Table]:
+        """One map task attempt's blocks, partition by partition, left where they are: what a
+        copy on another worker is made from (``TaskRunner.copy_blocks``). Backups are not
+        copied: they are copies already."""
+        with self._lock:
+            schema = self._schemas.get(key)
+            snaps = {
+                p: [b.snapshot() for b in blocks if (b.source, b.attempt) == (source, attempt) and not b.backup]
+                for (k, p), blocks in self._blocks.items()
+                if k == key
+            }
+        if schema is None:
+            return {}
+        return {p: concat([load(*snap) for snap in s], schema) for p, s in snaps.items() if s}
 
     def _take(self, key: str, partition: int, taken: Callable[[Block], bool]) -> list[Block]:
         """Remove the partition's blocks for which ``taken`` holds; returns them. Under the lock."""

@@ -38,6 +38,7 @@ from qengine.planner.null_columns import null_columns
 from qengine.planner.partition_pruning import prune_plan
 from qengine.planner.render import join_sides, render
 from qengine.planner.stages import StagePlan
+from qengine.runtime.block_copies import copy_calls, record_copies
 from qengine.runtime.dispatch import CancelledTaskError, DeferredTaskError, Dispatcher, Queued, StaleAttemptError
 from qengine.runtime.key_ranges import KeyRanges, prune_scan
 from qengine.runtime.query_state import SHUFFLE_KINDS, Cluster, ExecutionOptions, QueryState, StageRun, release_blocks
@@ -578,7 +579,12 @@ class QueryRun:
 
     def _aux_done(self, run: StageRun, kind: str, worker: int, body: dict, fut: Future) -> None:
         """Take the outcome of side work; a finalize or push whose blocks a lost worker took
-        with it has its map tasks recomputed."""
+        with it has its map tasks recomputed. A copy that failed is done without: its blocks
+        are recomputed if their holder is lost, as they would have been."""
+        if kind == "copy":
+            with contextlib.suppress(Error, CancelledTaskError):
+                self.state.recovery.copied += record_copies(self.state, run, body, fut.result())
+            return
         self._landed(run, kind, body)
         try:
             result = fut.result()
@@ -628,6 +634,10 @@ class QueryRun:
             run.stats.seconds = now - run.started
         if run.shuffle is not None and run.maps_done_at is not None:
             run.shuffle.push_tail_seconds = now - run.maps_done_at
+        for worker, body in copy_calls(self.state, run):  # small output held on two workers
+            fut = self.aux_calls.submit(self._call, worker, "copy_blocks", body)
+            self.futures[fut] = ("copy", run, (worker, body))
+            fut.add_done_callback(self.ended.put)
 
     # ---- lost workers and lineage ------------------------------------------------------
 
@@ -662,9 +672,12 @@ class QueryRun:
         # Tasks sent to it may never be reported (a hung worker): they are given up now, as
         # lost with it; those it had started are run again below, the others when they fail.
         self.dispatcher.give_up(worker, why)
-        # Side work sent to it may never answer (a hung worker): it is given up now, as failed.
+        # Side work sent to it may never answer (a hung worker): it is given up now, as failed;
+        # so are copies on their way to it, which would otherwise hold the query's end.
         for fut, (kind, run, extra) in list(self.futures.items()):
-            if kind != "task" and extra[0] == worker:
+            if kind == "copy" and worker in (extra[0], extra[1]["peer"]):
+                del self.futures[fut]
+            elif kind not in ("task", "copy") and extra[0] == worker:
                 del self.futures[fut]
                 self._landed(run, kind, extra[1])
                 self._aux_lost(run, kind, extra[1])
@@ -837,6 +850,8 @@ class QueryRun:
         for worker in state.slow.keys() - remembered - self.moved_off:
             self.moved_off.add(worker)
             self.shuffles.replace_reducers(worker, waiting_only=True)
+            for run in state.runs:  # its blocks that have a copy (``runtime.block_copies``) are read there
+                state.recovery.from_backups += run.read_backups(list(run.blocks), {worker}, state.lost | state.slow.keys())
         seen = state.recovery.slow_workers
         for worker, times in state.slow.items():
             address = state.addresses[worker]

@@ -75,7 +75,8 @@ class RecoveryStats:
     recomputed: int = 0  # finished tasks re-run because their output was on a lost worker
     speculated: int = 0  # speculative copies launched (LATE)
     speculation_wins: int = 0  # of those, copies that finished first
-    from_backups: int = 0  # pushed blocks read from their sender's copy, their reducer's host lost or slow
+    from_backups: int = 0  # blocks read from a copy (their sender's, or a second worker's), their holder lost or slow
+    copied: int = 0  # blocks of small map output a second worker kept a copy of (``runtime.block_copies``)
     lost_workers: list[str] = field(default_factory=list)
     # workers new work was kept off (``runtime.slow_workers``), by address: how many times
     # slower than typical they were at worst
@@ -89,7 +90,8 @@ class RecoveryStats:
         lost = ", ".join(self.lost_workers) or "none"
         return (
             f"Recovery: {self.retried} tasks retried, {self.recomputed} recomputed, {self.speculated} speculated "
-            f"({self.speculation_wins} won), {self.from_backups} blocks read from backups; workers lost: {lost}"
+            f"({self.speculation_wins} won), {self.from_backups} blocks read from backups ({self.copied} copied ahead); "
+            f"workers lost: {lost}"
             + "".join(f"; {address} slow ({times:.1f}× typical), kept off new work" for address, times in self.slow_workers.items())
         )
 

@@ -449,6 +449,21 @@ class TaskRunner:
             "push_rate": self.pushes.rate,
         }
 
+    def copy_blocks(self, spec: dict) -> dict[str, Any]:
+        """Send a copy of finished map tasks' blocks to another worker, which keeps it as
+        backups: a stage's small output held on two workers is not recomputed, stage after
+        stage, when one of them is lost, and readers can turn from a slow holder to the copy.
+        Returns the partitions the other worker kept, per task."""
+        key, address = spec["key"], spec["to"]
+        kept: dict[str, list[int]] = {}
+        for task, attempt in spec["tasks"].items():
+            blocks = self.store.copy_blocks(key, int(task), attempt)
+            if not blocks:
+                continue
+            put = functools.partial(self.pool.get(address).put_blocks, key, int(task), attempt, sorted(blocks.items()), copies=True)
+            kept[task] = self.peers.call(key, address, put)
+        return {"kept": kept}
+
     def _send(
         self, key: str, task: int, attempt: int, blocks: dict[int, pa.Table], destinations: dict[int, str]
     ) -> tuple[int, list[int]]:

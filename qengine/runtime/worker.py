@@ -75,6 +75,8 @@ class WorkerServer(ActionServer):
             return self.runner.finalize_range(body)
         if name == "push":
             return self.runner.push(body)
+        if name == "copy_blocks":
+            return self.runner.copy_blocks(body)
         if name == "expect":
             self.store.expect(body["key"], body["seq"], body["expected"], body["partitions"], body["slots"])
             return {"ok": True}
@@ -130,8 +132,16 @@ class WorkerServer(ActionServer):
         for chunk in reader:
             meta = json.loads(chunk.app_metadata.to_pybytes())
             pieces.setdefault((meta["p"], (meta["s"], meta.get("a", 0))), []).append(chunk.data)
-        for (partition, (source, attempt)), batches in pieces.items():
-            self.store.put(spec["key"], partition, pa.Table.from_batches(batches), source, attempt)
+        tables = {key: pa.Table.from_batches(batches) for key, batches in pieces.items()}
+        if not spec.get("copies"):
+            for (partition, (source, attempt)), table in tables.items():
+                self.store.put(spec["key"], partition, table, source, attempt)
+            return
+        by_attempt: dict[tuple[int, int], dict[int, pa.Table]] = {}
+        for (partition, pair), table in tables.items():
+            by_attempt.setdefault(pair, {})[partition] = table
+        kept = [p for (source, attempt), parts in by_attempt.items() for p in self.store.put_backups(spec["key"], source, attempt, parts)]
+        writer.write(pa.py_buffer(json.dumps(kept).encode()))
 
 
 def resident_bytes() -> int | None:

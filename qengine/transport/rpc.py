@@ -212,23 +212,32 @@ class Client:
         except flight.FlightError as e:
             raise client_error(e, self.where) from e
 
-    def put_blocks(self, key: str, source: int, attempt: int, parts: list[tuple[int, pa.Table]]) -> None:
+    def put_blocks(self, key: str, source: int, attempt: int, parts: list[tuple[int, pa.Table]], copies: bool = False) -> list[int]:
         """Push several partitions' blocks in one stream; each batch carries its partition and
-        the map task attempt it came from."""
-        descriptor = flight.FlightDescriptor.for_command(json.dumps({"key": key, "blocks": True}).encode())
+        the map task attempt it came from. With ``copies`` the receiver keeps them as backups
+        (copies of blocks held elsewhere) and answers which partitions it kept; otherwise
+        nothing is answered and the list is empty."""
+        command = {"key": key, "blocks": True, "copies": copies}
+        descriptor = flight.FlightDescriptor.for_command(json.dumps(command).encode())
         schema = parts[0][1].schema
+        kept: list[int] = []
         try:
-            writer, _ = self._client.do_put(descriptor, schema, self.options())
+            writer, reply = self._client.do_put(descriptor, schema, self.options())
             for partition, table in parts:
                 meta = pa.py_buffer(json.dumps({"p": partition, "s": source, "a": attempt}).encode())
                 batches = table.to_batches() or [pa.RecordBatch.from_pylist([], schema=schema)]
                 for batch in batches:
                     writer.write_with_metadata(batch, meta)
+            if copies:
+                writer.done_writing()
+                answer = reply.read()
+                kept = json.loads(answer.to_pybytes()) if answer is not None else []
             writer.close()
         except flight.FlightError as e:
             raise client_error(e, self.where) from e
         except pa.ArrowInvalid as e:  # the client was closed: its worker was declared lost
             raise WorkerUnreachableError(f"{self.where}: {e}") from e
+        return kept
 
     def close(self) -> None:
         self._client.close()
