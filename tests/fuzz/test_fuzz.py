@@ -11,8 +11,10 @@ compares with changed, so that the later runs fill in the plan of the first
 from __future__ import annotations
 
 import decimal
+import itertools
 import random
 import re
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
@@ -24,7 +26,7 @@ from tests.fuzz.compare import compare
 from tests.fuzz.generator import generate
 from tests.fuzz.minimize import shrink
 from tests.fuzz.report import Summary
-from tests.fuzz.runner import FAILURES, Runner
+from tests.fuzz.runner import FAILURES, MISMATCH, PASSED, SKIPPED, Runner
 from tests.fuzz.schema import Table, build
 
 CASES = 300
@@ -137,3 +139,35 @@ def test_templates_answer_other_constants(tables: dict[str, Table]) -> None:
         reused = runner.engines["default"].session.templates.reused - before
     assert not failures, f"{len(failures)} failed:\n" + "\n".join(failures)
     assert variants > TEMPLATE_CASES / 2 and reused > variants / 3, (variants, reused)
+
+
+class _Answers:
+    """A stand-in for a DuckDB or qengine connection that gives the answers it is handed, in turn."""
+
+    def __init__(self, *answers: list[int]) -> None:
+        self.answers = itertools.cycle([pa.table({"x": a}) for a in answers])
+
+    def execute(self, sql: str) -> SimpleNamespace:
+        table = next(self.answers)
+        return SimpleNamespace(to_arrow_table=lambda: table, fetch_arrow_table=lambda: table)
+
+    def cursor(self) -> _Answers:
+        return self
+
+    def interrupt(self) -> None:
+        pass
+
+
+def _runner(oracle: _Answers, engine: _Answers) -> Runner:
+    runner = Runner.__new__(Runner)
+    runner.oracle, runner.engines, runner.modes = oracle, {"default": engine}, {"default": {}}
+    return runner
+
+
+def test_a_mismatch_is_skipped_only_when_duckdb_answers_two_ways() -> None:
+    """DuckDB answered one fuzz query two ways from run to run (a LIMIT under a UNION, joined):
+    such a case is no test and is skipped. Against an answer DuckDB keeps giving, a mismatch
+    still fails, and a match passes."""
+    assert _runner(_Answers([1], [2]), _Answers([2])).run("q").kind == SKIPPED
+    assert _runner(_Answers([1]), _Answers([2])).run("q").kind == MISMATCH
+    assert _runner(_Answers([1]), _Answers([1])).run("q").kind == PASSED
