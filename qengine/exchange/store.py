@@ -168,8 +168,10 @@ class BlockStore:
     def put(self, key: str, partition: int, table: pa.Table, source: int = -1, attempt: int = 0) -> None:
         with self._lock:
             self._schemas.setdefault(key, table.schema)
-            # A copy of the same block kept here before (``put_backups``) would be read twice.
-            self._take(key, partition, lambda b: b.backup and (b.source, b.attempt) == (source, attempt))
+            # A copy of the same block kept here before (``put_backups``) would be read twice. Most
+            # puts find no backup at all: they skip the scan.
+            if self.backup_bytes and any(b.backup and (b.source, b.attempt) == (source, attempt) for b in self._blocks.get((key, partition), ())):
+                self._take(key, partition, lambda b: b.backup and (b.source, b.attempt) == (source, attempt))
             if table.num_rows or not self._blocks.get((key, partition)):
                 self._blocks[(key, partition)].append(Block(table.nbytes, source, attempt, table))
                 self.memory += table.nbytes

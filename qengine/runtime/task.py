@@ -460,9 +460,14 @@ class TaskRunner:
             blocks = self.store.copy_blocks(key, int(task), attempt)
             if not blocks:
                 continue
-            put = functools.partial(self.pool.get(address).put_blocks, key, int(task), attempt, sorted(blocks.items()), copies=True)
-            kept[task] = self.peers.call(key, address, put)
+            parts = sorted(blocks.items())
+            kept[task] = self.peers.call(key, address, functools.partial(self._put_copies, address, key, int(task), attempt, parts))
         return {"kept": kept}
+
+    def _put_copies(self, address: str, key: str, task: int, attempt: int, parts: list[tuple[int, pa.Table]]) -> list[int]:
+        """One task's copies to ``address``; its client is taken inside the peer call, so that
+        none is made again for a peer the query declared lost."""
+        return self.pool.get(address).put_blocks(key, task, attempt, parts, copies=True)
 
     def _send(
         self, key: str, task: int, attempt: int, blocks: dict[int, pa.Table], destinations: dict[int, str]

@@ -132,7 +132,7 @@ class WorkerServer(ActionServer):
         for chunk in reader:
             meta = json.loads(chunk.app_metadata.to_pybytes())
             pieces.setdefault((meta["p"], (meta["s"], meta.get("a", 0))), []).append(chunk.data)
-        tables = {key: pa.Table.from_batches(batches) for key, batches in pieces.items()}
+        tables = {piece: pa.Table.from_batches(batches) for piece, batches in pieces.items()}
         if not spec.get("copies"):
             for (partition, (source, attempt)), table in tables.items():
                 self.store.put(spec["key"], partition, table, source, attempt)
