@@ -5,7 +5,9 @@ fetched instead of pushed (``exchange.push_decision``).
 One worker's pushes are slowed by the fault hook (``QENGINE_FAULT``, ``runtime.faults``): each
 waits a second before it sends. The reducers placed on that worker receive nothing from it
 (its own blocks stay put), so they may run while its pushes to the others are still on their
-way; those others' reducers must wait for them.
+way; those others' reducers must wait for them. Speculation is off: a worker that starts its
+first task late can be found slow, and its reducers are then placed on the others
+(``QueryRun._find_slow``), which would leave none of them free of the slow pushes.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def events(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[float, str, i
 
 def test_a_reducer_whose_blocks_have_landed_runs_before_the_last_push(table_dir: str, events, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENV, f"worker={SLOW_PUSHER};phase=push;action=slow;seconds=1.0")
-    con = qengine.connect(workers=3, shuffle="prefetch", slots=1, prefetch_fraction=0.1, split_size="64KB")
+    con = qengine.connect(workers=3, shuffle="prefetch", slots=1, prefetch_fraction=0.1, split_size="64KB", speculation=False)
     try:
         con.register_parquet("t", os.path.join(table_dir, "*.parquet"))
         cur = con.cursor()
