@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from qengine.runtime import block_copies
 from qengine.runtime.block_copies import copy_calls, record_copies
 from qengine.runtime.query_state import QueryState, StageRun
+from qengine.runtime.task_specs import pinned_blocks
 
 ADDRESSES = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
 KB = 1 << 10
@@ -100,3 +101,21 @@ def test_a_slow_holders_blocks_are_read_from_their_copies() -> None:
     record_copies(state, run, {"peer": 0, "tasks": {"2": 0}}, {"kept": {"2": [0, 1]}})
     assert run.blocks[0][2] == (0, 0, KB, 10) and run.blocks[1][2] == (0, 0, KB, 10)
     assert state.recovery.from_backups == 2
+
+
+def test_a_speculative_copy_reads_the_stragglers_blocks_from_their_copies() -> None:
+    """A reducer straggles on worker 2, which holds task 2's blocks (and drops them once its
+    attempt has loaded them): the copy racing it reads them where a copy is kept, worker 0,
+    and everything else where it is. The record is left as it was: only the copy reads there."""
+    state, run = state_of(), three_tasks()
+    run.backups = {0: {2: (0, 0)}}  # partition 0's block of task 2 has a copy; partition 1's has not
+    blocks, sizes = pinned_blocks(state, run, [0, 1], avoid=frozenset({2}))
+    assert blocks == {
+        "0": {ADDRESSES[0]: [[0, 0], [2, 0]], ADDRESSES[1]: [[1, 0]]},
+        "1": {ADDRESSES[0]: [[0, 0]], ADDRESSES[2]: [[2, 0]]},  # no copy: read at the straggler
+    }
+    assert sizes["0"] == {ADDRESSES[0]: 2 * KB, ADDRESSES[1]: KB}
+    assert run.blocks[0][2] == (2, 0, KB, 10)
+    assert pinned_blocks(state, run, [0], avoid=frozenset())[0] == {"0": {a: [[t, 0]] for t, a in enumerate(ADDRESSES)}}
+    run.backups = {0: {2: (0, 1)}}  # a copy of another attempt is no copy
+    assert pinned_blocks(state, run, [0], avoid=frozenset({2}))[0]["0"][ADDRESSES[2]] == [[2, 0]]

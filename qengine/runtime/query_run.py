@@ -602,6 +602,12 @@ class QueryRun:
             self._aux_lost(run, kind, body)
             return
         self.shuffles.aux_done(run, kind, worker, body, result)
+        replies = result["tasks"].values() if kind == "finalize_range" else [result] if kind == "push" else []
+        unreachable = {a for reply in replies for a in reply.get("unreachable") or ()}
+        if unreachable:  # what they did not get is held by the sender again, and read there
+            for address in unreachable:
+                self.cluster.suspect(address)
+            self._look_at_workers()
 
     def _aux_lost(self, run: StageRun, kind: str, body: dict) -> None:
         """A finalize or push that failed with a lost worker took its map tasks' blocks with

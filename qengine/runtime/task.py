@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
@@ -424,11 +425,10 @@ class TaskRunner:
             return self._store_parts(key, parts, source, attempt, spec.get("mode", "prefetch"), keep)
         remote = {p: t for p, t in enumerate(parts) if t.num_rows and destinations.get(p, self.address) != self.address}
         self.store.put_parts(key, [t.slice(0, 0) if p in remote else t for p, t in enumerate(parts)], source, attempt)
-        _, backups = self._send(key, source, attempt, remote, destinations)
-        sent = {str(p): destinations[p] for p in remote}
+        pushed = self._send(key, source, attempt, remote, destinations)
         return {
             "partition_bytes": [t.nbytes for t in parts], "partition_rows": [t.num_rows for t in parts],
-            "sent": sent, "backups": backups, "push_rate": self.pushes.rate,
+            **pushed.reply(), "push_rate": self.pushes.rate,
         }
 
     def push(self, spec: dict) -> dict[str, Any]:
@@ -437,17 +437,15 @@ class TaskRunner:
 
         Blocks travel in pieces (``exchange.push_schedule``), each a do_put stream of record
         batches tagged with their partition and source task attempt; blocks for reducers on
-        this host stay put. Returns the bytes sent away, and where each partition went.
+        this host stay put. Returns the bytes sent away, where each partition went, and the
+        hosts that failed (their partitions' blocks are held here again).
         """
         key, task, attempt = spec["key"], int(spec["task"]), int(spec["attempt"])
         destinations = {int(p): a for p, a in spec["destinations"].items()}
         remote = [p for p, address in destinations.items() if address != self.address]
         blocks = self.store.take_blocks(key, task, attempt, remote)
-        sent_bytes, backups = self._send(key, task, attempt, blocks, destinations)
-        return {
-            "sent_bytes": sent_bytes, "sent": {str(p): destinations[p] for p in blocks}, "backups": backups,
-            "push_rate": self.pushes.rate,
-        }
+        pushed = self._send(key, task, attempt, blocks, destinations)
+        return {"sent_bytes": pushed.sent_bytes, **pushed.reply(), "push_rate": self.pushes.rate}
 
     def copy_blocks(self, spec: dict) -> dict[str, Any]:
         """Send a copy of finished map tasks' blocks to another worker, which keeps it as
@@ -469,27 +467,59 @@ class TaskRunner:
         none is made again for a peer the query declared lost."""
         return self.pool.get(address).put_blocks(key, task, attempt, parts, copies=True)
 
-    def _send(
-        self, key: str, task: int, attempt: int, blocks: dict[int, pa.Table], destinations: dict[int, str]
-    ) -> tuple[int, list[int]]:
+    def _send(self, key: str, task: int, attempt: int, blocks: dict[int, pa.Table], destinations: dict[int, str]) -> Pushed:
         """Push blocks to their reducers' hosts as the push schedule orders them
-        (``exchange.push_schedule``); returns the bytes, and the partitions whose blocks are
-        also kept here as backups (``BlockStore.put_backups``)."""
+        (``exchange.push_schedule``). A host that fails a piece is not sent more, and the
+        blocks meant for it that it did not get all of go back into this worker's store, to be
+        fetched from here: a push to a worker lost meanwhile costs no map task its output. The
+        blocks that went keep a copy here as backups (``BlockStore.put_backups``)."""
         by_host: dict[str, list[tuple[int, pa.Table]]] = {}
         for p, table in blocks.items():
             by_host.setdefault(destinations[p], []).append((p, table))
+        planned = {h: pieces(parts) for h, parts in by_host.items()}
+        landed: dict[str, int] = dict.fromkeys(planned, 0)
+        failed: dict[str, str] = {}
+        lock = threading.Lock()
 
         def send(address: str, piece: Piece) -> None:
             try:
                 self.peers.call(key, address, lambda: self.pool.get(address).put_blocks(key, task, attempt, piece))
-            except Error as e:  # the reducer's host is gone: the coordinator must know which
-                raise input_lost(address, key, None, str(e)) from e
+            except Error as e:
+                with lock:
+                    failed.setdefault(address, str(e))
+                raise
+            with lock:
+                landed[address] += 1
 
         if blocks:
             self._reached("push")
-        order = destination_order(self.address, list(by_host))
-        push_all({h: pieces(parts) for h, parts in by_host.items()}, order, self.pushes, send, self._senders)
-        return sum(t.nbytes for t in blocks.values()), self.store.put_backups(key, task, attempt, blocks)
+        with contextlib.suppress(Error):  # each host's failure is in ``failed``
+            push_all(planned, destination_order(self.address, list(by_host)), self.pushes, send, self._senders)
+        missed = {h for h in planned if landed[h] < len(planned[h])}
+        for p, table in blocks.items():
+            if destinations[p] in missed:
+                self.store.put(key, p, table, task, attempt)
+        sent = {p: table for p, table in blocks.items() if destinations[p] not in missed}
+        return Pushed(
+            sum(t.nbytes for t in sent.values()), {p: destinations[p] for p in sent},
+            self.store.put_backups(key, task, attempt, sent), failed,
+        )
+
+
+@dataclass
+class Pushed:
+    """What a push did: the bytes and partitions that reached their reducers' hosts, those
+    kept here as backups too, and the hosts that failed (address → why; what was meant for
+    them is held here again)."""
+
+    sent_bytes: int
+    sent: dict[int, str]
+    backups: list[int]
+    failed: dict[str, str]
+
+    def reply(self) -> dict[str, Any]:
+        """The parts of a push's answer to the coordinator that say where blocks are."""
+        return {"sent": {str(p): a for p, a in self.sent.items()}, "backups": self.backups, "unreachable": self.failed}
 
 
 def task_key(spec: dict) -> str:

@@ -12,14 +12,19 @@ from qengine.runtime.query_state import SHUFFLE_KINDS, QueryState, StageRun
 from qengine.transport.wire import schema_to_hex
 
 
-def pinned_blocks(state: QueryState, source: StageRun, partitions: list[int]) -> tuple[dict, dict]:
+def pinned_blocks(state: QueryState, source: StageRun, partitions: list[int], avoid: frozenset[int] = frozenset()) -> tuple[dict, dict]:
     """The exact blocks a reader of ``partitions`` of ``source`` reads: per partition, per
     holder, the (map task, attempt) pairs (see ``BlockStore.get``), and their bytes per holder
-    (for the fetch limiter). One attempt per map task, the committed one."""
+    (for the fetch limiter). One attempt per map task, the committed one; read from its copy
+    (``StageRun.backups``) where its holder is in ``avoid`` and the copy's is not."""
     blocks: dict[str, dict[str, list[list[int]]]] = {}
     sizes: dict[str, dict[str, int]] = {}
     for p in partitions:
+        copies = source.backups.get(p, {}) if avoid else {}
         for task, (host, attempt, nbytes, _) in sorted(source.blocks.get(p, {}).items()):
+            copy = copies.get(task)
+            if host in avoid and copy is not None and copy[1] == attempt and copy[0] not in avoid and copy[0] not in state.lost:
+                host = copy[0]
             address = state.addresses[host]
             blocks.setdefault(str(p), {}).setdefault(address, []).append([task, attempt])
             per_host = sizes.setdefault(str(p), {})
@@ -40,6 +45,9 @@ def task_spec(
     """The spec of one attempt of task ``index`` of ``run``, with the SQL rendered for its stage."""
     inputs: list[dict] = []
     stage = run.stage
+    # A speculative copy races a straggler: it reads what the straggler holds from copies kept
+    # elsewhere, as the straggler is slow to serve them and drops those it has loaded (``consume``).
+    avoid = frozenset(w for w, _, _ in run.running.get(index, {}).values()) if speculative else frozenset()
     if stage.scans:
         assert run.splits is not None
         split = run.splits[index]
@@ -59,7 +67,7 @@ def task_spec(
             partitions = list(range(source.tasks))
         else:
             partitions = run.partitions_of(index)
-        blocks, sizes = pinned_blocks(state, source, partitions)
+        blocks, sizes = pinned_blocks(state, source, partitions, avoid)
         inputs.append(
             {
                 "name": read.table,
