@@ -282,11 +282,13 @@ class LocalTarget:
     def pids(self, con: Any) -> list[int]:
         return [w.process.pid for w in con._cluster.workers if w.process is not None]
 
-    def repair(self, con: Any) -> None:
+    def repair(self, con: Any, killed: int | None) -> None:
         """A local cluster replaces its lost workers itself, once its query has ended: wait for
-        that, so that every run starts on a full cluster."""
+        that, so that every run starts on a full cluster. A worker ``killed`` while its query
+        was ending may not be noticed yet (the cluster looks each second): wait for its
+        replacement too, or the next run would lose it instead."""
         deadline = time.monotonic() + REPLACE_WAIT
-        while len(con._cluster.workers) < self.workers and time.monotonic() < deadline:
+        while time.monotonic() < deadline and (len(con._cluster.workers) < self.workers or killed in self.pids(con)):
             time.sleep(0.05)
 
     def spill_files(self, con: Any) -> list[str]:
@@ -417,8 +419,9 @@ class NetTarget:
     def pids(self, con: Any) -> list[int]:
         return [s.process.pid for _, s in sorted(self.cluster.slots.items())]
 
-    def repair(self, con: Any) -> None:
-        """Restart the workers that were killed (a standalone cluster does not start workers)."""
+    def repair(self, con: Any, killed: int | None) -> None:
+        """Restart the workers that were killed (a standalone cluster does not start workers;
+        ``killed`` is already dead, and restarted with the others)."""
         before = self.pids(con)
         failed = self.cluster.restart_dead()
         restarted = sum(a != b for a, b in zip(before, self.pids(con), strict=True))
@@ -646,7 +649,7 @@ class Bench:
             seconds = time.perf_counter() - t0
             error = f"no answer after {watchdog.limit:.0f}s: the query was interrupted"
         correct, why = (False, error) if error else job.check(result)
-        target.repair(con)
+        target.repair(con, injector.victim if fault.kind == "kill" else None)
         leftovers = self.wait_for_empty_spill(target, con)
         replaced = set(target.pids(con)) != set(before)
         recovery = getattr(stats, "recovery", None)
