@@ -238,8 +238,10 @@ def test_worker_exits_during_push(connect, oracle: duckdb.DuckDBPyConnection) ->
     """Prefetch only: a worker gone as it pushes map blocks to their reducers' hosts. The hook
     must fire (a push phase was reached), and the unpushed blocks are recomputed. Reducers are
     placed once a tenth of the map tasks are done: a shuffle whose map tasks have all ended by
-    then is fetched rather than pushed (``push_decision``), and would reach no push at all."""
-    con = connect("prefetch", f"worker={VICTIM};phase=push;action=exit", prefetch_fraction=0.1)
+    then is fetched rather than pushed (``push_decision``), and would reach no push at all.
+    Speculation is off: a worker whose first, cold task makes it look slow is kept off the scan
+    splits, and would have no map output to push."""
+    con = connect("prefetch", f"worker={VICTIM};phase=push;action=exit", prefetch_fraction=0.1, speculation=False)
     address = victim_address(con)
     stats = run_same(con, oracle, q(7))
     assert_lost_victim(stats.recovery, address)

@@ -75,5 +75,5 @@ def record_copies(state: QueryState, run: StageRun, body: dict, result: dict) ->
                 run.backups.setdefault(p, {}).setdefault(t, (peer, attempt))
                 count += 1
     if state.slow:
-        state.recovery.from_backups += run.read_backups(list(run.blocks), set(state.slow), state.lost | state.slow.keys())
+        state.read_copies_off(run, list(run.blocks), set(state.slow))
     return count

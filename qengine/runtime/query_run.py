@@ -857,7 +857,7 @@ class QueryRun:
             self.moved_off.add(worker)
             self.shuffles.replace_reducers(worker, waiting_only=True)
             for run in state.runs:  # its blocks that have a copy (``runtime.block_copies``) are read there
-                state.recovery.from_backups += run.read_backups(list(run.blocks), {worker}, state.lost | state.slow.keys())
+                state.read_copies_off(run, list(run.blocks), {worker})
         seen = state.recovery.slow_workers
         for worker, times in state.slow.items():
             address = state.addresses[worker]

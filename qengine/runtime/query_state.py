@@ -290,6 +290,12 @@ class QueryState:
     def live_hosts(self) -> list[int]:
         return [w for w in range(len(self.addresses)) if w not in self.lost]
 
+    def read_copies_off(self, run: StageRun, partitions: Iterable[int], away: set[int]) -> None:
+        """Have readers of ``partitions`` of ``run`` read the blocks held on ``away`` workers
+        (slow ones, or a reducer's old host) from a copy kept on a worker neither lost nor slow,
+        where there is one; counted in the recovery statistics."""
+        self.recovery.from_backups += run.read_backups(partitions, away, self.lost | self.slow.keys())
+
     def behind(self, worker: int) -> bool:
         """Slow, or lagging by its running tasks: LATE copies its tasks sooner and sends it none."""
         return worker in self.slow or worker in self.lagging

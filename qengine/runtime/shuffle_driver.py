@@ -273,7 +273,7 @@ class ShuffleDriver:
             return
         stale = {p: host for p, host in sent.items() if host != ahead.host_of(p)}
         if stale:
-            state.recovery.from_backups += run.read_backups(stale, set(stale.values()), state.lost | state.slow.keys())
+            state.read_copies_off(run, stale, set(stale.values()))
 
     def replace_reducers(self, lost: int, waiting_only: bool = False) -> None:
         """Place again, with MinHeap over the live workers that are not slow, the reducers that
@@ -306,7 +306,7 @@ class ShuffleDriver:
             if waiting_only:
                 partitions = [p for g in moved for p in ahead.groups[g]]
                 for source in inputs:
-                    state.recovery.from_backups += source.read_backups(partitions, {lost}, state.lost | state.slow.keys())
+                    state.read_copies_off(source, partitions, {lost})
 
     def measure(self, source: StageRun, consumer: StageRun) -> None:
         """Shuffle metrics, once the consumer's reducers are placed and before they run."""
