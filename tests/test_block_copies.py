@@ -30,6 +30,7 @@ def finished_stage(blocks: dict[int, dict[int, tuple[int, int, int, int]]], plac
         completed=set(range(len(placement))), committed=dict.fromkeys(range(len(placement)), 0),
     )
     run.read_backups = functools.partial(StageRun.read_backups, run)
+    run.copy_holder = functools.partial(StageRun.copy_holder, run)
     return run
 
 

@@ -174,6 +174,7 @@ def test_blocks_pushed_to_a_slow_worker_are_read_from_their_senders_copies() -> 
         blocks={0: {0: (2, 0, 100, 10), 1: (2, 0, 100, 10), 2: (2, 1, 100, 10)}, 1: {0: (2, 0, 50, 5)}},
         backups={0: {0: (0, 0), 1: (1, 0)}, 1: {0: (0, 0)}},
     )
+    run.copy_holder = functools.partial(StageRun.copy_holder, run)
     assert StageRun.read_backups(run, [0], away={2}, avoid={1, 2}) == 1
     assert run.blocks[0] == {0: (0, 0, 100, 10), 1: (2, 0, 100, 10), 2: (2, 1, 100, 10)}
     assert run.blocks[1] == {0: (2, 0, 50, 5)}
@@ -189,6 +190,7 @@ def test_blocks_pushed_to_a_lost_worker_are_read_from_their_senders_copies() -> 
         backups={0: {0: (0, 0), 1: (0, 0)}, 1: {0: (2, 0)}},
     )
     run.read_backups = functools.partial(StageRun.read_backups, run)
+    run.copy_holder = functools.partial(StageRun.copy_holder, run)
     assert StageRun.fall_back_to_backups(run, {2}) == 1
     assert run.blocks[0] == {0: (0, 0, 100, 10), 1: (2, 1, 100, 10), 2: (2, 0, 100, 10)}
     assert run.backups == {0: {1: (0, 0)}, 1: {}}
@@ -204,6 +206,7 @@ def test_blocks_pushed_after_their_reducer_moved_are_read_from_the_senders_copy(
     state.placements = {1: ReducerPlacement([[0], [1]], [1, 2], ADDRESSES, push=True)}
     run = SimpleNamespace(stage=SimpleNamespace(id=0), blocks={0: {0: (2, 0, 100, 10)}, 1: {0: (2, 0, 50, 5)}}, backups={})
     run.read_backups = functools.partial(StageRun.read_backups, run)
+    run.copy_holder = functools.partial(StageRun.copy_holder, run)
     StageRun.record_backups(run, 0, 0, 0, [0, 1])
     ShuffleDriver(state, aux=lambda *a: None, network=NetworkLoad()).read_moved_from_backups(run, {0: 2, 1: 2})
     assert run.blocks == {0: {0: (0, 0, 100, 10)}, 1: {0: (2, 0, 50, 5)}}

@@ -204,6 +204,12 @@ class StageRun:
                 del copies[task]
         return moved
 
+    def copy_holder(self, partition: int, task: int, attempt: int, avoid: set[int] | frozenset[int]) -> int | None:
+        """The worker holding a copy of ``attempt``'s block of ``partition`` from ``task``, if
+        one does and it is not in ``avoid``."""
+        copy = self.backups.get(partition, {}).get(task)
+        return copy[0] if copy is not None and copy[1] == attempt and copy[0] not in avoid else None
+
     def read_backups(self, partitions: Iterable[int], away: set[int], avoid: set[int]) -> int:
         """Blocks of ``partitions`` held on ``away`` workers whose sender, not in ``avoid``,
         kept a copy are read from that copy from now on; returns how many. (A slow worker's
@@ -213,9 +219,9 @@ class StageRun:
             per_task = self.blocks.get(partition, {})
             copies = self.backups.get(partition, {})
             for task, (host, attempt, nbytes, rows) in list(per_task.items()):
-                copy = copies.get(task)
-                if host in away and copy is not None and copy[1] == attempt and copy[0] not in avoid:
-                    per_task[task] = (copy[0], attempt, nbytes, rows)
+                holder = self.copy_holder(partition, task, attempt, avoid) if host in away else None
+                if holder is not None:
+                    per_task[task] = (holder, attempt, nbytes, rows)
                     del copies[task]
                     moved += 1
         return moved

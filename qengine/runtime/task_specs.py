@@ -20,11 +20,9 @@ def pinned_blocks(state: QueryState, source: StageRun, partitions: list[int], av
     blocks: dict[str, dict[str, list[list[int]]]] = {}
     sizes: dict[str, dict[str, int]] = {}
     for p in partitions:
-        copies = source.backups.get(p, {}) if avoid else {}
         for task, (host, attempt, nbytes, _) in sorted(source.blocks.get(p, {}).items()):
-            copy = copies.get(task)
-            if host in avoid and copy is not None and copy[1] == attempt and copy[0] not in avoid and copy[0] not in state.lost:
-                host = copy[0]
+            holder = source.copy_holder(p, task, attempt, avoid | state.lost) if host in avoid else None
+            host = host if holder is None else holder
             address = state.addresses[host]
             blocks.setdefault(str(p), {}).setdefault(address, []).append([task, attempt])
             per_host = sizes.setdefault(str(p), {})
