@@ -42,12 +42,11 @@ QUERY_DEADLINE = 30.0  # seconds after which a query that is still recovering co
 
 Progress = Callable[[int, int], None]
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = pytest.mark.timeout(180)  # a backstop: run_same cancels a hung query well before
 
 # NO_SPECULATION: a test whose fault hook must fire on the victim at a later phase (its second
-# map task, a materialization, a push) turns speculation off. With it on, a worker whose first,
-# cold task ran two or three times as long as the others' is found slow and kept off new work,
-# and may never reach that phase.  # a backstop: run_same cancels a hung query well before
+# map task, a materialization, a push) turns speculation off. With it on, a worker whose tasks a
+# busy host happened to delay is found slow and kept off new work, and may never reach that phase.
 
 # A shared CTE computed in a chain of stages (scans → join → aggregate, materialized → its two
 # readers → …): nothing else runs beside the stages after it, so once the tasks of every stage
@@ -380,9 +379,9 @@ def test_a_worker_known_to_be_slow_gets_no_work_in_the_next_query(
     ran: list[str] = []
     commit = QueryRun._commit
 
-    def recording(self, run, index, attempt, worker, result, speculative, seconds):
+    def recording(self, run, index, attempt, worker, *rest):
         ran.append(self.state.addresses[worker])
-        return commit(self, run, index, attempt, worker, result, speculative, seconds)
+        return commit(self, run, index, attempt, worker, *rest)
 
     monkeypatch.setattr(QueryRun, "_commit", recording)
     second = run_same(con, oracle, q(42))

@@ -9,9 +9,10 @@ from types import SimpleNamespace
 import pytest
 
 from qengine.runtime.network_load import NetworkLoad
-from qengine.runtime.query_state import QueryState, ReducerPlacement, StageRun
+from qengine.runtime.query_state import QueryState, ReducerPlacement, StageRun, TaskTime
 from qengine.runtime.shuffle_driver import ShuffleDriver
 from qengine.runtime.slow_workers import (
+    COLD_ALLOWANCE,
     PACE_HALF_LIFE,
     SLOW_PACE,
     STILL_SLOW_PACE,
@@ -32,10 +33,18 @@ def state_with(runs: list[SimpleNamespace], lost: set[int] | None = None) -> Que
     return state
 
 
+def warm_memory() -> PaceMemory:
+    """A memory in which every worker finished a task long ago: none of the tests' tasks is a cold start."""
+    memory = PaceMemory()
+    for address in ADDRESSES:
+        memory.warmed(address, now=-1e9)
+    return memory
+
+
 def stage(durations: list[tuple[int, float]], running: dict[int, tuple[int, float]] | None = None) -> SimpleNamespace:
     """A stage with finished (worker, seconds) and running task → (worker, started)."""
     return SimpleNamespace(
-        durations=[(w, s, 0) for w, s in durations], outrun=[], done=False, completed=set(),
+        durations=[TaskTime(w, s) for w, s in durations], outrun=[], done=False, completed=set(),
         running={i: {0: (w, started, False)} for i, (w, started) in (running or {}).items()},
     )
 
@@ -68,8 +77,46 @@ def test_an_attempt_a_copy_beat_counts_as_long_as_it_had_run() -> None:
     """Worker 2's task was beaten by a copy after 0.4 s: it finished nothing, but that task
     took at least four typical task times (with one typical task added, a pace of 2.5)."""
     run = stage([(0, 0.1), (1, 0.1), (1, 0.1)])
-    run.outrun.append((2, 0.4))
+    run.outrun.append(TaskTime(2, 0.4))
     assert measured(state_with([run]))[2] == pytest.approx(2.5)
+
+
+def test_a_cold_start_is_allowed_its_warm_up() -> None:
+    """A worker's first tasks (started before it finished any) take a fresh process's imports
+    and first connections: a quarter of a second over a 50 ms typical does not make the worker
+    slow, where the same time on a warm worker would. A worker slow from its start still is, and
+    so is one whose cold attempts lost to copies started after them."""
+    fast = [TaskTime(0, 0.05), TaskTime(1, 0.05), TaskTime(0, 0.05), TaskTime(1, 0.05)]
+    cold = SimpleNamespace(durations=[*fast, TaskTime(2, 0.3, cold=True), TaskTime(2, 0.3, cold=True)], outrun=[])
+    assert measured(state_with([cold]))[2] == pytest.approx(1.0)
+    warm = SimpleNamespace(durations=[*fast, TaskTime(2, 0.3), TaskTime(2, 0.3)], outrun=[])
+    assert measured(state_with([warm]))[2] == pytest.approx(6.0)
+    beaten = SimpleNamespace(durations=fast, outrun=[TaskTime(2, 0.3), TaskTime(2, 0.3)])
+    assert measured(state_with([beaten]))[2] == pytest.approx(6.0)
+    stalled = SimpleNamespace(durations=[*fast, TaskTime(2, 2.0, cold=True)], outrun=[])
+    assert measured(state_with([stalled]))[2] == pytest.approx((1 + (2.0 - COLD_ALLOWANCE) / 0.05) / 2)
+
+
+def test_a_task_is_a_cold_start_until_its_worker_has_finished_one() -> None:
+    memory = PaceMemory()
+    assert memory.cold(ADDRESSES[0], 5.0)
+    memory.warmed(ADDRESSES[0], now=10.0)
+    memory.warmed(ADDRESSES[0], now=20.0)  # warm from the first task it finished
+    assert memory.cold(ADDRESSES[0], 9.0) and not memory.cold(ADDRESSES[0], 11.0)
+    assert memory.cold(ADDRESSES[1], 11.0)  # a worker of its own
+
+
+def test_a_cold_task_still_running_is_allowed_its_warm_up() -> None:
+    """Worker 2's first task has run 0.6 s where its stage's tasks took 0.1 s: on a worker not
+    yet warm that is 0.1 s of work, and it does not lag; on a warm one it lags six times."""
+    now = 100.0
+    state = state_with([stage([(0, 0.1), (1, 0.1), (0, 0.1), (1, 0.1)], running={6: (2, now - 0.6)})])
+    memory = PaceMemory()
+    for address in ADDRESSES[:2]:
+        memory.warmed(address, now=0.0)
+    assert 2 not in paces(state, memory, now)[0]
+    memory.warmed(ADDRESSES[2], now=0.0)
+    assert paces(state, memory, now)[0][2] == pytest.approx(6.0)
 
 
 def test_a_lost_worker_has_no_pace() -> None:
@@ -81,7 +128,7 @@ def test_a_task_running_past_its_stages_median_raises_its_workers_pace() -> None
     """Worker 2 has finished nothing, but its task has run ten times the stage's median."""
     now = 100.0
     state = state_with([stage([(0, 0.1), (1, 0.1)], running={2: (2, now - 1.0)})])
-    pace, remembered = paces(state, PaceMemory(), now)
+    pace, remembered = paces(state, warm_memory(), now)
     assert pace[2] == pytest.approx(10.0) and not remembered
     assert slow(pace, state.live_hosts()) == {2: pytest.approx(10.0)}
 
@@ -89,11 +136,11 @@ def test_a_task_running_past_its_stages_median_raises_its_workers_pace() -> None
 def test_a_task_that_has_just_started_says_nothing() -> None:
     now = 100.0
     state = state_with([stage([(0, 0.1), (1, 0.1)], running={2: (2, now - 0.01)})])
-    assert paces(state, PaceMemory(), now) == ({0: 1.0, 1: 1.0}, set())
+    assert paces(state, warm_memory(), now) == ({0: 1.0, 1: 1.0}, set())
 
 
 def test_a_query_starts_from_the_paces_earlier_queries_saw() -> None:
-    memory = PaceMemory()
+    memory = warm_memory()
     memory.learn({ADDRESSES[1]: 4.0}, now=0.0)
     state = state_with([])
     assert paces(state, memory, 0.0) == ({1: 4.0}, {1})
@@ -101,7 +148,7 @@ def test_a_query_starts_from_the_paces_earlier_queries_saw() -> None:
 
 
 def test_what_is_measured_in_the_query_wins_over_what_was_remembered() -> None:
-    memory = PaceMemory()
+    memory = warm_memory()
     memory.learn({ADDRESSES[1]: 4.0}, now=0.0)
     state = state_with([stage([(0, 0.1), (1, 0.1), (2, 0.1)])])
     assert paces(state, memory, 0.0) == ({0: 1.0, 1: 1.0, 2: 1.0}, set())
@@ -111,7 +158,7 @@ def test_a_worker_remembered_as_slow_stays_slow_on_a_slow_but_diluted_first_task
     """Worker 2 was seen four times slower. Its first task here, 2.5 times typical, gives a pace
     of 1.75 (with one typical task): not enough to find a worker slow, but enough to keep one
     that was slow when the query started (as remembered) slow."""
-    memory = PaceMemory()
+    memory = warm_memory()
     memory.learn({ADDRESSES[2]: 4.0}, now=0.0)
     state = state_with([])
     before = slow(paces(state, memory, 0.0)[0], state.live_hosts())
@@ -124,7 +171,7 @@ def test_a_worker_remembered_as_slow_stays_slow_on_a_slow_but_diluted_first_task
 
 
 def test_a_remembered_pace_fades_halfway_back_to_typical_every_half_life() -> None:
-    memory = PaceMemory()
+    memory = warm_memory()
     memory.learn({ADDRESSES[0]: 5.0}, now=10.0)
     assert memory.recall(ADDRESSES[0], now=10.0) == pytest.approx(5.0)
     assert memory.recall(ADDRESSES[0], now=10.0 + PACE_HALF_LIFE) == pytest.approx(3.0)
@@ -225,18 +272,18 @@ def test_while_most_of_a_stage_runs_its_running_tasks_count_in_what_is_typical()
     now = 100.0
     crowd = {i: (i % 3, now - 0.5) for i in range(2, 6)} | {6: (2, now - 0.6)}
     state = state_with([stage([(0, 0.1), (1, 0.1)], running=crowd)])
-    pace = paces(state, PaceMemory(), now)[0]
+    pace = paces(state, warm_memory(), now)[0]
     assert pace[2] == pytest.approx(1.2) and slow(pace, state.live_hosts()) == {}
     alone = state_with([stage([(0, 0.1), (1, 0.1), (0, 0.1), (1, 0.1)], running={6: (2, now - 0.6)})])
-    assert paces(alone, PaceMemory(), now)[0][2] == pytest.approx(6.0)
+    assert paces(alone, warm_memory(), now)[0][2] == pytest.approx(6.0)
 
 
 def test_a_task_that_read_more_is_allowed_longer() -> None:
     """Worker 2's reducer read three times the median rows and took three times as long: its
     work, not its worker, made it long. One that read a third as much is held to the median."""
-    run = SimpleNamespace(durations=[(0, 0.1, 100), (1, 0.1, 100), (2, 0.3, 300)], outrun=[], done=True, completed=set(), running={})
+    run = SimpleNamespace(durations=[TaskTime(0, 0.1, 100), TaskTime(1, 0.1, 100), TaskTime(2, 0.3, 300)], outrun=[], done=True, completed=set(), running={})
     assert measured(state_with([run]))[2] == pytest.approx(1.0)
-    run.durations = [(0, 0.1, 100), (1, 0.1, 100), (2, 0.3, 30)]
+    run.durations = [TaskTime(0, 0.1, 100), TaskTime(1, 0.1, 100), TaskTime(2, 0.3, 30)]
     assert measured(state_with([run]))[2] == pytest.approx(2.0)
 
 
@@ -245,7 +292,7 @@ def test_running_tasks_alone_do_not_keep_a_worker_off_new_work() -> None:
     something has ended to say so, its settled pace is typical and new work may go to it."""
     now = 100.0
     state = state_with([stage([(0, 0.1), (1, 0.1)], running={2: (2, now - 1.0)})])
-    assert slow(paces(state, PaceMemory(), now)[0], state.live_hosts()) == {2: pytest.approx(10.0)}
-    settled, remembered = settled_paces(state, PaceMemory(), now)
+    assert slow(paces(state, warm_memory(), now)[0], state.live_hosts()) == {2: pytest.approx(10.0)}
+    settled, remembered = settled_paces(state, warm_memory(), now)
     assert settled == {0: 1.0, 1: 1.0} and not remembered
     assert slow(settled, state.live_hosts()) == {}

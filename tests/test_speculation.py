@@ -7,7 +7,7 @@ import functools
 import time
 from types import SimpleNamespace
 
-from qengine.runtime.query_state import QueryState
+from qengine.runtime.query_state import QueryState, TaskTime
 from qengine.runtime.speculation import straggler
 
 QUERY = "q1-0"
@@ -18,7 +18,7 @@ def state_with(scores: dict[int, float | None], workers: dict[int, int], run_for
     with progress ``scores[i]`` reported just now (None: no report)."""
     now = time.monotonic()
     run = SimpleNamespace(
-        submitted=True, done=False, stats=SimpleNamespace(kind="hash"), durations=[(w, s, 0) for w, s in durations],
+        submitted=True, done=False, stats=SimpleNamespace(kind="hash"), durations=[TaskTime(w, s) for w, s in durations],
         running={i: {0: (workers[i], now - run_for, False)} for i in scores}, completed=set(), speculated=set(),
         stage=SimpleNamespace(id=3),
     )

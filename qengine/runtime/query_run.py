@@ -41,7 +41,7 @@ from qengine.planner.stages import StagePlan
 from qengine.runtime.block_copies import copy_calls, record_copies
 from qengine.runtime.dispatch import CancelledTaskError, DeferredTaskError, Dispatcher, Queued, StaleAttemptError
 from qengine.runtime.key_ranges import KeyRanges, prune_scan
-from qengine.runtime.query_state import SHUFFLE_KINDS, Cluster, ExecutionOptions, QueryState, StageRun, release_blocks
+from qengine.runtime.query_state import SHUFFLE_KINDS, Cluster, ExecutionOptions, QueryState, StageRun, TaskTime, release_blocks
 from qengine.runtime.shuffle_driver import ShuffleDriver
 from qengine.runtime.slots import Slots, WorkerGoneError
 from qengine.runtime.slow_workers import PaceMemory, measured, paces, settled_paces, slow
@@ -475,6 +475,7 @@ class QueryRun:
             if attempt in run.wanted[index] and index not in run.completed:
                 self._commit(run, index, attempt, worker, result, speculative, seconds)
                 outcome = "done"
+            self.memory.warmed(self.state.addresses[worker])
         finally:
             if started is not None:  # a task that never started has no span
                 self.spans.append(TaskSpan(
@@ -525,12 +526,13 @@ class QueryRun:
         for other in run.wanted[index] - {attempt}:  # the copy that lost the race
             loser = run.running.get(index, {}).pop(other, None)
             if loser is not None:
-                run.outrun.append((loser[0], time.monotonic() - loser[1]))  # its worker's pace, at least
+                run.outrun.append(TaskTime(loser[0], time.monotonic() - loser[1]))  # its worker's pace, at least
                 self._cancel_attempt(run, index, other, loser[0])
         run.wanted[index] = {attempt}
         if speculative:
             self.state.recovery.speculation_wins += 1
-        run.durations.append((worker, seconds, result.get("rows_in") or 0))
+        started = time.monotonic() - seconds
+        run.durations.append(TaskTime(worker, seconds, result.get("rows_in") or 0, self.memory.cold(self.state.addresses[worker], started)))
         run.schema = run.schema or result["schema"]
         if "sample" not in result:  # staged range output has no blocks until it is partitioned
             run.record_blocks(index, worker, attempt, result)  # a task keeps its blocks: side work pushes them

@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Iterable
 from concurrent.futures import Executor
 from dataclasses import InitVar, dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import pyarrow as pa
 
@@ -32,6 +32,18 @@ from qengine.transport.rpc import ClientPool
 RECENT_DURATIONS = 256  # finished tasks per stage that paces and LATE's estimates look at
 
 SHUFFLE_KINDS = ("hash", "range", "roundrobin", "single")
+
+
+class TaskTime(NamedTuple):
+    """How long one task attempt ran on a worker, as paces and LATE's estimates measure it."""
+
+    worker: int
+    seconds: float  # from its reported start to its end (for an attempt a copy beat: until then)
+    read: int = 0  # rows it read (0: not known)
+    # Whether it started before its worker had finished any task: a fresh worker process
+    # imports modules and opens its first DuckDB connections in its first tasks
+    # (``slow_workers.COLD_ALLOWANCE``).
+    cold: bool = False
 
 
 class Cluster(Protocol):
@@ -127,11 +139,11 @@ class StageRun:
     waiting: set[int] = field(default_factory=set)  # tasks waiting for their inputs to be recomputed
     # task → attempt → (worker, start time, speculative) of attempts running now
     running: dict[int, dict[int, tuple[int, float, bool]]] = field(default_factory=dict)
-    # (worker, seconds from its reported start to its end, rows read) of the latest ``RECENT_DURATIONS``
+    # The times of the latest ``RECENT_DURATIONS``
     # finished tasks: paces and LATE's estimates take medians of them on every look, which
     # over every task of a stage of thousands cost O(tasks) a look
-    durations: collections.deque[tuple[int, float, int]] = field(default_factory=lambda: collections.deque(maxlen=RECENT_DURATIONS))
-    outrun: list[tuple[int, float]] = field(default_factory=list)  # (worker, seconds run) of attempts a copy beat
+    durations: collections.deque[TaskTime] = field(default_factory=lambda: collections.deque(maxlen=RECENT_DURATIONS))
+    outrun: list[TaskTime] = field(default_factory=list)  # attempts a copy beat, timed until then (never cold)
     speculated: set[int] = field(default_factory=set)  # tasks that have had their speculative copy
     # partition → side calls in flight moving its blocks (pushes, finalizations that push):
     # its reader waits for them to land

@@ -223,7 +223,7 @@ class ShuffleDriver:
         """Push or fetch (``exchange.push_decision``): the map work the inputs have left against
         moving the predicted bytes that change hosts at the workers' measured push rates."""
         state = self.state
-        durations = [seconds for source in inputs for _, seconds, _ in source.durations]
+        durations = [t.seconds for source in inputs for t in source.durations]
         remote = sum(sizes) * (1 - 1 / max(1, len(hosts)))
         if self.nass and self.network.saturated([state.addresses[w] for w in state.live_hosts()]):
             return PushDecision(False, 0.0, None, saturated=True)

@@ -27,6 +27,14 @@ with a half-life of ``PACE_HALF_LIFE`` seconds. The next query places its reduce
 single-task stages by it before its own tasks tell, but still gives a worker only remembered
 as slow one scan split at a time: if it has become fast again, its first task says so.
 
+A fresh worker process's first tasks (those that start before it has finished any) import
+modules and open its first DuckDB connections: on a busy host they ran 0.1 to 0.25 s longer
+than the same tasks on a warm worker, two or three times a short stage's typical time, and a
+healthy worker that happened to start last was found slow and kept off work. Such a cold task,
+finished or running, is allowed ``COLD_ALLOWANCE`` seconds more: a worker really slow from its
+start still shows it. An attempt a copy beat is not: it lost a race to a copy that started
+after it, and a slow worker's first tasks are often cut short so.
+
 A worker found slow (in this query, or as remembered when it starts) stays slow until its pace
 falls under ``STILL_SLOW_PACE``: the tasks that reveal a slow worker are often cut short by
 their copies or diluted by the typical task a pace starts from, and a pace that crosses the
@@ -48,6 +56,7 @@ PACE_HALF_LIFE = 30.0  # seconds over which a remembered pace fades halfway back
 # not a slow worker, and costs a query nothing.
 PACE_FLOOR = 0.05
 SLOW_EVIDENCE_AFTER = 0.1  # seconds a running task must have run before its time tells anything
+COLD_ALLOWANCE = 0.5  # seconds more a worker's first tasks may take (warming up) before they tell
 
 
 class PaceMemory:
@@ -59,7 +68,20 @@ class PaceMemory:
 
     def __init__(self) -> None:
         self._paces: dict[str, tuple[float, float]] = {}  # address → (pace, when it was seen)
+        self._warm: dict[str, float] = {}  # address → when it first finished a task
         self._lock = threading.Lock()
+
+    def warmed(self, address: str, now: float | None = None) -> None:
+        """A task on ``address`` has finished: the worker is warm from now on, if not before."""
+        with self._lock:
+            self._warm.setdefault(address, time.monotonic() if now is None else now)
+
+    def cold(self, address: str, started: float) -> bool:
+        """Whether a task that started on ``address`` at ``started`` (``time.monotonic``) started
+        before the worker had finished any task: a cold start."""
+        with self._lock:
+            warm = self._warm.get(address)
+        return warm is None or started < warm
 
     def recall(self, address: str, now: float | None = None) -> float | None:
         """The pace last seen for ``address``, faded toward 1 with age; None if never seen."""
@@ -81,7 +103,13 @@ class PaceMemory:
 def _typical(run: StageRun) -> float:
     """A stage's median time of its finished tasks, at least ``PACE_FLOOR``: what 1 means in a
     pace. The lower median: of two tasks, one of which ran on a slow worker, the other is typical."""
-    return max(PACE_FLOOR, statistics.median_low(seconds for _, seconds, _ in run.durations))
+    return max(PACE_FLOOR, statistics.median_low(t.seconds for t in run.durations))
+
+
+def _warm_seconds(seconds: float, cold: bool) -> float:
+    """A task's time as its worker's pace counts it: a cold start's less ``COLD_ALLOWANCE``, and
+    never under ``PACE_FLOOR``."""
+    return max(PACE_FLOOR, seconds - COLD_ALLOWANCE if cold else seconds)
 
 
 def measured(state: QueryState) -> dict[int, float]:
@@ -93,14 +121,14 @@ def measured(state: QueryState) -> dict[int, float]:
         if len(run.durations) < 2:
             continue
         typical = _typical(run)
-        rows = max(1, statistics.median_low(r for *_, r in run.durations))
+        rows = max(1, statistics.median_low(t.read for t in run.durations))
         # A task that read more than the stage's median is allowed that much longer (its work,
         # not its worker, made it long: range partitions differ by a fifth or more); one that
         # read less is not held to less, since its fixed costs remain.
-        for worker, seconds, read in run.durations:
-            ratios.setdefault(worker, []).append(max(PACE_FLOOR, seconds) / typical / max(1.0, read / rows))
-        for worker, seconds in run.outrun:
-            ratios.setdefault(worker, []).append(max(PACE_FLOOR, seconds) / typical)
+        for t in run.durations:
+            ratios.setdefault(t.worker, []).append(_warm_seconds(t.seconds, t.cold) / typical / max(1.0, t.read / rows))
+        for t in run.outrun:
+            ratios.setdefault(t.worker, []).append(max(PACE_FLOOR, t.seconds) / typical)
     # One typical task counted for each worker: a single slow task is not enough to call it
     # slow unless it is far behind (3 times typical), two that are twice typical are.
     return {w: statistics.median([1.0, *r]) for w, r in ratios.items() if w not in state.lost}
@@ -133,7 +161,7 @@ def paces(
         if len(run.durations) < 2 or run.done:
             continue
         running = [
-            (worker, now - started)
+            (worker, now - started, memory.cold(state.addresses[worker], started))
             for index, attempts in run.running.items()
             if index not in run.completed
             for worker, started, _ in attempts.values()
@@ -141,8 +169,9 @@ def paces(
         ]
         # The tasks that finish first are the short ones: while most of a stage still runs,
         # its running tasks' times so far count in what is typical (each took at least that).
-        typical = max(PACE_FLOOR, statistics.median_low([s for _, s, _ in run.durations] + [s for _, s in running]))
-        for worker, elapsed in running:
+        typical = max(PACE_FLOOR, statistics.median_low([t.seconds for t in run.durations] + [s for _, s, _ in running]))
+        for worker, elapsed, cold in running:
+            elapsed = _warm_seconds(elapsed, cold)
             if elapsed > max(typical, SLOW_EVIDENCE_AFTER):
                 found[worker] = max(found.get(worker, 1.0), elapsed / typical)
                 remembered.discard(worker)

@@ -106,7 +106,7 @@ def _estimates(
             seen[index] = (worker, now - started, None, None)
     totals = [total for *_, total in seen.values() if total is not None]
     if run.durations:
-        typical = statistics.median(seconds for _, seconds, _ in run.durations)
+        typical = statistics.median(t.seconds for t in run.durations)
     elif len(totals) >= 2:
         typical = statistics.median(totals)
     else:
