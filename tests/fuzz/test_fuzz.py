@@ -92,7 +92,7 @@ def test_fuzz_slice(tables: dict[str, Table]) -> None:
     assert not failures, f"{len(failures)} of {CASES} cases failed (replay: python -m tests.fuzz --seed {SEED} --cases {CASES}):\n" + "\n".join(failures)
 
 
-TEMPLATE_CASES = 300
+TEMPLATE_CASES = 150
 TEMPLATE_SEED = 20261126
 
 
