@@ -242,6 +242,15 @@ class TaskRunner:
         if self.faults is not None:
             self.faults.reached(phase, self.worker_id)
 
+    def warm_up(self) -> None:
+        """Pay, before any task comes, what a fresh worker's first tasks would: DuckDB's first
+        connection (kept in the pool), an Arrow table registered on it (which loads
+        ``pyarrow.dataset``) and a query over it. On a busy host a worker's first tasks ran
+        0.1 to 0.25 s longer than warm ones, which made a query's first stage wait for them."""
+        with self.connections.connection() as lease:
+            lease.add_inputs({"warm_up": pa.table({"x": [1]})})
+            lease.con.execute("SELECT sum(x) FROM warm_up").arrow()
+
     def run(self, spec: dict) -> dict[str, Any]:
         started = time.perf_counter()
         self._reached("task")

@@ -217,6 +217,7 @@ def serve_joined(
 
     threading.Thread(target=beat, name="heartbeat", daemon=True).start()
     _collect_rarely()
+    threading.Thread(target=server.runner.warm_up, name="warm-up", daemon=True).start()
     if on_start is not None:
         on_start(server.shutdown)  # e.g. stop cleanly on SIGTERM
     server.serve()
@@ -265,6 +266,7 @@ def main(argv: list[str] | None = None) -> None:
     _collect_rarely()
     print(f"READY {server.port}", flush=True)
     _log_to(args.log)
+    threading.Thread(target=server.runner.warm_up, name="warm-up", daemon=True).start()
     threading.Thread(target=_exit_when_parent_goes, args=(server.store,), daemon=True).start()
     log.info("worker %d serving on %s", args.id, server.address)
     server.serve()
