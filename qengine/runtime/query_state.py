@@ -139,9 +139,9 @@ class StageRun:
     waiting: set[int] = field(default_factory=set)  # tasks waiting for their inputs to be recomputed
     # task → attempt → (worker, start time, speculative) of attempts running now
     running: dict[int, dict[int, tuple[int, float, bool]]] = field(default_factory=dict)
-    # The times of the latest ``RECENT_DURATIONS``
-    # finished tasks: paces and LATE's estimates take medians of them on every look, which
-    # over every task of a stage of thousands cost O(tasks) a look
+    # The times of the latest ``RECENT_DURATIONS`` finished tasks: paces and LATE's estimates
+    # take medians of them on every look, which over every task of a stage of thousands cost
+    # O(tasks) a look
     durations: collections.deque[TaskTime] = field(default_factory=lambda: collections.deque(maxlen=RECENT_DURATIONS))
     outrun: list[TaskTime] = field(default_factory=list)  # attempts a copy beat, timed until then (never cold)
     speculated: set[int] = field(default_factory=set)  # tasks that have had their speculative copy
