@@ -43,6 +43,9 @@ from qengine.transport.wire import schema_from_hex, schema_to_hex, table_from_he
 
 # A result partition of at most this many bytes travels in its task's answer, not as a block.
 INLINE_RESULT_BYTES = 16 << 10
+# A task's shuffle inputs up to this many bytes in all stay in its worker's store until its
+# fragment has run; larger ones go once loaded (``TaskRunner._drop_loaded``).
+KEEP_LOADED_BYTES = 64 << 20
 
 
 class PartitionIds:
@@ -199,10 +202,12 @@ class TaskRunner:
         return concat(parts, schema)
 
     def _drop_loaded(self, inputs: list[dict]) -> None:
-        """Every input is loaded: the shuffle blocks held here that the task read (inputs marked
-        ``consume``) go now, so that its fragment holds its input alone (a sort frees it as it
-        goes). Dropped before every input had loaded, they would be missing for the retry of a
-        task that failed to load another, and have to be made again."""
+        """The shuffle blocks held here that the task read (inputs marked ``consume``) go.
+
+        Large inputs go as soon as every input is loaded, so that the fragment holds its input
+        alone (a sort frees it as it goes); inputs up to ``KEEP_LOADED_BYTES`` go once the
+        fragment has run (see ``run``). Dropped before every input had loaded, they would be
+        missing for the retry of a task that failed to load another, and have to be made again."""
         for key, p, holders in _consumed(inputs):
             pairs = holders.get(self.address)
             if pairs is not None:
@@ -213,7 +218,7 @@ class TaskRunner:
         output is made (inputs marked ``consume``: see ``BlockStore.retire_blocks``), in the
         background: the task's reply does not wait for them, and one that is gone holds nothing.
 
-        Blocks read here were dropped as they were read: kept, they would double the memory
+        Blocks read here are dropped (``_drop_loaded``): kept, they would double the memory
         of a reducer whose fragment frees its input as it goes (a sort). Kept at another holder,
         they cost this worker nothing, and spare a reader made again after losing its worker
         (and its output) from having its inputs made again too."""
@@ -286,7 +291,11 @@ class TaskRunner:
                 return table
 
             loaded = list(self._inputs.map(load, inputs)) if len(inputs) > 1 else [load(i) for i in inputs]
-            self._drop_loaded(inputs)
+            # Small inputs stay until the fragment has run: a speculative copy of a straggling
+            # reducer (LATE) reads them here, where often no other copy of them is left.
+            keep_loaded = sum(t.nbytes for t in loaded) <= KEEP_LOADED_BYTES
+            if not keep_loaded:
+                self._drop_loaded(inputs)
             if any(inp["kind"] == "shuffle" for inp in inputs):
                 self._reached("reduce")
             self.cancellations.check(spec["query"], task_key(spec))  # before the fragment: loading may have taken a while
@@ -308,6 +317,8 @@ class TaskRunner:
                     self.empty_results.put(empty, result)
             progress.finish()
             stats = self._write(lease.con, spec, result)
+        if keep_loaded:
+            self._drop_loaded(inputs)
         self._retire_read(inputs)
         kind = spec["output"]["kind"]
         if kind in ("hash", "range", "roundrobin", "single"):
