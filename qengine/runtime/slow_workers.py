@@ -60,7 +60,8 @@ COLD_ALLOWANCE = 0.5  # seconds more a worker's first tasks may take (warming up
 
 
 class PaceMemory:
-    """Each worker's pace as the last queries that ran tasks on it saw it, by address.
+    """Each worker's pace as the last queries that ran tasks on it saw it, and when it first
+    finished a task (before then its tasks are cold starts), by address.
 
     A coordinator keeps one for its lifetime; queries read it as they start and add what they
     measured as they end. Thread-safe: concurrent queries share it.

@@ -292,9 +292,11 @@ class TaskRunner:
 
             loaded = list(self._inputs.map(load, inputs)) if len(inputs) > 1 else [load(i) for i in inputs]
             # Small inputs stay until the fragment has run: a speculative copy of a straggling
-            # reducer (LATE) reads them here, where often no other copy of them is left.
-            keep_loaded = sum(t.nbytes for t in loaded) <= KEEP_LOADED_BYTES
-            if not keep_loaded:
+            # reducer (LATE) reads them here, where often no other copy of them is left. A task
+            # that fails or is cancelled leaves them for its retry, or for the query's release.
+            consumed = any(inp.get("consume") for inp in inputs)
+            keep_loaded = consumed and sum(t.nbytes for t in loaded) <= KEEP_LOADED_BYTES
+            if consumed and not keep_loaded:
                 self._drop_loaded(inputs)
             if any(inp["kind"] == "shuffle" for inp in inputs):
                 self._reached("reduce")

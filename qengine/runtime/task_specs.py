@@ -19,9 +19,10 @@ def pinned_blocks(state: QueryState, source: StageRun, partitions: list[int], av
     (``StageRun.backups``) where its holder is in ``avoid`` and the copy's is not."""
     blocks: dict[str, dict[str, list[list[int]]]] = {}
     sizes: dict[str, dict[str, int]] = {}
+    unusable = avoid | state.lost  # where a copy may not be read from
     for p in partitions:
         for task, (host, attempt, nbytes, _) in sorted(source.blocks.get(p, {}).items()):
-            holder = source.copy_holder(p, task, attempt, avoid | state.lost) if host in avoid else None
+            holder = source.copy_holder(p, task, attempt, unusable) if host in avoid else None
             host = host if holder is None else holder
             address = state.addresses[host]
             blocks.setdefault(str(p), {}).setdefault(address, []).append([task, attempt])
