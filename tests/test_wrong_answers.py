@@ -471,6 +471,11 @@ NULL_SAFE_COMPARISONS = {
     "as_values": "SELECT k, x IS DISTINCT FROM 4, x IS NOT DISTINCT FROM 4, NOT (x IS NOT DISTINCT FROM 4) FROM small",
     "constant_first": "SELECT count(*) FROM small WHERE 4 IS DISTINCT FROM x OR x < -10",
     "null_constant": "SELECT count(*) FROM small WHERE x IS DISTINCT FROM NULL",
+    # TRY_CAST of a constant may be NULL: it is not the constant side (the fuzzer found it)
+    "try_cast_of_a_constant": "SELECT count(*) FROM small WHERE TRY_CAST('B' AS BIGINT) IS DISTINCT FROM 5",
+    "try_cast_as_a_value": "SELECT TRY_CAST('B' AS BIGINT) IS DISTINCT FROM 5, TRY_CAST('7' AS BIGINT) IS NOT DISTINCT FROM 7, "
+    "5 IS NOT DISTINCT FROM TRY_CAST('x' AS INTEGER) FROM one",
+    "try_cast_beside_a_column": "SELECT count(*) FROM small WHERE x IS DISTINCT FROM TRY_CAST('B' AS BIGINT)",
 }
 
 

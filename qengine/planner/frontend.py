@@ -784,7 +784,7 @@ def spell_out_null_safe(statement: exp.Expression) -> exp.Expression:
 
 def _non_null_constant(e: exp.Expression) -> bool:
     e = unparen(e)
-    if isinstance(e, exp.Cast):
+    if isinstance(e, exp.Cast) and not isinstance(e, exp.TryCast):  # TRY_CAST('B' AS BIGINT) is NULL
         e = unparen(e.this)
     if isinstance(e, exp.Neg):
         e = e.this
