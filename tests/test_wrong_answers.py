@@ -130,6 +130,32 @@ def test_correlated_quantified_subquery_as_a_value_is_refused(con, duck, sql: st
         con.execute(sql)
 
 
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT id, (SELECT max(x.id) FROM (SELECT * FROM big WHERE id % 3 = 0) x WHERE x.k = big.k AND x.id < big.id) FROM big WHERE id < 20",
+        "WITH c AS (SELECT * FROM big WHERE id % 3 = 0) SELECT id, (SELECT max(c.id) FROM c WHERE c.id < big.id) FROM big WHERE id < 20",
+        "SELECT id, (SELECT count(*) FROM (SELECT k FROM small) s WHERE s.k = small.x OR s.k IS NULL) FROM small",
+    ],
+)
+def test_correlated_reference_to_a_table_a_merged_derived_table_reads_is_refused(con, duck, sql: str) -> None:
+    """Merging the derived table (or CTE) into the subquery gave it a source named like the
+    outer table, which then took the correlated reference for its own: ``x.id < big.id`` became
+    ``big.id < big.id``, and every value NULL. Left unmerged, the reference is refused."""
+    duck.execute(sql).fetchall()
+    with pytest.raises(qengine.NotSupportedError, match="correlated"):
+        con.execute(sql)
+
+
+def test_correlated_reference_through_a_view_of_the_same_table_is_refused(con, duck) -> None:
+    con.execute("CREATE VIEW every_third AS SELECT * FROM big WHERE id % 3 = 0")
+    try:
+        with pytest.raises(qengine.NotSupportedError, match="correlated"):
+            con.execute("SELECT id, (SELECT max(v.id) FROM every_third v WHERE v.id < big.id) FROM big WHERE id < 20")
+    finally:
+        con.execute("DROP VIEW every_third")
+
+
 QUANTIFIED = {
     "all_with_null": "SELECT id, x > ALL (SELECT k FROM small) FROM small",
     "all_without_null": "SELECT id, x > ALL (SELECT k FROM small WHERE k < 3) FROM small",
@@ -479,6 +505,15 @@ NULL_SAFE_COMPARISONS = {
 }
 
 
+# A derived table or CTE over the table of the query around it, read by a subquery correlated by
+# equality only: still answered (decorrelated), where a merge must not capture the reference.
+CORRELATED_OVER_THE_SAME_TABLE = {
+    "derived_table": "SELECT id, (SELECT max(x.id) FROM (SELECT * FROM big WHERE id % 3 = 0) x WHERE x.k = big.k) FROM big WHERE id < 20",
+    "cte": "WITH c AS (SELECT * FROM big WHERE id % 3 = 0) SELECT id, (SELECT max(c.id) FROM c WHERE c.k = big.k) FROM big WHERE id < 20",
+    "exists": "SELECT id FROM big WHERE id < 30 AND EXISTS (SELECT 1 FROM (SELECT * FROM big WHERE id % 4 = 0) x WHERE x.id = big.id + 1)",
+}
+
+
 # A derived table, CTE or view with two columns of one name: DuckDB names them a, a_1; sqlglot's
 # optimizer could not plan it ("projection_reachability requires star-free selections").
 REPEATED_INNER_NAMES = {
@@ -515,6 +550,7 @@ ANSWERED_AS_DUCKDB = {
     "union_all_of_joined_inputs_under_other_operators": UNION_ALL_UNDER,
     "scalar_subquery_of_one_row_is_answered": SCALAR_SUBQUERY_OF_ONE_ROW,
     "null_safe_comparison_with_a_constant": NULL_SAFE_COMPARISONS,
+    "correlated_over_a_derived_table_of_the_same_table": CORRELATED_OVER_THE_SAME_TABLE,
 }
 
 

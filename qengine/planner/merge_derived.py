@@ -7,6 +7,12 @@ row the outer join padded, a projection that is NULL whenever its columns are (`
 is NULL there too; any other (a constant ``1 AS c``, ``coalesce(k, 0)``, ``k IS NULL``) is not,
 where the derived table's own column would have been: ``LEFT JOIN (SELECT k, 1 AS c ...)``
 showed ``c = 1`` on rows that matched nothing. Such a derived table is left as it is.
+
+Nor is one whose sources, once merged, would capture a correlated reference. The rule renames
+an inner source that clashes with a source of the query reading it, but not one named like a
+table of a query around that one: in ``(SELECT max(x.id) FROM (SELECT * FROM t) x WHERE x.id <
+t.id)`` under ``FROM t``, merging made the condition ``t.id < t.id``, and every row's maximum
+NULL.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from typing import Any
 
 import sqlglot.expressions as exp
 from sqlglot.optimizer.merge_subqueries import merge_subqueries as sqlglot_merge_subqueries
-from sqlglot.optimizer.scope import traverse_scope
+from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from qengine.planner.expressions import STRICT
 
@@ -26,9 +32,12 @@ _MARK = "__qengine_unmergeable"
 
 def merge_subqueries(expression: exp.Expression, **kwargs: Any) -> exp.Expression:
     """sqlglot's rule, run with the derived tables it would answer wrongly for marked unmergeable."""
-    for scope in traverse_scope(expression):
+    scopes = traverse_scope(expression)
+    for scope in scopes:
         select = scope.expression
-        if isinstance(select, exp.Select) and not select.args.get(_MARK_ARG) and _padded(scope) and not _null_propagating(select):
+        if not isinstance(select, exp.Select) or select.args.get(_MARK_ARG):
+            continue
+        if (_padded(scope) and not _null_propagating(select)) or _captures(scope, scopes):
             select.set(_MARK_ARG, _MARK)
     expression = sqlglot_merge_subqueries(expression, **kwargs)
     for select in expression.find_all(exp.Select):
@@ -72,4 +81,40 @@ def _null_propagating(select: exp.Select) -> bool:
         value = projection.unalias()
         if not value.find(exp.Column) or not all(isinstance(n, STRICT) for n in value.walk()):
             return False
+    return True
+
+
+def _captures(inner: Scope, scopes: list[Scope]) -> bool:
+    """Whether a source of ``inner`` (a derived table or CTE), merged into a query that reads
+    it, would come between a column of that query (or of a subquery in it) and the source of
+    an enclosing query the column names."""
+    names = set(inner.selected_sources)
+    for reader in scopes:
+        if not any(source is inner for _, source in reader.selected_sources.values()):
+            continue
+        for scope in scopes:
+            if scope is inner or _within(scope, inner) or not (scope is reader or _within(scope, reader)):
+                continue
+            if any(column.table in names and _names_outside(column.table, scope, reader) for column in scope.columns):
+                return True
+    return False
+
+
+def _within(scope: Scope, ancestor: Scope) -> bool:
+    parent = scope.parent
+    while parent is not None and parent is not ancestor:
+        parent = parent.parent
+    return parent is ancestor
+
+
+def _names_outside(name: str, scope: Scope, reader: Scope) -> bool:
+    """Whether ``name``, in a column of ``scope`` (``reader`` or a scope within it), names a
+    source of a query around ``reader``: no scope from ``scope`` up to ``reader`` has one."""
+    current: Scope | None = scope
+    while current is not None:
+        if name in current.selected_sources:
+            return False
+        if current is reader:
+            return True
+        current = current.parent
     return True
