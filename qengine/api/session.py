@@ -200,7 +200,8 @@ class Session:
         if isinstance(st, exp.Command) and st.name.upper() == "RESET":
             names = set_statements.reset_names(st)
             return self._set(dataclasses.replace(self.settings, **{n: getattr(self.opened_with, n) for n in names}))
-        what = st.sql(dialect=self.plan_options.dialect).split()[0].upper() if st.sql() else type(st).__name__
+        text = st.sql(dialect=self.plan_options.dialect)  # not sqlglot's own dialect: it spells fewer statements
+        what = text.split()[0].upper() if text else type(st).__name__
         raise NotSupportedError(f"{what} statements are not supported")
 
     def plan(self, query: exp.Expression) -> StagePlan:
