@@ -33,7 +33,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import sqlglot.expressions as exp
+from sqlglot.errors import ErrorLevel, UnsupportedError
 
+from qengine.errors import NotSupportedError
 from qengine.planner.stages import StagePlan
 
 PARAMETER = "qengine_parameter"  # the meta key of a bound parameter's literal (frontend.bind)
@@ -159,7 +161,13 @@ def parameterize(statement: exp.Expression, dialect: str) -> Shape:
     shaped = statement.transform(visit)
     slotted = Counter(origin for feeding in sources for origin in feeding)
     baked = {i for i, count in bound.items() if count > slotted[i]}
-    return Shape(shaped, shaped.sql(dialect=dialect), values, sources, baked, whole)
+    try:
+        # sqlglot's generator leaves out or changes what it cannot spell, with only a notice: two
+        # statements differing there would share a key, and a plan
+        key = shaped.sql(dialect=dialect, unsupported_level=ErrorLevel.RAISE)
+    except UnsupportedError as e:
+        raise NotSupportedError(str(e).splitlines()[0].strip()) from e
+    return Shape(shaped, key, values, sources, baked, whole)
 
 
 def slot_value(node: exp.Expression) -> exp.Literal | None:
