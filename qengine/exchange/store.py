@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import itertools
 import os
 import shutil
@@ -74,9 +75,22 @@ def load(table: pa.Table | None, path: str | None, batches: tuple[int, int] | No
     return loaded.combine_chunks() if loaded.num_rows else loaded
 
 
+def empty_table(schema: pa.Schema) -> pa.Table:
+    """``schema``'s table of no rows, made once: an empty partition is the usual input of a
+    reducer of a small query, and making one cost more than looking it up (tables are immutable).
+    Kept by the schema's bytes: a schema's ``==`` and hash leave out its fields' metadata, which
+    carries the types Arrow lacks (``sandbox.carried_types``)."""
+    return _empty_of(schema.serialize().to_pybytes())
+
+
+@functools.lru_cache(maxsize=512)
+def _empty_of(serialized: bytes) -> pa.Table:
+    return pa.ipc.read_schema(pa.py_buffer(serialized)).empty_table()
+
+
 def concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
     """The rows of ``tables`` as one table (``schema``'s empty table if there are none)."""
-    tables = [t for t in tables if t.num_rows] or [schema.empty_table()]
+    tables = [t for t in tables if t.num_rows] or [empty_table(schema)]
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
 
 

@@ -30,7 +30,7 @@ from qengine.errors import DataError, Error, InputLostError, OperationalError, i
 from qengine.exchange import partitioner
 from qengine.exchange.push_schedule import Piece, PushLimiter, destination_order, pieces, push_all
 from qengine.exchange.sampling import sample_keys
-from qengine.exchange.store import BlockStore, MissingBlocksError, concat
+from qengine.exchange.store import BlockStore, MissingBlocksError, concat, empty_table
 from qengine.planner import direct
 from qengine.runtime.empty_results import EmptyResults
 from qengine.runtime.faults import FaultPlan
@@ -146,7 +146,7 @@ class TaskRunner:
             try:
                 if source == self.address:
                     local = self.store.get(key, partition, want=pairs)
-                    return local if local is not None else schema.empty_table()
+                    return local if local is not None else empty_table(schema)
                 ticket = {"key": key, "partition": partition, "want": pairs}
                 with self.limiter.slot(source, (sizes or {}).get(source, 0)):
                     return self.peers.call(key, source, lambda: self.pool.get(source).get(ticket))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pyarrow as pa
 
 
@@ -9,7 +11,11 @@ def schema_to_hex(schema: pa.Schema) -> str:
     return schema.serialize().to_pybytes().hex()
 
 
+@functools.lru_cache(maxsize=512)
 def schema_from_hex(text: str) -> pa.Schema:
+    """Kept by text: every task of a stage carries its inputs' schemas, the same each time, and
+    reading one back cost a no-op task's worker more than any other single step (schemas are
+    immutable, so one object serves them all)."""
     return pa.ipc.read_schema(pa.py_buffer(bytes.fromhex(text)))
 
 
