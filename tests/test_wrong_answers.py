@@ -156,6 +156,21 @@ def test_correlated_reference_through_a_view_of_the_same_table_is_refused(con, d
         con.execute("DROP VIEW every_third")
 
 
+def test_with_query_named_like_a_table_a_view_reads_is_refused(con, duck) -> None:
+    """DuckDB binds a view's body on its own; inlined, its ``big`` read the query's ``WITH big``
+    (one row instead of 3,000). Refused, and a WITH name the view does not read still runs."""
+    for db in (con, duck):
+        db.execute("CREATE VIEW big_view AS SELECT * FROM big")
+    try:
+        with pytest.raises(qengine.NotSupportedError, match="hides table 'big', which view 'big_view' reads"):
+            con.execute("WITH big AS (SELECT 1 AS id) SELECT count(*) FROM big_view")
+        assert_same(con, duck, "WITH other AS (SELECT 1 AS id) SELECT count(*) FROM big_view JOIN other USING (id)")
+        assert_same(con, duck, "WITH big AS (SELECT 1 AS id) SELECT count(*) FROM big")
+    finally:
+        for db in (con, duck):
+            db.execute("DROP VIEW big_view")
+
+
 QUANTIFIED = {
     "all_with_null": "SELECT id, x > ALL (SELECT k FROM small) FROM small",
     "all_without_null": "SELECT id, x > ALL (SELECT k FROM small WHERE k < 3) FROM small",

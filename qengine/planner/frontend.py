@@ -692,8 +692,48 @@ def expand_sources(statement: exp.Expression, catalog: Catalog, dialect: str, de
         ):
             continue
         alias = table.alias or table.name
-        table.replace(exp.Subquery(this=body, alias=exp.TableAlias(this=exp.to_identifier(alias))))
+        inlined = exp.Subquery(this=body, alias=exp.TableAlias(this=exp.to_identifier(alias)))
+        if view is not None:
+            inlined.meta[_VIEW] = view.name
+        table.replace(inlined)
+    if depth == 0:
+        _check_no_cte_hides_a_views_table(statement)
     return statement
+
+
+_VIEW = "qengine_view"  # the meta key of an inlined view's subquery: the view's name
+
+
+def _check_no_cte_hides_a_views_table(statement: exp.Expression) -> None:
+    """Refuse a WITH query named like a table an inlined view reads.
+
+    DuckDB binds a view's body on its own, where the query's WITH names are not seen; inlined
+    here, the body's ``t`` would read the query's ``WITH t AS (...)`` instead of table ``t``."""
+    views = [s for s in statement.find_all(exp.Subquery) if s.meta.get(_VIEW)]
+    if not views:
+        return
+    inside = {id(n) for v in views for n in v.this.walk()}
+    ctes = {cte.alias_or_name.lower() for cte in statement.find_all(exp.CTE) if id(cte) not in inside}
+    for view in views:
+        for table in view.this.find_all(exp.Table):
+            name = table.name.lower()
+            if name in ctes and isinstance(table.this, exp.Identifier) and not _defined_within(table, view):
+                raise NotSupportedError(
+                    f"the WITH query {table.name!r} hides table {table.name!r}, which view {view.meta[_VIEW]!r} reads: "
+                    "give the WITH query another name"
+                )
+
+
+def _defined_within(table: exp.Table, view: exp.Subquery) -> bool:
+    """Whether ``table`` names a WITH query of the view's own body."""
+    name = table.name.lower()
+    scope = table.parent
+    while scope is not None and scope is not view:
+        with_ = scope.args.get("with_") if isinstance(scope, exp.Query) else None
+        if with_ is not None and any(cte.alias_or_name.lower() == name for cte in with_.expressions):
+            return True
+        scope = scope.parent
+    return False
 
 
 # Where every table and view is, in DuckDB's names for its in-memory database (as
