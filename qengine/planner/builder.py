@@ -134,6 +134,10 @@ class Builder(JoinPlanning, AggregatePlanning):
         def visit(node: exp.Expression) -> exp.Expression:
             if mapping and not isinstance(node, exp.Identifier | exp.Literal) and node in mapping:
                 return col(mapping[node])
+            if mapping and isinstance(node, exp.IgnoreNulls) and node.this in mapping:
+                # sqlglot reads any_value(x) as IGNORE NULLS around it: around the aggregate's
+                # column, the wrapper is left out of the SQL with a notice on stderr
+                return col(mapping[node.this])
             if isinstance(node, exp.Window):
                 # rewritten piece by piece, so that its function is never taken for an equal aggregate
                 window = node.copy()
