@@ -342,8 +342,8 @@ class Connection:
         return self._read("read_parquet", path, options)
 
     def read_csv(self, path: str | Sequence[str], **options: Any) -> Relation:
-        """A relation over CSV files (a header row, comma-separated: ``register_csv`` takes
-        other delimiters)."""
+        """A relation over CSV files, their dialect sniffed as DuckDB's read_csv() does
+        (``register_csv`` sets the delimiter or header)."""
         return self._read("read_csv", path, options)
 
     def read_json(self, path: str | Sequence[str], **options: Any) -> Relation:
@@ -416,7 +416,9 @@ class Connection:
         self._session.register_records(name, path)
 
     @_user_errors
-    def register_csv(self, name: str, path: str, delimiter: str = ",", header: bool = True) -> None:
+    def register_csv(self, name: str, path: str, delimiter: str | None = None, header: bool | None = None) -> None:
+        """CSV files as DuckDB's read_csv() reads them; ``delimiter`` and ``header`` override what
+        its sniffer finds."""
         self._check()
         self._session.register_csv(name, path, delimiter, header)
 

@@ -113,7 +113,7 @@ class RemoteSession:
     def register_records(self, name: str, path: str) -> None:
         self._call("register_table", {"kind": "records", "name": name, "path": path})
 
-    def register_csv(self, name: str, path: str, delimiter: str = ",", header: bool = True) -> None:
+    def register_csv(self, name: str, path: str, delimiter: str | None = None, header: bool | None = None) -> None:
         self._call("register_table", {"kind": "csv", "name": name, "path": path, "delimiter": delimiter, "header": header})
 
     def register_arrow(self, name: str, table: pa.Table) -> None:

@@ -141,7 +141,7 @@ class CoordinatorServer(ActionServer):
             ]
             return running + [dict(w, state="queued") for w in waiting]
         if name == "register_table":
-            self._session(body).register_file(body["kind"], body["name"], body["path"], body.get("delimiter"), body.get("header", True))
+            self._session(body).register_file(body["kind"], body["name"], body["path"], body.get("delimiter"), body.get("header"))
             return {"ok": True}
         if name == "allow_root":
             self._session(body).allow_root(body["directory"])

@@ -485,16 +485,18 @@ class Session:
         """Flat files of 100-byte sort-benchmark records (gensort's binary layout)."""
         self._add(RecordSource(name, self._resolve(path, (".dat", ".bin", ".gensort"))), path)
 
-    def register_csv(self, name: str, path: str, delimiter: str = ",", header: bool = True) -> None:
+    def register_csv(self, name: str, path: str, delimiter: str | None = None, header: bool | None = None) -> None:
+        """CSV files as DuckDB's read_csv() reads them; ``delimiter`` and ``header`` override what
+        its sniffer finds (None: sniffed)."""
         self._add(CsvSource(name, self._resolve(path, (".csv", ".tsv", ".txt")), delimiter, header), path)
 
-    def register_file(self, kind: str, name: str, path: str, delimiter: str | None = None, header: bool = True) -> None:
+    def register_file(self, kind: str, name: str, path: str, delimiter: str | None = None, header: bool | None = None) -> None:
         """Register a table by its kind: "parquet", "csv", "tsv" (tab-delimited CSV) or
         "records" (how servers name what a client or a data directory asks for)."""
         if kind == "parquet":
             self.register_parquet(name, path)
         elif kind in ("csv", "tsv"):
-            self.register_csv(name, path, delimiter or ("\t" if kind == "tsv" else ","), header)
+            self.register_csv(name, path, delimiter or ("\t" if kind == "tsv" else None), header)
         elif kind == "records":
             self.register_records(name, path)
         else:

@@ -18,7 +18,6 @@ from collections.abc import Callable
 import duckdb
 import numpy as np
 import pyarrow as pa
-import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from qengine.catalog import records
@@ -193,17 +192,7 @@ def read_split(split: dict, columns: list[tuple[str, str]], fetch_memory: Callab
         if kind == "parquet":
             table = _read_parquet(split, sources)
         elif kind == "csv":
-            schema = schema_from_hex(split["schema"])
-            table = pacsv.read_csv(
-                split["path"],
-                read_options=pacsv.ReadOptions(
-                    column_names=schema.names, skip_rows=1 if split["header"] else 0, use_threads=False
-                ),
-                parse_options=pacsv.ParseOptions(delimiter=split["delimiter"]),
-                convert_options=pacsv.ConvertOptions(
-                    column_types={f.name: f.type for f in schema}, include_columns=sources
-                ),
-            )
+            table = _read_csv(split).select(sources)
         elif kind == "records":
             with open(split["path"], "rb") as f:
                 f.seek(split["offset"])
@@ -224,8 +213,6 @@ def read_split(split: dict, columns: list[tuple[str, str]], fetch_memory: Callab
         else:
             raise OperationalError(f"unknown split kind {kind!r}")
     except pa.ArrowInvalid as e:
-        if kind == "csv":  # the file's rows, not the cluster, are at fault
-            raise csv_error(split["path"], schema_from_hex(split["schema"]).names, e) from e
         raise OperationalError(f"scan failed: {e}") from e
     except OSError as e:
         raise OperationalError(f"scan failed: {e}") from e
@@ -272,21 +259,37 @@ def _read_json(split: dict) -> pa.Table:
         con.close()
 
 
-# Arrow's complaints, read on one thread (which makes them number the row: its line in the file).
-_CSV_VALUE = re.compile(r"In CSV column #(\d+): Row #(\d+): (.*)")
-_CSV_ROW = re.compile(r"CSV parse error: Row #(\d+): (.*)")
+def _read_csv(split: dict) -> pa.Table:
+    """A CSV file read by DuckDB's reader with the table's dialect and columns
+    (``sources.CsvSource``), on a connection that may read that file alone."""
+    con = safe_connection(readable=(split["path"],))
+    try:
+        return con.execute(f"SELECT * FROM read_csv({string_literal(split['path'])}, {split['options']})").to_arrow_table()
+    except duckdb.Error as e:
+        raise csv_error(split["path"], e) from e
+    finally:
+        con.close()
 
 
-def csv_error(path: str, names: list[str], error: pa.ArrowInvalid) -> DataError:
-    """A CSV file whose rows do not fit its table, with the file, line and column named.
+# DuckDB's complaints about a CSV file: the line, the line's text, then what is wrong with it.
+_CSV_LINE = re.compile(r"CSV Error on Line: (\d+)\n(?:Original Line: (.*)\n)?(.*)")
+_CSV_COLUMNS = re.compile(r"Expected Number of Columns: (\d+) Found: (\d+)")
+_CSV_VALUE = re.compile(r'Error when converting column "(.*)"\. (.*)')
+_ERROR_KIND = re.compile(r"^(Error: )?[A-Z][A-Za-z ]* Error: ")  # "Invalid Input Error: " and the like
 
-    ``names`` are the file's columns, which Arrow numbers: a bad value is named by its column.
-    """
+
+def csv_error(path: str, error: duckdb.Error) -> DataError:
+    """A CSV file DuckDB cannot read as its table, in one line: the file, the line and, for a bad
+    value, the column."""
     message = str(error)
-    if match := _CSV_VALUE.search(message):
-        index, line, detail = int(match.group(1)), match.group(2), match.group(3)
-        column = repr(names[index]) if index < len(names) else f"#{index + 1}"
-        return DataError(f"bad value in CSV file {path}, line {line}, column {column}: {detail}")
-    if match := _CSV_ROW.search(message):
-        return DataError(f"bad row in CSV file {path}, line {match.group(1)}: {match.group(2)}")
-    return DataError(f"bad CSV file {path}: {message}")
+    if match := _CSV_LINE.search(message):
+        line, text, detail = match.groups()
+        if columns := _CSV_COLUMNS.search(detail):
+            return DataError(f"bad row in CSV file {path}, line {line}: expected {columns.group(1)} columns, found {columns.group(2)}: {text}")
+        if value := _CSV_VALUE.search(detail):
+            return DataError(f"bad value in CSV file {path}, line {line}, column {value.group(1)!r}: {value.group(2)}")
+        return DataError(f"bad CSV file {path}, line {line}: {detail}")
+    lines = [_ERROR_KIND.sub("", line) for line in message.splitlines() if line and not line.startswith("Attempting to execute")]
+    if len(lines) > 1 and lines[0].startswith("Error when sniffing file"):
+        lines = lines[1:]  # the file is named already; what follows says what went wrong
+    return DataError(f"bad CSV file {path}: {lines[0] if lines else message}")

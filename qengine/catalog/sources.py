@@ -10,11 +10,11 @@ from __future__ import annotations
 import copy
 import math
 import os
+import re
 from dataclasses import dataclass, field
 
 import duckdb
 import pyarrow as pa
-import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from qengine.catalog import records
@@ -24,7 +24,7 @@ from qengine.catalog.scan import csv_error
 from qengine.catalog.types import type_code
 from qengine.errors import OperationalError, ProgrammingError
 from qengine.sandbox.connection import safe_connection
-from qengine.sandbox.quoting import string_literal
+from qengine.sandbox.quoting import identifier, string_literal
 from qengine.transport.wire import schema_to_hex, table_to_hex
 
 # By default a scan task covers about this many uncompressed bytes: Spark's default for
@@ -40,6 +40,9 @@ def arrow_width(t: pa.DataType) -> float:
         return max(1.0, t.bit_width / 8)
     except ValueError:
         return 24.0
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class Source:
@@ -88,8 +91,9 @@ class Source:
         return False
 
     def sql_schema(self) -> dict[str, str]:
-        """Column name → SQL type, the form sqlglot's optimizer takes."""
-        return {f.name: type_code(f.type) for f in self.schema}
+        """Column name → SQL type, the form sqlglot's optimizer takes. sqlglot parses each name
+        as SQL: one that is not a plain identifier (``a b``, ``x;y``, ``c.d``) goes quoted."""
+        return {f.name if _PLAIN_NAME.fullmatch(f.name) else identifier(f.name): type_code(f.type) for f in self.schema}
 
 
 @dataclass
@@ -287,27 +291,41 @@ def _with_partitions(schema: pa.Schema, partitions: pa.Schema) -> pa.Schema:
 
 
 class CsvSource(Source):
-    """CSV files; one split per file. The schema is inferred once, then imposed on every file."""
+    """CSV files read by DuckDB's CSV reader as DuckDB's read_csv() reads them; one split per file.
 
-    def __init__(self, name: str, paths: list[str], delimiter: str = ",", header: bool = True) -> None:
+    DuckDB's sniffer works out the dialect (delimiter, quoting, header, date formats) from the
+    first file and the column types over the files, once, here; every file is then read with
+    exactly those (``read_options``), so each split reads the same columns with the same types.
+    Arrow's reader, used before, answered differently from DuckDB on ordinary files: an empty
+    field was '' rather than NULL, '007' became 7, 'nan' NULL, a file without a header lost its
+    first row to the column names, and a .tsv file or one using ';' was read as one column.
+    ``delimiter`` and ``header`` override what the sniffer finds (None: sniffed)."""
+
+    def __init__(self, name: str, paths: list[str], delimiter: str | None = None, header: bool | None = None) -> None:
         if not paths:
             raise ProgrammingError(f"table {name!r}: no CSV files found")
         self.name = name
         self.paths = paths
-        self.options = {"delimiter": delimiter, "header": header}
+        given = ""
+        if delimiter is not None:
+            given += f", delim = {string_literal(delimiter)}"
+        if header is not None:
+            given += f", header = {'true' if header else 'false'}"
+        files = "[" + ", ".join(string_literal(p) for p in paths) + "]"
+        con = safe_connection(readable=tuple(paths))
         try:
-            reader = pacsv.open_csv(
-                paths[0],
-                # one thread: Arrow then numbers a bad row (see scan.csv_error)
-                read_options=pacsv.ReadOptions(autogenerate_column_names=not header, use_threads=False),
-                parse_options=pacsv.ParseOptions(delimiter=delimiter),
-            )
-            self.schema = reader.schema
-            reader.close()
-        except pa.ArrowInvalid as e:
-            raise csv_error(paths[0], [], e) from e
-        except OSError as e:
-            raise ProgrammingError(f"table {name!r}: cannot read CSV file {paths[0]}: {e}") from e
+            dialect = con.sql(
+                "SELECT Delimiter, Quote, Escape, NewLineDelimiter, Comment, SkipRows, HasHeader, DateFormat, TimestampFormat "
+                f"FROM sniff_csv({string_literal(paths[0])}{given})"
+            ).fetchone()
+            relation = con.sql(f"SELECT * FROM read_csv({files}{given}) LIMIT 0")
+            described = list(zip(relation.columns, map(str, relation.types), strict=True))
+            self.schema = relation.to_arrow_table().schema
+        except duckdb.Error as e:
+            raise csv_error(paths[0] if len(paths) == 1 else files, e) from e
+        finally:
+            con.close()
+        self.read_options = _csv_read_options(dialect, described)
         self._bytes = sum(os.path.getsize(p) for p in paths)
 
     @property
@@ -317,8 +335,28 @@ class CsvSource(Source):
     def splits(
         self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES, ranges: dict[str, tuple[int, int]] | None = None
     ) -> list[dict]:
-        schema = schema_to_hex(self.schema)
-        return [{"kind": "csv", "path": p, "schema": schema, **self.options} for p in self.paths]
+        return [{"kind": "csv", "path": p, "options": self.read_options} for p in self.paths]
+
+
+def _csv_read_options(dialect: tuple, columns: list[tuple[str, str]]) -> str:
+    """read_csv()'s options, after the path, that read a file exactly as sniffed: ``dialect`` is
+    sniff_csv()'s row (where '(empty)' stands for the empty string), ``columns`` the names and
+    types read_csv() found over all the files."""
+    delimiter, quote, escape, new_line, comment, skip, header, date_format, timestamp_format = dialect
+
+    def text(value: str) -> str:
+        return string_literal("" if value == "(empty)" else value)
+
+    options = [
+        "auto_detect = false", f"delim = {text(delimiter)}", f"quote = {text(quote)}", f"escape = {text(escape)}",
+        f"new_line = {text(new_line)}", f"comment = {text(comment)}", f"skip = {int(skip)}", f"header = {'true' if header else 'false'}",
+        "columns = {" + ", ".join(f"{string_literal(c)}: {string_literal(t)}" for c, t in columns) + "}",
+    ]
+    if date_format:
+        options.append(f"dateformat = {string_literal(date_format)}")
+    if timestamp_format:
+        options.append(f"timestampformat = {string_literal(timestamp_format)}")
+    return ", ".join(options)
 
 
 class JsonSource(Source):

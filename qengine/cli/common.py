@@ -74,7 +74,7 @@ def register_directory(con: Any, directory: str) -> list[str]:
         if kind == "parquet":
             con.register_parquet(name, path)
         else:
-            con.register_csv(name, path, delimiter="\t" if kind == "tsv" else ",")
+            con.register_csv(name, path, delimiter="\t" if kind == "tsv" else None)
     return [name for name, _, _ in tables]
 
 
