@@ -245,6 +245,11 @@ CORPUS = [
     Bad("unnest-in-from", "SELECT * FROM unnest([1, 2])", N, r"^table function unnest\(\) is not supported", supported=False),
     Bad("update", "UPDATE sales SET qty = 1", N, r"^UPDATE statements are not supported$"),
     Bad("install", "INSTALL httpfs", N, r"^INSTALL statements are not supported$"),
+    # DuckDB's ~ is a full match; sqlglot reads it as a partial one
+    Bad("regexp-operator", "SELECT name ~ 'b' FROM customers", N,
+        r"^the operator '~' at line 1, column 13 is not supported: write regexp_full_match\(x, pattern\)$", supported=False),
+    Bad("not-regexp-operator", "SELECT name !~ 'b' FROM customers", N,
+        r"^the operator '!~' at line 1, column 14 is not supported: write NOT regexp_full_match\(x, pattern\)$", supported=False),
     # sqlglot cannot spell it back in DuckDB's dialect as written: refused, not run changed
     Bad("approx-top-k", "SELECT approx_top_k(qty, 2) FROM sales", N, r"^APPROX_TOP_K cannot be transpiled to DuckDB", supported=False),
     Bad("read-parquet-of-number", "SELECT * FROM read_parquet(42)", P, r"^read_parquet\(\) takes a path or a list of paths as a string literal$"),

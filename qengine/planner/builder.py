@@ -20,7 +20,7 @@ from qengine.catalog.sources import Source
 from qengine.errors import NotSupportedError, ProgrammingError
 from qengine.planner import estimates
 from qengine.planner.aggregation import AggregatePlanning
-from qengine.planner.expressions import and_all, collect_aggregates, has_aggregate, in_place_of, window_operands
+from qengine.planner.expressions import and_all, calls_volatile, collect_aggregates, has_aggregate, in_place_of, window_operands
 from qengine.planner.frontend import unparen
 from qengine.planner.joins import JoinPlanning
 from qengine.planner.logical import (
@@ -234,8 +234,8 @@ class Builder(JoinPlanning, AggregatePlanning):
         if producer is None:
             producer = self.build(cte)
             expensive = (Join, Aggregate, Window, SetOp, Distinct)
-            if not any(isinstance(n, expensive) for n in walk(producer.node)):
-                return producer  # a filtered scan: cheaper to read again than to materialize
+            if not any(isinstance(n, expensive) for n in walk(producer.node)) and not calls_volatile(cte):
+                return producer  # a filtered scan: cheaper to read again than to materialize (random() must not be drawn again)
             self._shared[id(cte)] = producer
         column_map = {}
         for c in producer.node.columns:

@@ -176,3 +176,19 @@ def in_place_of(node: exp.Expression, replacement: exp.Expression) -> exp.Expres
     if inner > outer or (inner == outer and node.arg_key == "this" and isinstance(node.parent, _LEFT_ASSOCIATIVE)):
         return replacement
     return exp.paren(replacement, copy=False)
+
+
+# Functions whose every call gives another value (DuckDB's now() is the statement's, not these).
+_VOLATILE_CALLS = (exp.Rand, exp.Randn, exp.Uuid)
+_VOLATILE_NAMES = frozenset({"random", "gen_random_uuid", "uuid", "uuidv4", "uuidv7", "nextval", "setseed"})
+
+
+def calls_volatile(e: exp.Expression) -> bool:
+    """Whether ``e`` calls a function whose value changes from call to call: a query over it
+    must be computed once however often it is read, and its columns not copied into each use."""
+    for node in e.walk():
+        if isinstance(node, _VOLATILE_CALLS):
+            return True
+        if isinstance(node, exp.Func) and (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower() in _VOLATILE_NAMES:
+            return True
+    return False

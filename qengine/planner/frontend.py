@@ -131,6 +131,7 @@ def parse(sql: str, dialect: str) -> list[exp.Expression]:
     _check_clauses(sql, tokens)
     numbered = _numbered_placeholders(tokens)
     question_marks, tokens = numbered is not tokens, numbered
+    tokens = _bracket_typed_literals(tokens, reader)
     try:
         statements = [s for s in parse_tokens(reader, tokens, sql) if s is not None]
     except sqlglot.errors.ParseError as e:
@@ -255,7 +256,21 @@ def _check_operators(sql: str, tokens: list[Token]) -> None:
             raise ProgrammingError(f"syntax error at {_position(sql, after.start)}: unexpected ','")
         if token.token_type == TokenType.NULLSAFE_EQ and token.text == "<=>":
             raise ProgrammingError(f"operator '<=>' at {_position(sql, token.start)} does not exist: write IS NOT DISTINCT FROM")
+        if token.token_type == TokenType.TILDE and i > 0 and (tokens[i - 1].token_type in _OPERAND_END or tokens[i - 1].text == "!"):
+            # DuckDB's x ~ p is a full match (regexp_full_match); sqlglot reads it as a partial one
+            operator = "!~" if tokens[i - 1].text == "!" else "~"
+            raise NotSupportedError(
+                f"the operator '{operator}' at {_position(sql, token.start)} is not supported: write "
+                f"{'NOT ' if operator == '!~' else ''}regexp_full_match(x, pattern)"
+            )
 
+
+# Tokens an operand ends with: a ``~`` after one is the binary regular expression match, not
+# the bitwise NOT of what follows.
+_OPERAND_END = {
+    TokenType.VAR, TokenType.IDENTIFIER, TokenType.STRING, TokenType.NUMBER, TokenType.R_PAREN, TokenType.R_BRACKET,
+    TokenType.NULL, TokenType.TRUE, TokenType.FALSE,
+}
 
 # Tokens that end a clause: after one of these, a clause that needs an expression has none.
 _CLAUSE_END = {
@@ -512,7 +527,9 @@ def literal(value: Any) -> exp.Expression:
     if isinstance(value, str):
         return exp.Literal.string(value)
     if isinstance(value, dt.datetime):
-        return exp.cast(exp.Literal.string(value.isoformat(sep=" ")), "TIMESTAMP")
+        # an aware datetime is an instant, as DuckDB binds it: TIMESTAMP would drop its offset
+        kind = "TIMESTAMPTZ" if value.utcoffset() is not None else "TIMESTAMP"
+        return exp.cast(exp.Literal.string(value.isoformat(sep=" ")), kind)
     if isinstance(value, dt.date):
         return exp.cast(exp.Literal.string(value.isoformat()), "DATE")
     if isinstance(value, dt.time):
@@ -527,6 +544,28 @@ def _count(n: int, noun: str) -> str:
 
 
 _QUESTION_MARKS = "qengine_question_marks"  # meta of a statement whose parameters were written ?
+
+
+def _bracket_typed_literals(tokens: list[Token], reader: Dialect) -> list[Token]:
+    """``DATE '2021-06-01'::VARCHAR`` as ``(DATE '2021-06-01')::VARCHAR``: sqlglot binds the
+    ``::`` to the string, making ``DATE CAST('2021-06-01' AS VARCHAR)``, a DATE where DuckDB
+    gives the VARCHAR (and ``TIMESTAMP '…'::DATE`` a TIMESTAMP)."""
+    types = reader.parser_class.TYPE_TOKENS
+    starts = {
+        i for i in range(len(tokens) - 2)
+        if tokens[i].token_type in types and tokens[i + 1].token_type == TokenType.STRING and tokens[i + 2].token_type == TokenType.DCOLON
+        and (i == 0 or tokens[i - 1].token_type != TokenType.DCOLON)
+    }
+    if not starts:
+        return tokens
+    out: list[Token] = []
+    for i, t in enumerate(tokens):
+        if i in starts:
+            out.append(Token(TokenType.L_PAREN, "(", t.line, t.col, t.start, t.start))
+        out.append(t)
+        if i - 1 in starts:
+            out.append(Token(TokenType.R_PAREN, ")", t.line, t.col, t.end, t.end))
+    return out
 
 
 def _numbered_placeholders(tokens: list[Token]) -> list[Token]:

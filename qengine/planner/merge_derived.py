@@ -13,6 +13,9 @@ an inner source that clashes with a source of the query reading it, but not one 
 table of a query around that one: in ``(SELECT max(x.id) FROM (SELECT * FROM t) x WHERE x.id <
 t.id)`` under ``FROM t``, merging made the condition ``t.id < t.id``, and every row's maximum
 NULL.
+
+Nor is one computing a value anew at each call (``random()``, ``gen_random_uuid()``): merged,
+each reference to its column called the function again, so ``r - r`` was not 0.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import sqlglot.expressions as exp
 from sqlglot.optimizer.merge_subqueries import merge_subqueries as sqlglot_merge_subqueries
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
-from qengine.planner.expressions import STRICT
+from qengine.planner.expressions import STRICT, calls_volatile
 
 # Set while the rule runs on a SELECT it must not merge: any value of this argument stops it.
 _MARK_ARG = "kind"
@@ -37,7 +40,7 @@ def merge_subqueries(expression: exp.Expression, **kwargs: Any) -> exp.Expressio
         select = scope.expression
         if not isinstance(select, exp.Select) or select.args.get(_MARK_ARG):
             continue
-        if (_padded(scope) and not _null_propagating(select)) or _captures(scope, scopes):
+        if (_padded(scope) and not _null_propagating(select)) or _captures(scope, scopes) or calls_volatile(select):
             select.set(_MARK_ARG, _MARK)
     expression = sqlglot_merge_subqueries(expression, **kwargs)
     for select in expression.find_all(exp.Select):
@@ -118,3 +121,4 @@ def _names_outside(name: str, scope: Scope, reader: Scope) -> bool:
             return True
         current = current.parent
     return True
+

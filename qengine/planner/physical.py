@@ -390,8 +390,8 @@ class PhysicalPlanner:
                 )))
                 continue
             forms = _DECOMPOSABLE.get(type(agg))
-            if forms is None or len(list(agg.iter_expressions())) > 1:
-                return None
+            if forms is None or len(list(agg.iter_expressions())) > 1 or isinstance(agg.this, exp.Order):
+                return None  # an ORDER BY inside (any_value(x ORDER BY y)) orders all the rows, not a task's
             p = self.names.new()
             partial.append((p, e.copy()))
             combined = exp.func(forms[1], col(p))

@@ -23,6 +23,9 @@ pusher does): TPC-DS's ``year_total`` is read six times, each for one channel an
 
 from __future__ import annotations
 
+import decimal
+import re
+
 import sqlglot.expressions as exp
 
 from qengine.planner import estimates
@@ -195,8 +198,11 @@ def _across(facts: list[exp.Expression], keys: dict[str, str], known: list[exp.E
 
 
 def _copyable(p: exp.Expression) -> bool:
-    """A comparison of one column with numeric constants: safe to restate on a join key of the
-    other side (a string constant compared with a key of another type could fail to cast)."""
+    """A comparison of one column with small integer constants: safe to restate on a join key
+    of the other side. A string constant compared with a key of another type could fail to
+    cast; a fraction compares differently with keys of other types (FLOAT ``f = 0.1`` holds for
+    0.1f, whose DOUBLE partner 0.10000000149… is not ``= 0.1``), and so does an integer past
+    what a FLOAT holds exactly."""
     if len(_refs(p)) != 1 or not movable(p):
         return False
     if isinstance(p, COMPARISONS):
@@ -211,10 +217,11 @@ def _copyable(p: exp.Expression) -> bool:
 
 
 def _numeric(e: exp.Expression) -> bool:
-    """A number as written, or the slot of one (``planner.templates``): copied as it stands."""
+    """An integer within ±2**24 as written, or the slot of one (``planner.templates``; its value
+    is read, so the plan holds for that value alone)."""
     if isinstance(e, exp.Neg):
         return _numeric(e.this)
-    return _kind(e) == "n"
+    return _kind(e) == "n" and re.fullmatch(r"\d+", value_of(e).this) is not None and int(value_of(e).this) <= 1 << 24
 
 
 def movable(e: exp.Expression) -> bool:
@@ -276,6 +283,9 @@ def _substitute(e: exp.Expression, mapping: dict[str, exp.Expression]) -> exp.Ex
     return _fold(e.copy().transform(visit, copy=False))
 
 
+_EXACT_NUMBER = re.compile(r"-?\d+(\.\d*)?|-?\.\d+")  # an integer or decimal literal, no exponent
+
+
 def _fold(e: exp.Expression) -> exp.Expression:
     """Fold ``literal = literal`` and ``literal <> literal`` of one kind, then AND / OR / NOT
     over the results. Nothing else: sqlglot's general folding types dates its own way (see
@@ -287,7 +297,14 @@ def _fold(e: exp.Expression) -> exp.Expression:
         a, b = e.this, e.expression
         if _kind(a) and _kind(a) == _kind(b):
             a, b = value_of(a), value_of(b)
-            same = a.this == b.this if a.is_string else float(a.this) == float(b.this)
+            if a.is_string:
+                same = a.this == b.this
+            elif _EXACT_NUMBER.fullmatch(a.this) and _EXACT_NUMBER.fullmatch(b.this):
+                # compared exactly, as DuckDB compares integer and decimal literals: as floats,
+                # 9007199254740993 = 9007199254740992 was true
+                same = decimal.Decimal(a.this) == decimal.Decimal(b.this)
+            else:
+                return e  # a DOUBLE (1e300): left to DuckDB
             return exp.Boolean(this=same == isinstance(e, exp.EQ))
         return e
     if isinstance(e, exp.Not):

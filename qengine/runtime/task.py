@@ -36,7 +36,7 @@ from qengine.runtime.empty_results import EmptyResults
 from qengine.runtime.faults import FaultPlan
 from qengine.runtime.peers import Peers
 from qengine.runtime.progress import ProgressBoard
-from qengine.sandbox.carried_types import tag_types
+from qengine.sandbox.carried_types import stored_nulls_as_integers, tag_types
 from qengine.sandbox.pool import ConnectionPool, Lease, filters_mishandle
 from qengine.transport.rpc import ClientPool
 from qengine.transport.wire import schema_from_hex, schema_to_hex, table_from_hex, table_to_hex
@@ -358,6 +358,8 @@ class TaskRunner:
             return _write_file(result, out["names"], out["dir"], spec["task"], int(spec.get("attempt", 0)), out["format"])
         table = result if isinstance(result, pa.Table) else result.read_all()
         ids = None
+        if out["kind"] == "table":
+            table = stored_nulls_as_integers(table)
         if out["kind"] == "hash":  # the fragment added each row's partition id
             ids = table.column(partitioner.PARTITION_COLUMN).to_numpy()
             table = table.drop_columns([partitioner.PARTITION_COLUMN])

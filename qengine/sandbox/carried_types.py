@@ -36,6 +36,19 @@ def tag_types(table: pa.Table, types: list[str], nulls: Collection[str] = ()) ->
     return table.cast(pa.schema(fields, table.schema.metadata))
 
 
+def stored_nulls_as_integers(table: pa.Table) -> pa.Table:
+    """``table`` as a session table keeps it: an untyped NULL column as INTEGER, as DuckDB's
+    CREATE TABLE AS makes it (Arrow already holds it as int32), not as the NULL literal, which
+    would hide the rows INSERTed into it later."""
+    if not any((f.metadata or {}).get(TAG) == b"NULL" for f in table.schema):
+        return table
+    fields = [
+        f.with_metadata({k: v for k, v in f.metadata.items() if k != TAG}) if (f.metadata or {}).get(TAG) == b"NULL" else f
+        for f in table.schema
+    ]
+    return table.cast(pa.schema(fields, table.schema.metadata))
+
+
 def restoring_query(name: str, schema: pa.Schema) -> str | None:
     """A query reading Arrow input ``name`` with its tagged columns back in their DuckDB types
     (an untyped NULL column as the NULL literal), or None when it has none."""
