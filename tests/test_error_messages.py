@@ -245,6 +245,8 @@ CORPUS = [
     Bad("unnest-in-from", "SELECT * FROM unnest([1, 2])", N, r"^table function unnest\(\) is not supported", supported=False),
     Bad("update", "UPDATE sales SET qty = 1", N, r"^UPDATE statements are not supported$"),
     Bad("install", "INSTALL httpfs", N, r"^INSTALL statements are not supported$"),
+    Bad("collate", "SELECT name COLLATE nocase AS n, count(*) FROM customers GROUP BY 1", N,
+        r"^COLLATE \(compare lower\(x\) or strip_accents\(x\) instead\) is not supported$", supported=False),
     # DuckDB's ~ is a full match; sqlglot reads it as a partial one
     Bad("regexp-operator", "SELECT name ~ 'b' FROM customers", N,
         r"^the operator '~' at line 1, column 13 is not supported: write regexp_full_match\(x, pattern\)$", supported=False),

@@ -33,6 +33,11 @@ def _construct(node: exp.Expression) -> str | None:
         return "MATCH_RECOGNIZE"
     if isinstance(node, exp.Connect):
         return "CONNECT BY"
+    if isinstance(node, exp.Collate):
+        # a collation is the expression's own: the rows it makes cross exchanges as plain strings,
+        # where partitions hash, sort and compare them byte by byte ('A' and 'a' hashed apart
+        # under NOCASE, a merged min() took 'B' over 'a')
+        return "COLLATE (compare lower(x) or strip_accents(x) instead)"
     return _clause(node)
 
 
