@@ -646,3 +646,24 @@ def test_a_fraction_filter_is_not_copied_across_keys_of_other_types(con, duck) -
         for name in ("float_keys", "double_keys"):
             con.execute(f"DROP TABLE {name}")
             duck.unregister(name)
+
+
+def test_hash_keys_of_different_types_meet_or_are_refused() -> None:
+    """Each side of a shuffled join hashed its keys in its own type: a DATE never met the
+    TIMESTAMP midnight it equals, nor a VARCHAR '7' the BIGINT 7, so rows were lost once the
+    reducers were not coalesced into one. Dates and timestamps now hash alike; kinds that
+    cannot (a string against a number) are refused before the reducers run."""
+    days = np.arange(2000) % 50
+    left = pa.table({"id": np.arange(2000), "dt": pa.array(days, pa.int32()).cast(pa.date32()), "nv": pa.array([str(d % 40) for d in days])})
+    right = pa.table({"id": np.arange(1500), "ts": pa.array(days[:1500].astype("datetime64[D]").astype("datetime64[us]")),
+                      "n": days[:1500] % 40})
+    duck = duckdb.connect()
+    with qengine.connect(workers=2, broadcast_threshold=0, coalesce_size="1KB", partitions=4) as con:
+        for db in (con, duck):
+            db.register("left_keys", left)
+            db.register("right_keys", right)
+        assert_same(con, duck, "SELECT count(*) FROM left_keys a JOIN right_keys b ON a.dt = b.ts")
+        assert_same(con, duck, "SELECT count(*) FROM (SELECT dt FROM left_keys UNION SELECT ts FROM right_keys)")
+        with pytest.raises(qengine.NotSupportedError, match="compares a string with a number"):
+            con.execute("SELECT count(*) FROM left_keys a JOIN right_keys b ON a.nv = b.n")
+    duck.close()

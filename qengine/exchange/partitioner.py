@@ -3,7 +3,11 @@
 Hash partitioning uses DuckDB's ``hash()``, which is unsalted and so gives the same answer in
 every process (Python's ``hash()`` does not). Numeric keys are cast to DOUBLE first, so an
 INTEGER key on one side of a join and a BIGINT or DECIMAL key on the other land in the same
-partition. The fragment itself computes the id (:func:`hash_sql`). Range partitioning places
+partition. Dates and timestamps are cast to TIMESTAMP, so a DATE key meets the TIMESTAMP
+midnight it equals. Keys of other kinds hash as they are, so two inputs whose keys differ in
+kind (VARCHAR and BIGINT, INTEGER[] and DOUBLE[]) would not meet: :func:`key_class` tells the
+kinds apart, and the coordinator refuses such a pair before its reducers run. The fragment
+itself computes the id (:func:`hash_sql`). Range partitioning places
 each row by its first sort key against sampled bounds; rows with equal keys always share a
 partition.
 """
@@ -14,6 +18,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from qengine.sandbox.carried_types import TAG
 from qengine.sandbox.quoting import identifier
 
 # The column a fragment with a hash output adds for the partition id of each row.
@@ -30,9 +35,29 @@ def hash_sql(types: dict[str, str], keys: list[str], partitions: int) -> str:
     parts = []
     for key in keys:
         quoted = identifier(key)
-        numeric = types[key] in _NUMERIC or types[key].startswith("DECIMAL")
-        parts.append(f"CAST({quoted} AS DOUBLE)" if numeric else quoted)
+        if types[key] in _NUMERIC or types[key].startswith("DECIMAL"):
+            parts.append(f"CAST({quoted} AS DOUBLE)")
+        elif types[key] == "DATE" or types[key].startswith("TIMESTAMP"):
+            parts.append(f"CAST({quoted} AS TIMESTAMP)")
+        else:
+            parts.append(quoted)
     return f"CAST(hash({', '.join(parts)}) % {partitions} AS BIGINT)"
+
+
+def key_class(field: pa.Field) -> str:
+    """The kind of hash key a column of an exchange's output is, as :func:`hash_sql` hashes it:
+    equal values of one kind land in one partition whatever their types within it. A column
+    of untyped NULLs (``planner.null_columns``) meets any kind."""
+    t = field.type
+    if (field.metadata or {}).get(TAG) == b"NULL" or pa.types.is_null(t):
+        return "any"
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return "number"
+    if pa.types.is_date(t) or pa.types.is_timestamp(t):
+        return "date or timestamp"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    return str(t)
 
 
 def range_ids(

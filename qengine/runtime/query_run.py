@@ -30,7 +30,16 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from qengine.catalog import scan
-from qengine.errors import Error, InputLostError, InternalError, OperationalError, WorkerUnreachableError, lost_input
+from qengine.errors import (
+    Error,
+    InputLostError,
+    InternalError,
+    NotSupportedError,
+    OperationalError,
+    WorkerUnreachableError,
+    lost_input,
+)
+from qengine.exchange import partitioner
 from qengine.exchange.metrics import ShuffleStats
 from qengine.planner import direct, estimates
 from qengine.planner import logical as lp
@@ -48,6 +57,7 @@ from qengine.runtime.slow_workers import PaceMemory, measured, paces, settled_pa
 from qengine.runtime.speculation import ProgressReports, straggler
 from qengine.runtime.stats import QueryStats, StageStats, TaskSpan
 from qengine.runtime.task_specs import duckdb_builds
+from qengine.transport.wire import schema_from_hex
 
 SHUFFLE_HEAVY_BYTES = 64 << 20  # predicted shuffle bytes from which SAMP keeps a query to fewer hosts
 LIVENESS_POLL_SECONDS = 0.05  # how often lost workers and stragglers are looked for
@@ -397,6 +407,8 @@ class QueryRun:
                 for p, b in enumerate(source.partition_sizes()[: run.tasks]):
                     sizes[p] += b
             state.apply_groups(run, state.groups(run, sizes))
+        if run.tasks > 1:  # one task reads every partition: all its keys meet there
+            _check_hash_keys_meet(state, run)
         run.start_attempts()
         run.placement = [self._place(run, i) for i in range(run.tasks)]
         run.outputs = [{} for _ in range(run.tasks)]
@@ -876,3 +888,30 @@ class QueryRun:
             run.speculated.add(index)
             self.state.recovery.speculated += 1
             self._launch(run, index, where=target, speculative=True)
+
+
+def _check_hash_keys_meet(state: QueryState, run: StageRun) -> None:
+    """Refuse a stage that reads two hash exchanges partition by partition (a join, a set
+    operation) whose keys differ in kind (``partitioner.key_class``): equal values, hashed as
+    they are, would sit in different partitions and never meet (a VARCHAR key against a BIGINT
+    one matched a quarter of the rows DuckDB matches)."""
+    reads = [r for r in run.partitioned_reads if r.kind == "hash"]
+    if len(reads) < 2:
+        return
+    kinds = []
+    for read in reads:
+        producer = state.runs[read.shuffle_id]
+        if producer.schema is None or producer.stage.output is None:
+            return
+        schema = schema_from_hex(producer.schema)
+        fields = {f.name: f for f in schema}
+        if not all(k in fields for k in producer.stage.output.keys):
+            return
+        kinds.append([partitioner.key_class(fields[k]) for k in producer.stage.output.keys])
+    for other in kinds[1:]:
+        for a, b in zip(kinds[0], other, strict=False):
+            if "any" not in (a, b) and a != b:
+                raise NotSupportedError(
+                    f"a join or set operation that compares a {a} with a {b} is not supported across partitions: "
+                    "cast one side to the other's type"
+                )
