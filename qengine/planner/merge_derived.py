@@ -14,6 +14,10 @@ table of a query around that one: in ``(SELECT max(x.id) FROM (SELECT * FROM t) 
 t.id)`` under ``FROM t``, merging made the condition ``t.id < t.id``, and every row's maximum
 NULL.
 
+Nor is a CTE read more than once: sqlglot counts the reads of a CTE among a query's sources,
+which leave out a SEMI or ANTI join's table, so it merged ``w0`` into ``FROM w0 a ANTI JOIN w0
+b`` and dropped its WITH, leaving the second read of a table that does not exist.
+
 Nor is one computing a value anew at each call (``random()``, ``gen_random_uuid()``): merged,
 each reference to its column called the function again, so ``r - r`` was not 0.
 """
@@ -40,7 +44,7 @@ def merge_subqueries(expression: exp.Expression, **kwargs: Any) -> exp.Expressio
         select = scope.expression
         if not isinstance(select, exp.Select) or select.args.get(_MARK_ARG):
             continue
-        if (_padded(scope) and not _null_propagating(select)) or _captures(scope, scopes) or calls_volatile(select):
+        if (_padded(scope) and not _null_propagating(select)) or _captures(scope, scopes) or calls_volatile(select) or _read_twice(scope):
             select.set(_MARK_ARG, _MARK)
     expression = sqlglot_merge_subqueries(expression, **kwargs)
     for select in expression.find_all(exp.Select):
@@ -122,3 +126,12 @@ def _names_outside(name: str, scope: Scope, reader: Scope) -> bool:
         current = current.parent
     return True
 
+
+
+def _read_twice(scope: Scope) -> bool:
+    """Whether ``scope`` is a CTE that the query holding it names more than once."""
+    if not scope.is_cte:
+        return False
+    name = scope.expression.parent.alias_or_name
+    root = scope.expression.parent.parent.parent  # CTE → WITH → the query holding it
+    return sum(1 for t in root.find_all(exp.Table) if t.name == name and not t.args.get("db")) > 1

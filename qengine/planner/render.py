@@ -70,7 +70,10 @@ def _render(node: lp.Node) -> exp.Query:
         values.set("alias", alias)
         return _select_all().from_(values, copy=False)
     if isinstance(node, lp.Filter):
-        return _from(node.child).where(node.condition.copy(), copy=False)
+        # set, not .where(): a condition may be a bare scalar subquery, which sqlglot's builder refuses
+        filtered = _from(node.child)
+        filtered.set("where", exp.Where(this=node.condition.copy()))
+        return filtered
     if isinstance(node, lp.Project):
         exprs = [e.copy().as_(n, quoted=False, copy=False) for n, e in node.exprs]
         if node.passthrough:
