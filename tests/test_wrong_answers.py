@@ -562,6 +562,11 @@ REVIEWED_CONSTRUCTS = {
     # a scalar subquery standing alone as a WHERE condition failed to render (an internal error)
     "scalar_subquery_as_the_condition": "SELECT count(*) FROM big WHERE (SELECT max(k) > 5 FROM small)",
     "scalar_subquery_in_a_conjunction": "SELECT count(*) FROM big WHERE k > 100 AND (SELECT min(k) < 5 FROM small)",
+    # a filter on a set operation's column was pushed into an input of another type: as BIGINT,
+    # '10' < '5' is false; as the union's VARCHAR, true
+    "filter_over_inputs_of_other_types_stays_above": "SELECT k FROM (SELECT id AS k FROM big WHERE id < 20 UNION ALL "
+    "SELECT CAST(x AS VARCHAR) FROM small) WHERE k < '5'",
+    "filter_over_boolean_and_string_inputs": "SELECT k FROM (SELECT id % 2 = 0 AS k FROM small UNION ALL SELECT 'x' FROM one) WHERE k = 't'",
     # sqlglot bound the :: to the string: DATE '…'::VARCHAR was a DATE
     "typed_literal_then_cast": "SELECT DATE '2021-06-01'::VARCHAR, TIMESTAMP '2021-06-01 10:00'::DATE, typeof(TIME '10:00'::VARCHAR) FROM one",
 }
