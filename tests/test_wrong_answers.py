@@ -679,3 +679,18 @@ def test_hash_keys_of_different_types_meet_or_are_refused() -> None:
         with pytest.raises(qengine.NotSupportedError, match="compares a string with a number"):
             con.execute("SELECT count(*) FROM left_keys a JOIN right_keys b ON a.nv = b.n")
     duck.close()
+
+
+def test_insert_casts_as_duckdb_does(con, duck) -> None:
+    """INSERT cast its rows with Arrow's casts: a DOUBLE 0.0 stored into VARCHAR was '0' where
+    DuckDB stores '0.0', and 2.5 or ' 12' would not go into an INTEGER. A HUGEINT column of a
+    CREATE TABLE divided as a DECIMAL (7 // 2 was 3.5)."""
+    for db in (con, duck):
+        db.execute("CREATE TABLE cast_target (v VARCHAR, n INTEGER, h HUGEINT)")
+        db.execute("INSERT INTO cast_target VALUES (CAST(0.0 AS DOUBLE), 2.5, 7), (CAST(1.5e-7 AS DOUBLE), ' 12', 9)")
+        db.execute("INSERT INTO cast_target (n, v) SELECT k, TIMESTAMP '2021-03-01 02:09:37' FROM one")
+    try:
+        assert_same(con, duck, "SELECT v, n, h, h // 2, typeof(h) FROM cast_target")
+    finally:
+        for db in (con, duck):
+            db.execute("DROP TABLE cast_target")

@@ -31,6 +31,7 @@ from qengine.api.trace import chrome_trace
 from qengine.catalog.access import claim_output, record_output
 from qengine.catalog.catalog import Catalog, View
 from qengine.catalog.sources import CsvSource, MemorySource, Partition, RecordSource, Source, hive_parquet
+from qengine.catalog.types import column_type
 from qengine.errors import InputLostError, NotSupportedError, ProgrammingError, WorkerUnreachableError
 from qengine.planner import plan_query, table_sources
 from qengine.planner.explain import explain_lines
@@ -50,6 +51,7 @@ from qengine.planner.templates import Shape, Templates, instantiate, parameteriz
 from qengine.runtime.coordinator import Coordinator
 from qengine.runtime.query_state import ExecutionOptions
 from qengine.runtime.stats import QueryStats
+from qengine.sandbox.carried_types import tag_types
 from qengine.sandbox.connection import scratch_connection
 from qengine.transport.wire import schema_from_hex, schema_to_hex
 
@@ -369,6 +371,8 @@ class Session:
         if missing:
             raise ProgrammingError(f"table {table.name!r} has no column {missing[0]!r}")
         query = st.expression
+        if isinstance(query, exp.Values):
+            query = _values_as(query, [source.schema.field(lookup[c.lower()]) for c in columns])
         plan = self.plan(query)
         if len(plan.names) != len(columns):
             raise ProgrammingError(f"INSERT has {len(columns)} target columns but the query returns {len(plan.names)}")
@@ -573,6 +577,21 @@ def _partitions(key: str, placement: list[tuple[str, dict]]) -> list[Partition]:
     return [Partition([address], f"{key}/{index}", stats["rows"], stats["bytes"]) for index, (address, stats) in enumerate(placement)]
 
 
+def _values_as(values: exp.Values, fields: list[pa.Field]) -> exp.Values:
+    """INSERT's VALUES with each value cast to its column's type, as DuckDB's INSERT casts it:
+    typed as a query, the rows took the first row's types, and (2.5), (' 12') failed to make
+    ' 12' a DECIMAL(2,1) where DuckDB stores both in an INTEGER column."""
+    kinds = [column_type(f) for f in fields]
+    cast = values.copy()
+    for row in cast.expressions:
+        items = row.expressions if isinstance(row, exp.Tuple) else [row]
+        if len(items) != len(kinds):
+            return values  # the planner says what is wrong with its width
+        for item, kind in zip(items, kinds, strict=True):
+            item.replace(exp.Cast(this=item.copy(), to=exp.DataType.build(kind, dialect="duckdb")))
+    return cast
+
+
 def _schema_of(schema: exp.Schema) -> pa.Schema:
     """Arrow schema of a CREATE TABLE column list, with DuckDB deciding what each type means."""
     defs = [c for c in schema.expressions if isinstance(c, exp.ColumnDef)]
@@ -584,7 +603,9 @@ def _schema_of(schema: exp.Schema) -> pa.Schema:
     try:
         con = scratch_connection()
         try:
-            return con.execute(f"SELECT {casts} LIMIT 0").to_arrow_table().schema
+            relation = con.sql(f"SELECT {casts} LIMIT 0")
+            # HUGEINT columns tagged as a query's are: as decimal128 alone, they divided as DECIMAL
+            return tag_types(relation.to_arrow_table(), [str(t) for t in relation.types]).schema
         finally:
             con.close()
     except duckdb.Error as e:

@@ -11,6 +11,8 @@ import datetime as _dt
 
 import pyarrow as pa
 
+from qengine.sandbox.carried_types import TAG
+
 
 class DBAPITypeObject:
     """A PEP 249 type object: equal to every type code of its group."""
@@ -74,6 +76,12 @@ def type_code(t: pa.DataType) -> str:
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return type_code(t.value_type) + "[]"
     return str(t).upper()
+
+
+def column_type(field: pa.Field) -> str:
+    """The DuckDB type a column holds: the type its field carries (``sandbox.carried_types``: a
+    HUGEINT is decimal128 in Arrow), else its Arrow type's name."""
+    return (field.metadata or {}).get(TAG, b"").decode() or type_code(field.type)
 
 
 def Date(year: int, month: int, day: int) -> _dt.date:  # noqa: N802 - PEP 249 names

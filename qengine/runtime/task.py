@@ -25,8 +25,8 @@ import pyarrow.parquet as pq
 
 from qengine.catalog import scan
 from qengine.catalog.access import MARKER, AccessPolicy, attempt_file, check_opened
-from qengine.catalog.types import type_code
-from qengine.errors import DataError, Error, InputLostError, OperationalError, input_lost, lost_input
+from qengine.catalog.types import column_type, type_code
+from qengine.errors import DataError, Error, InputLostError, OperationalError, first_line, input_lost, lost_input
 from qengine.exchange import partitioner
 from qengine.exchange.push_schedule import Piece, PushLimiter, destination_order, pieces, push_all
 from qengine.exchange.sampling import sample_keys
@@ -38,6 +38,7 @@ from qengine.runtime.peers import Peers
 from qengine.runtime.progress import ProgressBoard
 from qengine.sandbox.carried_types import stored_nulls_as_integers, tag_types
 from qengine.sandbox.pool import ConnectionPool, Lease, filters_mishandle
+from qengine.sandbox.quoting import identifier
 from qengine.transport.rpc import ClientPool
 from qengine.transport.wire import schema_from_hex, schema_to_hex, table_from_hex, table_to_hex
 
@@ -389,7 +390,7 @@ class TaskRunner:
             if out.get("names"):
                 result = result.rename_columns(out["names"])
             if out.get("schema"):
-                result = _conform(result, schema_from_hex(out["schema"]), out["insert_columns"])
+                result = _conform(con, result, schema_from_hex(out["schema"]), out["insert_columns"])
             self.store.put(key, 0, result)
             return {"partition_bytes": [result.nbytes]}
         elif kind == "single":
@@ -768,14 +769,24 @@ def _integer_ranges(table: pa.Table) -> dict[str, list[int] | None]:
     return out
 
 
-def _conform(result: pa.Table, target: pa.Schema, columns: list[str]) -> pa.Table:
-    """Lay INSERT rows out as the table's columns: listed ones cast, the others NULL."""
+def _conform(con: duckdb.DuckDBPyConnection, result: pa.Table, target: pa.Schema, columns: list[str]) -> pa.Table:
+    """Lay INSERT rows out as the table's columns: listed ones cast as DuckDB's INSERT casts
+    them, the others NULL. Arrow's casts differ: a DOUBLE 0.0 stored into VARCHAR was '0' where
+    DuckDB stores '0.0', a timestamp gained six zeros of microseconds, and '2.5' or ' 12' would
+    not go into an INTEGER at all."""
     position = {name: i for i, name in enumerate(columns)}
-    arrays = []
-    for f in target:
+    rows = con.from_arrow(result.rename_columns([f"v{i}" for i in range(result.num_columns)]))
+
+    def cast(f: pa.Field) -> str:
         i = position.get(f.name)
-        try:
-            arrays.append(result.column(i).cast(f.type) if i is not None else pa.nulls(result.num_rows, f.type))
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-            raise DataError(f"cannot store the rows in column {f.name!r} ({type_code(f.type)}): {e}") from e
-    return pa.Table.from_arrays(arrays, schema=target)
+        return f"CAST({'NULL' if i is None else f'v{i}'} AS {column_type(f)}) AS {identifier(f.name)}"
+
+    try:
+        return rows.project(", ".join(cast(f) for f in target)).to_arrow_table().cast(target)
+    except (duckdb.Error, pa.ArrowException):
+        for f in target:  # which column: the one that fails alone
+            try:
+                rows.project(cast(f)).to_arrow_table()
+            except duckdb.Error as e:
+                raise DataError(f"cannot store the rows in column {f.name!r} ({type_code(f.type)}): {first_line(str(e))}") from e
+        raise
