@@ -694,3 +694,18 @@ def test_insert_casts_as_duckdb_does(con, duck) -> None:
     finally:
         for db in (con, duck):
             db.execute("DROP TABLE cast_target")
+
+
+def test_averages_of_dates_and_fetched_intervals_as_duckdb(con, duck) -> None:
+    """An average was split into a sum and a count on every task, and DuckDB has no sum of
+    dates ("sum(DATE)" failed the query). An INTERVAL came out of fetchall as Arrow's
+    MonthDayNano, where DuckDB gives a timedelta."""
+    for db in (con, duck):
+        db.execute("CREATE TABLE dated AS SELECT id, DATE '2021-06-01' + CAST(id % 30 AS INTEGER) AS dt FROM big")
+    try:
+        assert_same(con, duck, "SELECT id % 3 AS g, avg(dt) FROM dated GROUP BY 1")
+        sql = "SELECT to_seconds(id) AS s, INTERVAL '1 month 2 days 3.5 seconds' AS i FROM one"
+        assert con.execute(sql).fetchall() == duck.execute(sql).fetchall()
+    finally:
+        for db in (con, duck):
+            db.execute("DROP TABLE dated")

@@ -17,6 +17,7 @@ from qengine.catalog.sources import DEFAULT_SPLIT_BYTES
 from qengine.planner import estimates
 from qengine.planner import logical as lp
 from qengine.planner.logical import GROUPING_ID, Exchange, col, not_null_operand, plain_column
+from qengine.planner.static_types import expression_signature
 from qengine.planner.templates import slot_kind, value_of
 
 
@@ -72,6 +73,13 @@ _DECOMPOSABLE = {
     exp.LogicalAnd: ("BOOL_AND", "BOOL_AND"),
     exp.LogicalOr: ("BOOL_OR", "BOOL_OR"),
 }
+
+
+def _summable(e: exp.Expression, child: lp.Node) -> bool:
+    """Whether ``e`` (an average's argument over ``child``'s columns) may be summed: not a
+    date, time, timestamp or interval, as far as the plan shows (``planner.static_types``)."""
+    kind = expression_signature(e, child) or ""
+    return not kind.startswith(("DATE", "TIME", "INTERVAL"))
 
 
 class PhysicalPlanner:
@@ -381,6 +389,8 @@ class PhysicalPlanner:
             if isinstance(agg.this, exp.Distinct) or agg.args.get("distinct"):
                 return None
             if isinstance(agg, exp.Avg):
+                if not _summable(agg.this, node.child):
+                    return None  # avg of dates, times or intervals: a sum of them does not exist
                 s, c = self.names.new(), self.names.new()
                 partial.append((s, _with_filter(e, exp.Sum(this=agg.this.copy()))))
                 partial.append((c, _with_filter(e, exp.Count(this=agg.this.copy()))))

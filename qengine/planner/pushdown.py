@@ -28,11 +28,11 @@ import re
 
 import sqlglot.expressions as exp
 
-from qengine.catalog.types import type_code
 from qengine.planner import estimates
 from qengine.planner import logical as lp
 from qengine.planner.expressions import COMPARISONS, and_all, conjuncts, in_place_of, null_rejecting
 from qengine.planner.logical import col
+from qengine.planner.static_types import same_type_in_every_input
 from qengine.planner.templates import slot_kind, value_of
 
 # Functions whose value differs between evaluations: a filter using one stays where it is.
@@ -114,7 +114,7 @@ class _Pusher:
             node.child = self.push(node.child, preds)
             return node
         if isinstance(node, lp.SetOp):
-            alike = {n for i, n in enumerate(node.names) if _same_type_in_every_input(node, i)}
+            alike = {n for i, n in enumerate(node.names) if same_type_in_every_input(node, i)}
             down, keep = _split(preds, lambda r: r <= alike)
             node.inputs = [
                 self.push(child, [_substitute(p, {n: col(c) for n, c in zip(node.names, child.columns, strict=True)}) for p in down])
@@ -358,67 +358,3 @@ def _wrap(node: lp.Node, preds: list[exp.Expression]) -> lp.Node:
     wrapped = lp.Filter(node, and_all(preds))
     wrapped.est_rows = node.est_rows
     return wrapped
-
-
-def _same_type_in_every_input(node: lp.SetOp, position: int) -> bool:
-    """Whether the set operation's column at ``position`` has one type in every input, as far as
-    the plan shows it. A filter on a column whose inputs differ in type must stay above: DuckDB
-    casts each input to the operation's type first, and the filter pushed into a BIGINT input
-    compared ``k < '5'`` as numbers where the VARCHAR union compares strings."""
-    types = [_signature(child, child.columns[position]) for child in node.inputs]
-    return types[0] is not None and all(t == types[0] for t in types[1:])
-
-
-def _signature(node: lp.Node, column: str, depth: int = 0) -> str | None:
-    """What fixes the type of ``column`` of ``node``: its table column's type, or the expression
-    that makes it with each column it reads replaced by that column's signature (so two inputs
-    summing DECIMAL(7,2) columns have one), a string literal as VARCHAR; None where the plan
-    does not show it. Equal signatures mean equal DuckDB types, which is all a filter needs."""
-    if depth > 64:
-        return None
-    while isinstance(node, lp.Filter | lp.Sort | lp.Distinct | lp.Limit) or (
-        isinstance(node, lp.Window | lp.Project) and column not in dict(node.exprs) and column in node.child.columns
-    ):
-        node = node.child
-    if isinstance(node, lp.Scan):
-        names = {internal: source for source, internal in node.column_map.items()}
-        index = node.source.schema.get_field_index(names[column]) if column in names else -1
-        return type_code(node.source.schema.field(index).type) if index >= 0 else None
-    if isinstance(node, lp.Join):
-        side = node.left if column in node.left.columns else node.right
-        return _signature(side, column, depth + 1)
-    if isinstance(node, lp.SharedScan):
-        producer = {internal: source for source, internal in node.column_map.items()}.get(column)
-        return None if producer is None else _signature(node.producer, producer, depth + 1)
-    if isinstance(node, lp.SetOp):
-        types = [_signature(child, child.columns[node.columns.index(column)], depth + 1) for child in node.inputs]
-        return types[0] if types[0] is not None and all(t == types[0] for t in types[1:]) else None
-    if isinstance(node, lp.Project | lp.Window | lp.Aggregate):
-        made = dict(node.keys + node.aggs if isinstance(node, lp.Aggregate) else node.exprs).get(column)
-        return None if made is None else _expression_signature(made, node.child, depth)
-    return None
-
-
-def _expression_signature(e: exp.Expression, child: lp.Node, depth: int) -> str | None:
-    if isinstance(e, exp.Cast):  # TRY_CAST too: the type is the cast's whatever it reads
-        return e.to.sql(dialect="duckdb")
-    if isinstance(e, exp.Literal) and e.is_string:
-        return "VARCHAR"
-    if isinstance(e, exp.Column):
-        return None if e.table else _signature(child, e.name, depth + 1)
-    shape = e.copy()
-    for node in list(shape.find_all(exp.Column)):
-        if node.table:
-            return None
-        inner = _signature(child, node.name, depth + 1)
-        if inner is None:
-            return None
-        node.replace(exp.var(f"<{inner}>"))
-    for literal in list(shape.find_all(exp.Literal)):
-        if literal.is_string:
-            literal.replace(exp.var("<VARCHAR>"))
-    # the tree, not its SQL: parentheses the user wrote change no type, and are left out
-    for paren in list(shape.find_all(exp.Paren)):
-        paren.replace(paren.this)
-    return repr(shape.this if isinstance(shape, exp.Paren) else shape)
-

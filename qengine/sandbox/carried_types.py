@@ -15,6 +15,7 @@ HUGEINT is a Python int, as DuckDB gives it.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Collection
 
 import pyarrow as pa
@@ -66,10 +67,13 @@ def restoring_query(name: str, schema: pa.Schema) -> str | None:
 
 def python_values(column: pa.ChunkedArray, field: pa.Field) -> list:
     """A result column as Python values, as DuckDB's own ``fetchall`` gives them: a HUGEINT
-    is an ``int``, not the ``Decimal`` its Arrow form would make."""
+    is an ``int``, not the ``Decimal`` its Arrow form would make, and an INTERVAL a
+    ``timedelta``, not Arrow's ``MonthDayNano``."""
     values = column.to_pylist()
     if field.metadata and field.metadata.get(TAG, b"").decode() in _CARRIED:
         return [None if v is None else int(v) for v in values]
+    if pa.types.is_interval(field.type):  # DuckDB counts a month as 30 days
+        return [None if v is None else dt.timedelta(days=v.months * 30 + v.days, microseconds=v.nanoseconds // 1000) for v in values]
     return values
 
 
