@@ -50,13 +50,14 @@ def ascending(keys: pa.Array) -> np.ndarray:
     """Positions of non-null ``keys`` in ascending order.
 
     Arrow orders every type it can sort as DuckDB's comparisons (and so the range partitioner)
-    do; types it cannot sort, such as intervals, are ordered by DuckDB.
+    do; types it cannot sort, such as intervals and structs (which it asks sort keys for), are
+    ordered by DuckDB.
     """
     import pyarrow.compute as pc  # here, not at the top: it costs a one-statement CLI run ~30 ms to import
 
     try:
         return pc.sort_indices(keys).to_numpy()
-    except pa.ArrowNotImplementedError:
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
         con = scratch_connection()
         try:
             con.register("s", pa.table({"k": keys}))
