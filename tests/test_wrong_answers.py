@@ -679,8 +679,7 @@ def test_hash_keys_of_different_types_meet_or_are_refused() -> None:
     left = pa.table({"id": np.arange(2000), "dt": pa.array(days, pa.int32()).cast(pa.date32()), "nv": pa.array([str(d % 40) for d in days])})
     right = pa.table({"id": np.arange(1500), "ts": pa.array(days[:1500].astype("datetime64[D]").astype("datetime64[us]")),
                       "n": days[:1500] % 40})
-    duck = duckdb.connect()
-    with qengine.connect(workers=2, broadcast_threshold=0, coalesce_size="1KB", partitions=4) as con:
+    with duckdb.connect() as duck, qengine.connect(workers=2, broadcast_threshold=0, coalesce_size="1KB", partitions=4) as con:
         for db in (con, duck):
             db.register("left_keys", left)
             db.register("right_keys", right)
@@ -688,7 +687,6 @@ def test_hash_keys_of_different_types_meet_or_are_refused() -> None:
         assert_same(con, duck, "SELECT count(*) FROM (SELECT dt FROM left_keys UNION SELECT ts FROM right_keys)")
         with pytest.raises(qengine.NotSupportedError, match="compares a string with a number"):
             con.execute("SELECT count(*) FROM left_keys a JOIN right_keys b ON a.nv = b.n")
-    duck.close()
 
 
 def test_insert_casts_as_duckdb_does(con, duck) -> None:

@@ -191,8 +191,8 @@ def read_split(split: dict, columns: list[tuple[str, str]], fetch_memory: Callab
     try:
         if kind == "parquet":
             table = _read_parquet(split, sources)
-        elif kind == "csv":
-            table = _read_csv(split).select(sources)
+        elif kind in ("csv", "json"):
+            table = _read_by_duckdb(split).select(sources)
         elif kind == "records":
             with open(split["path"], "rb") as f:
                 f.seek(split["offset"])
@@ -200,8 +200,6 @@ def read_split(split: dict, columns: list[tuple[str, str]], fetch_memory: Callab
             table = records.to_table(data.reshape(-1, records.RECORD)).select(sources)
         elif kind == "empty":  # a concatenated union's input that another task reads
             table = schema_from_hex(split["schema"]).empty_table().select(sources)
-        elif kind == "json":
-            table = _read_json(split).select(sources)
         elif kind == "inline":
             table = table_from_hex(split["data"]).select(sources)
         elif kind == "range":
@@ -246,27 +244,17 @@ def _read_parquet(split: dict, sources: list[str]) -> pa.Table:
     return pa.schema([lowered[s.lower()].with_name(s) for s in sources]).empty_table()
 
 
-def _read_json(split: dict) -> pa.Table:
-    """A JSON file read by DuckDB's reader with the table's columns, on a connection that may
-    read that file alone."""
-    con = safe_connection(readable=(split["path"],))
+def _read_by_duckdb(split: dict) -> pa.Table:
+    """A CSV or JSON file read by DuckDB's reader with the options its table found once
+    (``sources.CsvSource``, ``sources.JsonSource``), on a connection that may read that file alone."""
+    path = split["path"]
+    con = safe_connection(readable=(path,))
     try:
-        reader = f"read_json({string_literal(split['path'])}, columns = {split['columns']}, format = {string_literal(split['format'])})"
-        return con.execute(f"SELECT * FROM {reader}").to_arrow_table()
+        return con.execute(f"SELECT * FROM read_{split['kind']}({string_literal(path)}, {split['options']})").to_arrow_table()
     except duckdb.Error as e:
-        raise DataError(f"bad JSON file {split['path']}: {str(e).splitlines()[0]}") from e
-    finally:
-        con.close()
-
-
-def _read_csv(split: dict) -> pa.Table:
-    """A CSV file read by DuckDB's reader with the table's dialect and columns
-    (``sources.CsvSource``), on a connection that may read that file alone."""
-    con = safe_connection(readable=(split["path"],))
-    try:
-        return con.execute(f"SELECT * FROM read_csv({string_literal(split['path'])}, {split['options']})").to_arrow_table()
-    except duckdb.Error as e:
-        raise csv_error(split["path"], e) from e
+        if split["kind"] == "csv":
+            raise csv_error(path, e) from e
+        raise DataError(f"bad JSON file {path}: {str(e).splitlines()[0]}") from e
     finally:
         con.close()
 

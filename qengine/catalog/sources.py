@@ -318,14 +318,12 @@ class CsvSource(Source):
                 "SELECT Delimiter, Quote, Escape, NewLineDelimiter, Comment, SkipRows, HasHeader, DateFormat, TimestampFormat "
                 f"FROM sniff_csv({string_literal(paths[0])}{given})"
             ).fetchone()
-            relation = con.sql(f"SELECT * FROM read_csv({files}{given}) LIMIT 0")
-            described = list(zip(relation.columns, map(str, relation.types), strict=True))
-            self.schema = relation.to_arrow_table().schema
+            columns, self.schema = _detected(con, f"read_csv({files}{given})")
         except duckdb.Error as e:
             raise csv_error(paths[0] if len(paths) == 1 else files, e) from e
         finally:
             con.close()
-        self.read_options = _csv_read_options(dialect, described)
+        self.read_options = _csv_read_options(dialect, columns)
         self._bytes = sum(os.path.getsize(p) for p in paths)
 
     @property
@@ -338,10 +336,19 @@ class CsvSource(Source):
         return [{"kind": "csv", "path": p, "options": self.read_options} for p in self.paths]
 
 
-def _csv_read_options(dialect: tuple, columns: list[tuple[str, str]]) -> str:
+def _detected(con: duckdb.DuckDBPyConnection, reader: str) -> tuple[str, pa.Schema]:
+    """What DuckDB's ``reader`` (``read_csv([...])``, ``read_json([...])``) detects over all its
+    files, once: its ``columns`` option, which imposes the names and types on each file read
+    alone, and the Arrow schema those make."""
+    relation = con.sql(f"SELECT * FROM {reader} LIMIT 0")
+    named = ", ".join(f"{string_literal(c)}: {string_literal(str(t))}" for c, t in zip(relation.columns, relation.types, strict=True))
+    return f"columns = {{{named}}}", relation.to_arrow_table().schema
+
+
+def _csv_read_options(dialect: tuple, columns: str) -> str:
     """read_csv()'s options, after the path, that read a file exactly as sniffed: ``dialect`` is
-    sniff_csv()'s row (where '(empty)' stands for the empty string), ``columns`` the names and
-    types read_csv() found over all the files."""
+    sniff_csv()'s row (where '(empty)' stands for the empty string), ``columns`` the option
+    ``_detected`` made over all the files."""
     delimiter, quote, escape, new_line, comment, skip, header, date_format, timestamp_format = dialect
 
     def text(value: str) -> str:
@@ -350,7 +357,7 @@ def _csv_read_options(dialect: tuple, columns: list[tuple[str, str]]) -> str:
     options = [
         "auto_detect = false", f"delim = {text(delimiter)}", f"quote = {text(quote)}", f"escape = {text(escape)}",
         f"new_line = {text(new_line)}", f"comment = {text(comment)}", f"skip = {int(skip)}", f"header = {'true' if header else 'false'}",
-        "columns = {" + ", ".join(f"{string_literal(c)}: {string_literal(t)}" for c, t in columns) + "}",
+        columns,
     ]
     if date_format:
         options.append(f"dateformat = {string_literal(date_format)}")
@@ -362,26 +369,24 @@ def _csv_read_options(dialect: tuple, columns: list[tuple[str, str]]) -> str:
 class JsonSource(Source):
     """JSON files, newline-delimited or a top-level array, read by DuckDB's JSON reader as DuckDB's
     read_json() reads them; one split per file. The schema DuckDB detects over all the files is
-    worked out once, here, and imposed on every file (``columns``), so each split reads the same
-    columns with the same types."""
+    worked out once, here, and imposed on every file (``read_options``), so each split reads the
+    same columns with the same types."""
 
     def __init__(self, name: str, paths: list[str], json_format: str = "auto") -> None:
         if not paths:
             raise ProgrammingError(f"table {name!r}: no JSON files found")
         self.name = name
         self.paths = paths
-        self.format = json_format
         files = "[" + ", ".join(string_literal(p) for p in paths) + "]"
+        json_format = f"format = {string_literal(json_format)}"
         con = safe_connection(readable=tuple(paths))
         try:
-            relation = con.sql(f"SELECT * FROM read_json({files}, format = {string_literal(json_format)}) LIMIT 0")
-            described = list(zip(relation.columns, map(str, relation.types), strict=True))  # detected once, here
-            self.schema = relation.to_arrow_table().schema
+            columns, self.schema = _detected(con, f"read_json({files}, {json_format})")
         except duckdb.Error as e:
             raise ProgrammingError(f"cannot read JSON file {paths[0] if len(paths) == 1 else files}: {str(e).splitlines()[0]}") from e
         finally:
             con.close()
-        self.columns = "{" + ", ".join(f"{string_literal(c)}: {string_literal(t)}" for c, t in described) + "}"
+        self.read_options = f"{columns}, {json_format}"
         self._bytes = sum(os.path.getsize(p) for p in paths)
 
     @property
@@ -391,7 +396,7 @@ class JsonSource(Source):
     def splits(
         self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES, ranges: dict[str, tuple[int, int]] | None = None
     ) -> list[dict]:
-        return [{"kind": "json", "path": p, "columns": self.columns, "format": self.format} for p in self.paths]
+        return [{"kind": "json", "path": p, "options": self.read_options} for p in self.paths]
 
 
 class RecordSource(Source):

@@ -18,7 +18,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from qengine.sandbox.carried_types import TAG
+from qengine.sandbox.carried_types import untyped_null
 from qengine.sandbox.quoting import identifier
 
 # The column a fragment with a hash output adds for the partition id of each row.
@@ -49,7 +49,7 @@ def key_class(field: pa.Field) -> str:
     equal values of one kind land in one partition whatever their types within it. A column
     of untyped NULLs (``planner.null_columns``) meets any kind."""
     t = field.type
-    if (field.metadata or {}).get(TAG) == b"NULL" or pa.types.is_null(t):
+    if untyped_null(field) or pa.types.is_null(t):
         return "any"
     if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
         return "number"

@@ -756,23 +756,11 @@ def _check_no_cte_hides_a_views_table(statement: exp.Expression) -> None:
     for view in views:
         for table in view.this.find_all(exp.Table):
             name = table.name.lower()
-            if name in ctes and isinstance(table.this, exp.Identifier) and not _defined_within(table, view):
+            if name in ctes and isinstance(table.this, exp.Identifier) and not _is_cte_reference(table, within=view):
                 raise NotSupportedError(
                     f"the WITH query {table.name!r} hides table {table.name!r}, which view {view.meta[_VIEW]!r} reads: "
                     "give the WITH query another name"
                 )
-
-
-def _defined_within(table: exp.Table, view: exp.Subquery) -> bool:
-    """Whether ``table`` names a WITH query of the view's own body."""
-    name = table.name.lower()
-    scope = table.parent
-    while scope is not None and scope is not view:
-        with_ = scope.args.get("with_") if isinstance(scope, exp.Query) else None
-        if with_ is not None and any(cte.alias_or_name.lower() == name for cte in with_.expressions):
-            return True
-        scope = scope.parent
-    return False
 
 
 # Where every table and view is, in DuckDB's names for its in-memory database (as
@@ -797,10 +785,11 @@ def _unqualified(table: exp.Table) -> bool:
     return True
 
 
-def _is_cte_reference(table: exp.Table) -> bool:
+def _is_cte_reference(table: exp.Table, within: exp.Expression | None = None) -> bool:
+    """Whether ``table`` names a WITH query of a query around it (below ``within``, if given)."""
     name = table.name.lower()
     scope = table.parent
-    while scope is not None:
+    while scope is not None and scope is not within:
         with_ = scope.args.get("with_") if isinstance(scope, exp.Query) else None
         if with_ is not None and any(cte.alias_or_name.lower() == name for cte in with_.expressions):
             return True

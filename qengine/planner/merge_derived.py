@@ -53,16 +53,21 @@ def merge_subqueries(expression: exp.Expression, **kwargs: Any) -> exp.Expressio
     return expression
 
 
-def _padded(scope: Any) -> bool:
+def _padded(scope: Scope) -> bool:
     """Whether some reader of ``scope`` (a derived table, or a CTE) may see it padded with NULLs
     by an outer join."""
     if scope.is_derived_table:
         return _padded_source(scope.expression.parent)
     if scope.is_cte:
-        name = scope.expression.parent.alias_or_name
-        root = scope.expression.parent.parent.parent  # CTE → WITH → the query holding it
-        return any(_padded_source(t) for t in root.find_all(exp.Table) if t.name == name and not t.args.get("db"))
+        return any(_padded_source(t) for t in _cte_reads(scope))
     return False
+
+
+def _cte_reads(scope: Scope) -> list[exp.Table]:
+    """The tables naming CTE ``scope`` in the query holding it."""
+    name = scope.expression.parent.alias_or_name
+    root = scope.expression.parent.parent.parent  # CTE → WITH → the query holding it
+    return [t for t in root.find_all(exp.Table) if t.name == name and not t.args.get("db")]
 
 
 def _padded_source(source: exp.Expression | None) -> bool:
@@ -130,8 +135,4 @@ def _names_outside(name: str, scope: Scope, reader: Scope) -> bool:
 
 def _read_twice(scope: Scope) -> bool:
     """Whether ``scope`` is a CTE that the query holding it names more than once."""
-    if not scope.is_cte:
-        return False
-    name = scope.expression.parent.alias_or_name
-    root = scope.expression.parent.parent.parent  # CTE → WITH → the query holding it
-    return sum(1 for t in root.find_all(exp.Table) if t.name == name and not t.args.get("db")) > 1
+    return scope.is_cte and len(_cte_reads(scope)) > 1

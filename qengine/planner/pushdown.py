@@ -30,13 +30,10 @@ import sqlglot.expressions as exp
 
 from qengine.planner import estimates
 from qengine.planner import logical as lp
-from qengine.planner.expressions import COMPARISONS, and_all, conjuncts, in_place_of, null_rejecting
+from qengine.planner.expressions import COMPARISONS, and_all, calls_volatile, conjuncts, in_place_of, null_rejecting
 from qengine.planner.logical import col
 from qengine.planner.static_types import same_type_in_every_input
 from qengine.planner.templates import slot_kind, value_of
-
-# Functions whose value differs between evaluations: a filter using one stays where it is.
-_VOLATILE = frozenset({"random", "uuid", "gen_random_uuid", "nextval", "setseed"})
 
 
 def push_down(root: lp.Node) -> lp.Node:
@@ -247,13 +244,9 @@ def _numeric(e: exp.Expression) -> bool:
 def movable(e: exp.Expression) -> bool:
     """True when evaluating ``e`` elsewhere gives the same rows: no subquery, aggregate, window
     or volatile function."""
-    for n in e.walk():
-        if isinstance(n, exp.Select | exp.Subquery | exp.Table | exp.AggFunc | exp.Window | exp.Rand):
-            return False
-        name = n.name if isinstance(n, exp.Anonymous) else type(n).__name__
-        if isinstance(n, exp.Func) and name.lower() in _VOLATILE:
-            return False
-    return True
+    if calls_volatile(e):
+        return False
+    return not any(isinstance(n, exp.Select | exp.Subquery | exp.Table | exp.AggFunc | exp.Window) for n in e.walk())
 
 
 def _split(preds: list[exp.Expression], test) -> tuple[list[exp.Expression], list[exp.Expression]]:

@@ -22,8 +22,7 @@ def same_type_in_every_input(node: lp.SetOp, position: int) -> bool:
     on a column whose inputs differ in type must stay above the operation: DuckDB casts each
     input to the operation's type first, and the filter pushed into a BIGINT input compared
     ``k < '5'`` as numbers where the VARCHAR union compares strings."""
-    types = [signature(child, child.columns[position]) for child in node.inputs]
-    return types[0] is not None and all(t == types[0] for t in types[1:])
+    return signature(node, node.columns[position]) is not None
 
 
 def signature(node: lp.Node, column: str, depth: int = 0) -> str | None:

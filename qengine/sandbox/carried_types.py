@@ -31,8 +31,8 @@ _CARRIED = frozenset({"HUGEINT", "UHUGEINT"})  # read back as Python ints
 # Types Arrow holds as another: HUGEINT as decimal128 (also inside a LIST, STRUCT or MAP), an
 # ENUM as a dictionary of strings (read back as VARCHAR, which orders alphabetically, not in
 # the enum's order), a UUID as a string.
-_BIT = re.compile(r"\bBIT\b")
 _RETYPED = re.compile(r"\bU?HUGEINT\b|\bUUID\b|\bENUM\(")
+_BIT = re.compile(r"\bBIT\b")  # held as its inner bytes: not carried, refused
 
 
 def tag_types(table: pa.Table, types: list[str], nulls: Collection[str] = ()) -> pa.Table:
@@ -53,13 +53,14 @@ def stored_nulls_as_integers(table: pa.Table) -> pa.Table:
     """``table`` as a session table keeps it: an untyped NULL column as INTEGER, as DuckDB's
     CREATE TABLE AS makes it (Arrow already holds it as int32), not as the NULL literal, which
     would hide the rows INSERTed into it later."""
-    if not any((f.metadata or {}).get(TAG) == b"NULL" for f in table.schema):
+    if not any(untyped_null(f) for f in table.schema):
         return table
-    fields = [
-        f.with_metadata({k: v for k, v in f.metadata.items() if k != TAG}) if (f.metadata or {}).get(TAG) == b"NULL" else f
-        for f in table.schema
-    ]
-    return table.cast(pa.schema(fields, table.schema.metadata))
+    return table.cast(pa.schema([_without_tag(f) if untyped_null(f) else f for f in table.schema], table.schema.metadata))
+
+
+def untyped_null(field: pa.Field) -> bool:
+    """Whether ``field`` is tagged as a column of untyped NULLs (``planner.null_columns``)."""
+    return (field.metadata or {}).get(TAG) == b"NULL"
 
 
 def restoring_query(name: str, schema: pa.Schema) -> str | None:
