@@ -19,7 +19,7 @@ from qengine.api.replacement_scans import caller_scope, scans_for
 from qengine.api.result_stream import ResultStream
 from qengine.api.session import Result, Session
 from qengine.api.statements import new_statement_id
-from qengine.catalog.types import type_code
+from qengine.catalog.types import column_type
 from qengine.errors import Error, InterfaceError, InternalError, NotSupportedError, ProgrammingError
 from qengine.sandbox.carried_types import python_values, untagged, untagged_schema
 
@@ -83,9 +83,10 @@ class Cursor:
             return None
         out = []
         for f in self._result.rows.schema:
-            precision = f.type.precision if pa.types.is_decimal(f.type) else None
-            scale = f.type.scale if pa.types.is_decimal(f.type) else None
-            out.append((f.name, type_code(f.type), None, None, precision, scale, f.nullable))
+            code = column_type(f)  # a HUGEINT travels as a decimal: it is described as DuckDB names it
+            decimal = pa.types.is_decimal(f.type) and code.startswith("DECIMAL")
+            precision, scale = (f.type.precision, f.type.scale) if decimal else (None, None)
+            out.append((f.name, code, None, None, precision, scale, f.nullable))
         return out
 
     @property

@@ -34,7 +34,7 @@ import sqlglot.expressions as exp
 from qengine.api.result_stream import ResultStream
 from qengine.api.session import Result, Session
 from qengine.catalog.sources import Source
-from qengine.catalog.types import type_code
+from qengine.catalog.types import column_type
 from qengine.errors import DataError, Error, NotSupportedError, OperationalError, ProgrammingError
 from qengine.planner.frontend import parse
 from qengine.sandbox.carried_types import untagged_schema
@@ -445,9 +445,10 @@ def _parameter_rows(reader: flight.MetadataRecordBatchReader) -> list[tuple]:
 def _described(schema: pa.Schema) -> pa.Schema:
     """A result schema as Flight SQL clients read it: without qengine's internal type tags, and
     each column's SQL type named in ``ARROW:FLIGHT:SQL:TYPE_NAME`` (JDBC shows it)."""
+    names = [column_type(f) for f in schema]
     plain = untagged_schema(schema)
     return pa.schema(
-        [f.with_metadata({**(f.metadata or {}), b"ARROW:FLIGHT:SQL:TYPE_NAME": type_code(f.type).encode()}) for f in plain],
+        [f.with_metadata({**(f.metadata or {}), b"ARROW:FLIGHT:SQL:TYPE_NAME": name.encode()}) for f, name in zip(plain, names, strict=True)],
         plain.metadata,
     )
 

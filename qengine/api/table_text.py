@@ -6,7 +6,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from qengine.catalog.types import NUMBER, type_code
+from qengine.catalog.types import NUMBER, column_type
 
 MAX_ROWS = 1000
 
@@ -22,7 +22,8 @@ def print_table(table: pa.Table, out: Any, total: int | None = None) -> None:
     shown = table.slice(0, MAX_ROWS)
     view = Table(show_header=True, header_style="bold")
     for f in table.schema:
-        view.add_column(Text(f"{f.name}\n{type_code(f.type).lower()}"), justify="right" if type_code(f.type) == NUMBER else "left")
+        kind = column_type(f)
+        view.add_column(Text(f"{f.name}\n{kind.lower()}"), justify="right" if kind == NUMBER else "left")
     for row in zip(*[c.to_pylist() for c in shown.columns], strict=True):
         view.add_row(*[Text("NULL" if v is None else str(v)) for v in row])
     console.print(view)

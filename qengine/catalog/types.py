@@ -8,7 +8,10 @@ group.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
+import re
 
+import duckdb
 import pyarrow as pa
 
 from qengine.sandbox.carried_types import TAG
@@ -40,7 +43,7 @@ BINARY = DBAPITypeObject("BINARY", "BLOB")
 NUMBER = DBAPITypeObject(
     "NUMBER",
     "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT",
-    "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT",
+    "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT",
     "FLOAT", "DOUBLE", "DECIMAL", "BOOLEAN",
 )
 DATETIME = DBAPITypeObject("DATETIME", "DATE", "TIME", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "INTERVAL")
@@ -48,7 +51,9 @@ ROWID = DBAPITypeObject("ROWID", "BIGINT")
 
 
 def type_code(t: pa.DataType) -> str:
-    """The DuckDB-style name of an Arrow type, used as the DB-API ``type_code``."""
+    """The name DuckDB gives an Arrow type, used as the DB-API ``type_code`` and wherever a
+    column's type is spelled in SQL (a struct is ``STRUCT(a INTEGER)``, as DuckDB writes and
+    reads it, not Arrow's ``struct<a: int32>``)."""
     if pa.types.is_boolean(t):
         return "BOOLEAN"
     if pa.types.is_integer(t):
@@ -68,14 +73,42 @@ def type_code(t: pa.DataType) -> str:
     if pa.types.is_date(t):
         return "DATE"
     if pa.types.is_timestamp(t):
-        return "TIMESTAMP WITH TIME ZONE" if t.tz else "TIMESTAMP"
+        return "TIMESTAMP WITH TIME ZONE" if t.tz else _TIMESTAMPS[t.unit]
     if pa.types.is_time(t):
         return "TIME"
     if pa.types.is_interval(t) or pa.types.is_duration(t):
         return "INTERVAL"
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
+    if pa.types.is_fixed_size_list(t):
+        return f"{type_code(t.value_type)}[{t.list_size}]"
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
         return type_code(t.value_type) + "[]"
+    if pa.types.is_map(t):
+        return f"MAP({type_code(t.key_type)}, {type_code(t.item_type)})"
+    if pa.types.is_struct(t) or pa.types.is_union(t):
+        fields = ", ".join(f"{field_name(t.field(i).name)} {type_code(t.field(i).type)}" for i in range(t.num_fields))
+        return f"{'STRUCT' if pa.types.is_struct(t) else 'UNION'}({fields})"
+    if pa.types.is_dictionary(t):
+        return type_code(t.value_type)
     return str(t).upper()
+
+
+_TIMESTAMPS = {"s": "TIMESTAMP_S", "ms": "TIMESTAMP_MS", "us": "TIMESTAMP", "ns": "TIMESTAMP_NS"}
+_PLAIN_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def field_name(name: str) -> str:
+    """A struct field's name as DuckDB writes it in a type: bare if it is a plain word and no
+    keyword, else in double quotes."""
+    if _PLAIN_FIELD.fullmatch(name) and name.lower() not in _keywords():
+        return name
+    return '"' + name.replace('"', '""') + '"'
+
+
+@functools.cache
+def _keywords() -> frozenset[str]:
+    """DuckDB's keywords, every one of which it quotes as a field name."""
+    with duckdb.connect() as con:
+        return frozenset(row[0] for row in con.execute("SELECT keyword_name FROM duckdb_keywords()").fetchall())
 
 
 def column_type(field: pa.Field) -> str:

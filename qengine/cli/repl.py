@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from qengine.api.trace import chrome_trace
-from qengine.catalog.types import type_code
+from qengine.catalog.types import column_type
 from qengine.cli.common import progress_bar
 from qengine.cli.output import write_result
 from qengine.errors import Error, ProgrammingError
@@ -96,7 +96,7 @@ def _dot_command(con: Any, command: str, args: argparse.Namespace) -> bool:
         except Error as e:
             print(f"Error: {e}", file=sys.stderr)
             return False
-        cols = ",\n  ".join(f"{f.name} {type_code(f.type)}" for f in schema)
+        cols = ",\n  ".join(f"{f.name} {column_type(f)}" for f in schema)
         print(f"CREATE TABLE {parts[1]} (\n  {cols}\n);")
     elif name == ".help":
         print(".tables             list tables\n.schema NAME        show a table's columns\n.quit               leave")

@@ -141,6 +141,7 @@ def parse(sql: str, dialect: str) -> list[exp.Expression]:
     for statement in statements:
         _check_aliases(sql, tokens, statement)
         refuse_unmodelled(statement)
+        _keep_struct_key_case(statement)
         if question_marks:
             statement.meta[_QUESTION_MARKS] = True
     return statements
@@ -566,6 +567,16 @@ def _bracket_typed_literals(tokens: list[Token], reader: Dialect) -> list[Token]
         if i - 1 in starts:
             out.append(Token(TokenType.R_PAREN, ")", t.line, t.col, t.end, t.end))
     return out
+
+
+def _keep_struct_key_case(statement: exp.Expression) -> None:
+    """Keep a struct's field names as written: sqlglot parses ``{'Ab': 1}`` and
+    ``struct_pack(Ab := 1)`` with the names as identifiers, which its normalization lowercases,
+    and the struct came out as ``{'ab': 1}`` where DuckDB keeps ``Ab``."""
+    for struct in statement.find_all(exp.Struct):
+        for field in struct.expressions:
+            if isinstance(field, exp.PropertyEQ) and isinstance(field.this, exp.Identifier):
+                field.this.meta["case_sensitive"] = True
 
 
 def _numbered_placeholders(tokens: list[Token]) -> list[Token]:

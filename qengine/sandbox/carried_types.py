@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Collection
+import uuid
+from collections.abc import Callable, Collection
+from typing import Any
 
 import pyarrow as pa
 
@@ -27,7 +29,6 @@ from qengine.errors import NotSupportedError
 from qengine.sandbox.quoting import identifier
 
 TAG = b"qengine.duckdb_type"
-_CARRIED = frozenset({"HUGEINT", "UHUGEINT"})  # read back as Python ints
 # Types Arrow holds as another: HUGEINT as decimal128 (also inside a LIST, STRUCT or MAP), an
 # ENUM as a dictionary of strings (read back as VARCHAR, which orders alphabetically, not in
 # the enum's order), a UUID as a string.
@@ -79,15 +80,52 @@ def restoring_query(name: str, schema: pa.Schema) -> str | None:
 
 
 def python_values(column: pa.ChunkedArray, field: pa.Field) -> list:
-    """A result column as Python values, as DuckDB's own ``fetchall`` gives them: a HUGEINT
-    is an ``int``, not the ``Decimal`` its Arrow form would make, and an INTERVAL a
-    ``timedelta``, not Arrow's ``MonthDayNano``."""
+    """A result column as Python values, as DuckDB's own ``fetchall`` gives them, at any depth
+    of nesting: a HUGEINT is an ``int``, not the ``Decimal`` its Arrow form would make, a UUID a
+    ``uuid.UUID``, an INTERVAL a ``timedelta``, not Arrow's ``MonthDayNano``, a MAP a ``dict``,
+    not Arrow's list of pairs, and an ARRAY a tuple."""
     values = column.to_pylist()
-    if field.metadata and field.metadata.get(TAG, b"").decode() in _CARRIED:
-        return [None if v is None else int(v) for v in values]
-    if pa.types.is_interval(field.type):  # DuckDB counts a month as 30 days
-        return [None if v is None else dt.timedelta(days=v.months * 30 + v.days, microseconds=v.nanoseconds // 1000) for v in values]
-    return values
+    tag = (field.metadata or {}).get(TAG, b"").decode()
+    if tag == "UUID":
+        return [None if v is None else uuid.UUID(v) for v in values]
+    convert = _converter(field.type, bool(_HUGE.search(tag)))
+    return values if convert is None else [None if v is None else convert(v) for v in values]
+
+
+_HUGE = re.compile(r"\bU?HUGEINT\b")
+
+
+def _converter(t: pa.DataType, huge: bool) -> Callable[[Any], Any] | None:
+    """How a non-NULL value of Arrow type ``t`` becomes DuckDB's Python value, or None where
+    Arrow's is DuckDB's already. ``huge``: the column's DuckDB type holds a HUGEINT, which Arrow
+    holds as decimal128(38, 0)."""
+    if huge and pa.types.is_decimal(t) and t.precision == 38 and t.scale == 0:
+        return int
+    if pa.types.is_interval(t):  # DuckDB counts a month as 30 days
+        return lambda v: dt.timedelta(days=v.months * 30 + v.days, microseconds=v.nanoseconds // 1000)
+    if pa.types.is_map(t):
+        key, item = _converter(t.key_type, huge) or _same, _converter(t.item_type, huge) or _same
+        return lambda v: {key(k): _maybe(item, x) for k, x in v}
+    if pa.types.is_fixed_size_list(t):  # DuckDB's ARRAY: a tuple
+        inner = _converter(t.value_type, huge) or _same
+        return lambda v: tuple(_maybe(inner, x) for x in v)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        inner = _converter(t.value_type, huge)
+        return None if inner is None else lambda v: [_maybe(inner, x) for x in v]
+    if pa.types.is_struct(t):
+        fields = {t.field(i).name: _converter(t.field(i).type, huge) for i in range(t.num_fields)}
+        if not any(fields.values()):
+            return None
+        return lambda v: {name: _maybe(fields[name], x) if fields[name] else x for name, x in v.items()}
+    return None
+
+
+def _same(v: Any) -> Any:
+    return v
+
+
+def _maybe(convert: Callable[[Any], Any], v: Any) -> Any:
+    return None if v is None else convert(v)
 
 
 def untagged(table: pa.Table) -> pa.Table:
