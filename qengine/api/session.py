@@ -48,6 +48,7 @@ from qengine.planner.frontend import (
 from qengine.planner.output_names import spelled, spelled_names
 from qengine.planner.stages import StagePlan, reads_no_data
 from qengine.planner.templates import Shape, Templates, instantiate, parameterize, planning, slot_holders
+from qengine.planner.unsupported import struct_unnest_refused
 from qengine.runtime.coordinator import Coordinator
 from qengine.runtime.query_state import ExecutionOptions
 from qengine.runtime.stats import QueryStats
@@ -247,6 +248,7 @@ class Session:
     def _run(self, plan: StagePlan, progress: Callable[[int, int], None] | None) -> Result:
         if reads_no_data(plan):
             table, stats = self.coordinator.run_here(plan)
+            struct_unnest_refused(table.num_columns, plan.names)
             return Result.of_table(table.rename_columns(plan.names), stats, plan)
         for tries_left in reversed(range(RESULT_TRIES)):
             placement, stats, query_id = self._coordinate(plan, progress=progress)
@@ -276,6 +278,11 @@ class Session:
         """The result of a run as it is read from its workers, its columns named as the user
         wrote them; once read (or closed), the query's blocks are released."""
         schema = self.coordinator.result_schema(placement)
+        try:
+            struct_unnest_refused(len(schema), plan.names)
+        except NotSupportedError:
+            self.coordinator.release(f"{query_id}/")  # nothing is to read its blocks
+            raise
         named = pa.schema([f.with_name(n) for f, n in zip(schema, plan.names, strict=True)], schema.metadata)
 
         def release() -> None:

@@ -226,7 +226,8 @@ def _read_parquet(split: dict, sources: list[str]) -> pa.Table:
     tables = []
     constants: dict[tuple, list[pa.Scalar]] = {}  # by partition values: files of one partition share them
     for path, groups in split["pieces"]:
-        table = _FOOTERS.file(path).read_row_groups(groups, columns=stored, use_threads=False)
+        opened = _FOOTERS.file(path)
+        table = _intervals_as_duckdb_reads(opened.read_row_groups(groups, columns=stored, use_threads=False), opened.schema)
         if made:
             key = tuple(hive["values"][path])
             if key not in constants:
@@ -236,12 +237,48 @@ def _read_parquet(split: dict, sources: list[str]) -> pa.Table:
         tables.append(table.select(sources))
     if tables:
         return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-    schema = pq.read_schema(split["schema_path"])
+    schema = duckdb_schema(pq.ParquetFile(split["schema_path"]).schema)
     if hive:
         partitions = schema_from_hex(hive["schema"])
         schema = pa.schema([f for f in schema if f.name.lower() not in index] + list(partitions))
     lowered = {f.name.lower(): f for f in schema}
     return pa.schema([lowered[s.lower()].with_name(s) for s in sources]).empty_table()
+
+
+def duckdb_schema(schema: pq.ParquetSchema) -> pa.Schema:
+    """The Arrow schema of a Parquet file's columns as DuckDB reads them. pyarrow reads an
+    INTERVAL column (a 12-byte FIXED_LEN_BYTE_ARRAY marked INTERVAL) as fixed-size binary,
+    where DuckDB reads an INTERVAL: typed BLOB, the table was DESCRIBEd as one, an empty input
+    of that type made a UNION ALL with a VARCHAR a BLOB, and an average ``avg(BLOB)``."""
+    arrow = schema.to_arrow_schema()
+    for name in _interval_columns(schema):
+        index = arrow.get_field_index(name)
+        arrow = arrow.set(index, arrow.field(index).with_type(pa.month_day_nano_interval()))
+    return arrow
+
+
+def _interval_columns(schema: pq.ParquetSchema) -> list[str]:
+    """The top-level columns of a Parquet schema that hold DuckDB INTERVALs."""
+    return [c.path for c in (schema.column(i) for i in range(len(schema))) if c.converted_type == "INTERVAL" and "." not in c.path]
+
+
+def _intervals_as_duckdb_reads(table: pa.Table, schema: pq.ParquetSchema) -> pa.Table:
+    """``table``, read by pyarrow from a file of Parquet ``schema``, with each INTERVAL column
+    as DuckDB reads it (:func:`duckdb_schema`): months, days and milliseconds, each a
+    little-endian 32-bit integer, become Arrow's month-day-nanosecond interval."""
+    for name in _interval_columns(schema):
+        index = table.schema.get_field_index(name)
+        if index < 0:
+            continue
+        packed = table.column(index).combine_chunks()
+        raw = np.frombuffer(packed.buffers()[1], dtype="<u4", count=3 * (packed.offset + len(packed)))[3 * packed.offset:].reshape(-1, 3)
+        values = np.empty(len(packed), dtype=[("months", "<i4"), ("days", "<i4"), ("nanoseconds", "<i8")])
+        values["months"], values["days"] = raw[:, 0].view("<i4"), raw[:, 1].view("<i4")
+        values["nanoseconds"] = raw[:, 2].astype(np.int64) * 1_000_000
+        validity = None if packed.null_count == 0 else pa.array(packed.is_valid()).buffers()[1]
+        intervals = pa.Array.from_buffers(pa.month_day_nano_interval(), len(packed), [validity, pa.py_buffer(values.tobytes())])
+        table = table.set_column(index, table.field(index).with_type(intervals.type), intervals)
+    return table
 
 
 def _read_by_duckdb(split: dict) -> pa.Table:

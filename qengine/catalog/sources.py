@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from qengine.catalog import records
 from qengine.catalog.hive import HiveOptions, HivePartitions
 from qengine.catalog.hive import detect as detect_partitions
-from qengine.catalog.scan import csv_error
+from qengine.catalog.scan import csv_error, duckdb_schema
 from qengine.catalog.types import type_code
 from qengine.errors import OperationalError, ProgrammingError
 from qengine.sandbox.connection import safe_connection
@@ -140,7 +140,7 @@ class ParquetSource(Source):
             except (OSError, pa.ArrowInvalid) as e:
                 raise ProgrammingError(f"table {name!r}: cannot read Parquet file {path}: {e}") from e
             if path == paths[0]:
-                self.schema = md.schema.to_arrow_schema()
+                self.schema = duckdb_schema(md.schema)
             elif md.schema.to_arrow_schema().names != self.schema.names:
                 raise ProgrammingError(f"table {name!r}: {path} has columns that differ from {paths[0]}")
             first = 0

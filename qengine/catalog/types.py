@@ -113,8 +113,10 @@ def _keywords() -> frozenset[str]:
 
 def column_type(field: pa.Field) -> str:
     """The DuckDB type a column holds: the type its field carries (``sandbox.carried_types``: a
-    HUGEINT is decimal128 in Arrow), else its Arrow type's name."""
-    return (field.metadata or {}).get(TAG, b"").decode() or type_code(field.type)
+    HUGEINT is decimal128 in Arrow), else its Arrow type's name. A column of untyped NULL
+    (tagged NULL) is an INTEGER, as DuckDB's own result and its ``description`` type it."""
+    tag = (field.metadata or {}).get(TAG, b"").decode()
+    return type_code(field.type) if tag in ("", "NULL") else tag
 
 
 def Date(year: int, month: int, day: int) -> _dt.date:  # noqa: N802 - PEP 249 names

@@ -104,7 +104,14 @@ def grouping_sets(group: exp.Group | None) -> tuple[list[exp.Expression], list[l
 
     factors: list[list[list[int]]] = []
     plain = True
-    for g in [*group.expressions, *(group.args.get("rollup") or []), *(group.args.get("cube") or [])]:
+    elements = [*group.expressions, *(group.args.get("rollup") or []), *(group.args.get("cube") or [])]
+    # GROUP BY () is the one empty grouping set: no key (beside others), one row of no rows
+    empty = [g for g in elements if isinstance(g, exp.Tuple) and not g.expressions]
+    if empty and len(empty) == len(elements):
+        return [], [[]]
+    for g in elements:
+        if any(g is e for e in empty):
+            continue
         found = sets_of(g)
         plain = plain and found is None
         factors.append([[index(g)]] if found is None else found)

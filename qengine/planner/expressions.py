@@ -27,7 +27,12 @@ def duckdb_aggregate_names() -> frozenset[str]:
 
 def is_aggregate(e: exp.Expression) -> bool:
     if isinstance(e, exp.Filter):
-        return is_aggregate(e.this)
+        # sqlglot reads DuckDB's any_value(x) as any_value(x) IGNORE NULLS: under a FILTER, that
+        # wrapper is the aggregate's too, not an expression whose aggregate leaves the FILTER out
+        inner = e.this
+        while isinstance(inner, exp.IgnoreNulls | exp.RespectNulls):
+            inner = inner.this
+        return is_aggregate(inner)
     if isinstance(e, exp.AggFunc):
         return True
     return isinstance(e, exp.Anonymous) and e.name.lower() in duckdb_aggregate_names()

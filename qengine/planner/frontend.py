@@ -17,6 +17,7 @@ import inspect
 import itertools
 import logging
 import re
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -537,6 +538,17 @@ def literal(value: Any) -> exp.Expression:
         return exp.cast(exp.Literal.string(value.isoformat()), "TIME")
     if isinstance(value, bytes | bytearray | memoryview):
         return exp.cast(exp.Literal.string("".join(f"\\x{b:02x}" for b in bytes(value))), "BLOB")
+    if isinstance(value, dt.timedelta):  # DuckDB's INTERVAL of the same days and microseconds
+        return exp.cast(exp.Literal.string(f"{value.days} days {value.seconds * 1_000_000 + value.microseconds} microseconds"), "INTERVAL")
+    if isinstance(value, uuid.UUID):
+        return exp.cast(exp.Literal.string(str(value)), "UUID")
+    if isinstance(value, list | tuple):
+        return exp.Array(expressions=[literal(v) for v in value])
+    if isinstance(value, dict):
+        # DuckDB's Python binding: {"key": [...], "value": [...]} is a MAP, any other dict a STRUCT
+        if value.keys() == {"key", "value"} and all(isinstance(v, list | tuple) for v in value.values()) and len(value["key"]) == len(value["value"]):
+            return exp.Map(keys=literal(value["key"]), values=literal(value["value"]))
+        return exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier(str(k)), expression=literal(v)) for k, v in value.items()])
     raise ProgrammingError(f"cannot bind a parameter of type {type(value).__name__}")
 
 
@@ -920,6 +932,17 @@ def exists_select_one(statement: exp.Expression) -> exp.Expression:
     return statement
 
 
+def subquery_conditions_in_parentheses(statement: exp.Expression) -> exp.Expression:
+    """Put a scalar subquery that is the whole of a JOIN's ON in parentheses: as a child of the
+    join, sqlglot's scopes take it for a joined table, and its optimizer failed on it (an
+    internal KeyError). In parentheses it is an expression, as it is in DuckDB."""
+    for join in statement.find_all(exp.Join):
+        condition = join.args.get("on")
+        if isinstance(condition, exp.Subquery):
+            join.set("on", exp.Paren(this=condition))
+    return statement
+
+
 def unparen(e: exp.Expression) -> exp.Expression:
     """``e`` without enclosing parentheses (sqlglot's ``unnest`` would also open a subquery)."""
     while isinstance(e, exp.Paren):
@@ -933,7 +956,7 @@ def referenced_tables(statement: exp.Expression) -> set[str]:
 
 def optimize_query(query: exp.Expression, catalog: Catalog, dialect: str) -> exp.Expression:
     """Qualify, decorrelate and push down; unknown tables and columns become ProgrammingErrors."""
-    query = exists_select_one(factor_disjunctions(spell_out_null_safe(unique_inner_columns(query))))
+    query = subquery_conditions_in_parentheses(exists_select_one(factor_disjunctions(spell_out_null_safe(unique_inner_columns(query)))))
     ctes = {cte.alias_or_name.lower() for cte in query.find_all(exp.CTE)}
     schema = {}
     for name in referenced_tables(query) - ctes:

@@ -16,8 +16,9 @@ import sqlglot.expressions as exp
 from qengine.catalog.sources import DEFAULT_SPLIT_BYTES
 from qengine.planner import estimates
 from qengine.planner import logical as lp
+from qengine.planner.averages import final_average
 from qengine.planner.logical import GROUPING_ID, Exchange, col, not_null_operand, plain_column
-from qengine.planner.static_types import expression_signature
+from qengine.planner.static_types import expression_type
 from qengine.planner.templates import slot_kind, value_of
 
 
@@ -73,13 +74,6 @@ _DECOMPOSABLE = {
     exp.LogicalAnd: ("BOOL_AND", "BOOL_AND"),
     exp.LogicalOr: ("BOOL_OR", "BOOL_OR"),
 }
-
-
-def _summable(e: exp.Expression, child: lp.Node) -> bool:
-    """Whether ``e`` (an average's argument over ``child``'s columns) may be summed: not a
-    date, time, timestamp or interval, as far as the plan shows (``planner.static_types``)."""
-    kind = expression_signature(e, child) or ""
-    return not kind.startswith(("DATE", "TIME", "INTERVAL"))
 
 
 class PhysicalPlanner:
@@ -386,18 +380,20 @@ class PhysicalPlanner:
         for name, e in node.aggs:
             self.names.origins.setdefault(name, e)  # what EXPLAIN calls the final form
             agg = e.this if isinstance(e, exp.Filter) else e
+            if isinstance(agg, exp.IgnoreNulls):  # any_value(x), as sqlglot reads DuckDB's
+                agg = agg.this
             if isinstance(agg.this, exp.Distinct) or agg.args.get("distinct"):
                 return None
             if isinstance(agg, exp.Avg):
-                if not _summable(agg.this, node.child):
-                    return None  # avg of dates, times or intervals: a sum of them does not exist
                 s, c = self.names.new(), self.names.new()
+                # None for a type the final step cannot divide as DuckDB does, or one with no
+                # sum (dates, times, intervals)
+                divided = final_average(exp.Sum(this=col(s)), exp.Sum(this=col(c)), expression_type(agg.this, node.child))
+                if divided is None:
+                    return None
                 partial.append((s, _with_filter(e, exp.Sum(this=agg.this.copy()))))
                 partial.append((c, _with_filter(e, exp.Count(this=agg.this.copy()))))
-                final.append((name, exp.Div(
-                    this=exp.cast(exp.Sum(this=col(s)), "DOUBLE"),
-                    expression=exp.Nullif(this=exp.Sum(this=col(c)), expression=exp.Literal.number(0)),
-                )))
+                final.append((name, divided))
                 continue
             forms = _DECOMPOSABLE.get(type(agg))
             if forms is None or len(list(agg.iter_expressions())) > 1 or isinstance(agg.this, exp.Order):

@@ -91,7 +91,7 @@ def _render(node: lp.Node) -> exp.Query:
         conds = [exp.EQ(this=a.copy(), expression=b.copy()) for a, b in zip(node.left_keys, node.right_keys, strict=True)]
         if node.residual is not None:
             conds.append(node.residual.copy())
-        on = exp.and_(*conds) if conds else None
+        on = exp.and_(*conds) if len(conds) > 1 else conds[0] if conds else None  # and_ refuses a lone subquery
         if node.kind == "cross" or on is None:
             if node.kind not in ("cross", "inner"):
                 on = exp.true()

@@ -18,6 +18,23 @@ from qengine.errors import NotSupportedError
 _MODELLED_JOIN_METHODS = frozenset({"", "NATURAL"})
 
 
+# DuckDB's unnest() of a STRUCT makes a column of each field, where the planner gives every
+# SELECT item one column: its result could not be laid out ("zip() argument 2 is shorter").
+_STRUCT_UNNEST = "unnest() of a STRUCT (select its fields one by one: s.a, s.b)"
+
+
+def _struct(e: exp.Expression) -> bool:
+    """Whether ``e`` is written as a STRUCT: a {'a': …} literal, struct_pack() or row()."""
+    return isinstance(e, exp.Struct) or (isinstance(e, exp.Anonymous) and e.name.lower() == "row")
+
+
+def struct_unnest_refused(columns: int, names: list[str]) -> None:
+    """Raise NotSupportedError if a result of ``columns`` columns was planned as ``names``: a
+    STRUCT unnest()ed from a column the plan does not know for one made a column per field."""
+    if columns != len(names):
+        raise NotSupportedError(f"{_STRUCT_UNNEST} is not supported")
+
+
 def _construct(node: exp.Expression) -> str | None:
     """The user's name for ``node`` if the planner does not model it, else None."""
     if isinstance(node, exp.Join):
@@ -33,6 +50,8 @@ def _construct(node: exp.Expression) -> str | None:
         return "MATCH_RECOGNIZE"
     if isinstance(node, exp.Connect):
         return "CONNECT BY"
+    if isinstance(node, exp.Explode | exp.Unnest) and any(_struct(a) for a in [node.this, *node.expressions] if a is not None):
+        return _STRUCT_UNNEST
     if isinstance(node, exp.Collate):
         # a collation is the expression's own: the rows it makes cross exchanges as plain strings,
         # where partitions hash, sort and compare them byte by byte ('A' and 'a' hashed apart

@@ -1,6 +1,6 @@
 """DuckDB types that do not survive a trip through Arrow, carried across exchanges: HUGEINT
-(alone or inside a LIST, STRUCT or MAP), ENUM, UUID, and the untyped NULL of ``SELECT NULL AS
-x`` (see ``planner.null_columns``). An ENUM comes back as VARCHAR, which orders and compares
+(alone or inside a LIST, STRUCT or MAP), ENUM, UUID, JSON, and the untyped NULL of ``SELECT
+NULL AS x`` (see ``planner.null_columns``). An ENUM comes back as VARCHAR, which orders and compares
 alphabetically where the enum has its declared order (``min`` of ENUM('c', 'b', 'a') is 'c').
 
 DuckDB hands HUGEINT and UHUGEINT to Arrow as decimal128(38, 0), and reads that back as
@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable, Collection
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 
 from qengine.errors import NotSupportedError
@@ -31,18 +32,21 @@ from qengine.sandbox.quoting import identifier
 TAG = b"qengine.duckdb_type"
 # Types Arrow holds as another: HUGEINT as decimal128 (also inside a LIST, STRUCT or MAP), an
 # ENUM as a dictionary of strings (read back as VARCHAR, which orders alphabetically, not in
-# the enum's order), a UUID as a string.
-_RETYPED = re.compile(r"\bU?HUGEINT\b|\bUUID\b|\bENUM\(")
-_BIT = re.compile(r"\bBIT\b")  # held as its inner bytes: not carried, refused
+# the enum's order), a UUID or JSON as a string (a JSON column of CREATE TABLE AS was VARCHAR).
+_RETYPED = re.compile(r"\bU?HUGEINT\b|\bUUID\b|\bENUM\(|\bJSON\b")
+# Types Arrow cannot hold at all, refused: a BIT as its inner bytes, which neither read back nor
+# print as DuckDB's '101'; a TIME WITH TIME ZONE as a time without its offset ('10:00:00+02'
+# came back as 10:00:00, a TIME).
+_REFUSED = {re.compile(r"\bBIT\b"): "the BIT type", re.compile(r"\bTIME WITH TIME ZONE\b"): "the TIME WITH TIME ZONE type"}
 
 
 def tag_types(table: pa.Table, types: list[str], nulls: Collection[str] = ()) -> pa.Table:
     """``table`` (a fragment's result, whose DuckDB column types are ``types``) with each
     column of a type Arrow does not carry tagged with that type, and the columns the planner
     knows to be untyped NULL (``nulls``, see ``planner.null_columns``) tagged NULL."""
-    if any(_BIT.search(t) for t in types):
-        # Arrow holds a BIT as its inner bytes, which neither read back nor print as DuckDB's '101'
-        raise NotSupportedError("the BIT type is not supported in a query's columns (cast it to VARCHAR)")
+    for pattern, what in _REFUSED.items():
+        if any(pattern.search(t) for t in types):
+            raise NotSupportedError(f"{what} is not supported in a query's columns (cast it to VARCHAR)")
     tags = ["NULL" if f.name in nulls else t if _RETYPED.search(t) else None for f, t in zip(table.schema, types, strict=True)]
     if not any(tags):
         return table
@@ -84,7 +88,10 @@ def python_values(column: pa.ChunkedArray, field: pa.Field) -> list:
     of nesting: a HUGEINT is an ``int``, not the ``Decimal`` its Arrow form would make, a UUID a
     ``uuid.UUID``, an INTERVAL a ``timedelta``, not Arrow's ``MonthDayNano``, a MAP a ``dict``,
     not Arrow's list of pairs, and an ARRAY a tuple."""
-    values = column.to_pylist()
+    try:
+        values = column.to_pylist()
+    except (OverflowError, ValueError):  # a date or timestamp beyond Python's years 1 to 9999
+        values = _beyond_python(column, field.type)
     tag = (field.metadata or {}).get(TAG, b"").decode()
     if tag == "UUID":
         return [None if v is None else uuid.UUID(v) for v in values]
@@ -93,6 +100,30 @@ def python_values(column: pa.ChunkedArray, field: pa.Field) -> list:
 
 
 _HUGE = re.compile(r"\bU?HUGEINT\b")
+
+
+def _beyond_python(column: pa.Array | pa.ChunkedArray, t: pa.DataType) -> list:
+    """Values of a DATE or TIMESTAMP column some of which Python's types cannot hold, as DuckDB's
+    ``fetchall`` gives them: 'infinity' as the latest date or datetime Python has, '-infinity'
+    as the earliest, and any other such value as DuckDB's text of it ('294247-01-01')."""
+    if not (pa.types.is_date32(t) or pa.types.is_timestamp(t)):
+        raise NotSupportedError(f"fetching a {t} value beyond Python's dates (years 1 to 9999) as rows is not supported: fetch it as Arrow, or cast it to VARCHAR")
+    date = pa.types.is_date32(t)
+    infinity = 2**31 - 1 if date else 2**63 - 1
+    latest, earliest = (dt.date.max, dt.date.min) if date else (dt.datetime.max, dt.datetime.min)
+    raw = column.cast(pa.int32() if date else pa.int64()).to_pylist()
+    with duckdb.connect() as con:  # Arrow's text of such a value is "<value out of range: …>"
+        text = [v for (v,) in con.from_arrow(pa.table({"v": column})).project("CAST(v AS VARCHAR)").fetchall()]
+    out: list = []
+    for value, written in zip(raw, text, strict=True):
+        if value is None or abs(value) == infinity:
+            out.append(None if value is None else latest if value > 0 else earliest)
+            continue
+        try:
+            out.append(pa.scalar(value, pa.int32() if date else pa.int64()).cast(t).as_py())
+        except (OverflowError, ValueError):
+            out.append(written)
+    return out
 
 
 def _converter(t: pa.DataType, huge: bool) -> Callable[[Any], Any] | None:

@@ -20,7 +20,7 @@ _NAN_LITERAL = re.compile(r"'\s*[+-]?nan\s*'", re.IGNORECASE)
 
 
 def filters_mishandle(table: pa.Table, sql: str) -> bool:
-    """Whether DuckDB 1.5.5 may filter ``table`` wrongly if it is scanned as Arrow.
+    """Whether DuckDB 1.5.5 may filter ``table`` wrongly, or fail to, if it is scanned as Arrow.
 
     DuckDB orders NaN above every number and equal to itself, but the filters it pushes into an
     Arrow scan are evaluated by Arrow with IEEE semantics: over [1, NaN, NULL], ``d >= 1`` keeps
@@ -28,7 +28,13 @@ def filters_mishandle(table: pa.Table, sql: str) -> bool:
     ``d <= 'nan'`` lets the NULL through (duckdb/duckdb-python#615). A table filters wrongly
     only when a floating-point column holds NaN, or when the query compares with a NaN
     constant; such an input is copied into a DuckDB table, where filters are DuckDB's own.
+
+    A filter on a TIMESTAMP WITH TIME ZONE column (a join's, from its build side's keys) is
+    made into a Python value through pytz, which qengine does not install: the scan failed
+    ("Required module 'pytz' failed to import"). Such an input is copied too.
     """
+    if table.num_rows and any(pa.types.is_timestamp(f.type) and f.type.tz for f in table.schema):
+        return True
     floats = [c for c, f in zip(table.columns, table.schema, strict=True) if pa.types.is_floating(f.type)]
     if not floats or table.num_rows == 0:
         return False
