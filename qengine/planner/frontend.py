@@ -142,6 +142,7 @@ def parse(sql: str, dialect: str) -> list[exp.Expression]:
         _check_aliases(sql, tokens, statement)
         refuse_unmodelled(statement)
         _keep_struct_key_case(statement)
+        _within_group_as_ordered(statement)
         if question_marks:
             statement.meta[_QUESTION_MARKS] = True
     return statements
@@ -577,6 +578,26 @@ def _keep_struct_key_case(statement: exp.Expression) -> None:
         for field in struct.expressions:
             if isinstance(field, exp.PropertyEQ) and isinstance(field.this, exp.Identifier):
                 field.this.meta["case_sensitive"] = True
+
+
+def _within_group_as_ordered(statement: exp.Expression) -> None:
+    """``percentile_cont(p) WITHIN GROUP (ORDER BY x)`` (and ``percentile_disc``, ``mode()``) as
+    the ordered aggregate DuckDB makes of it, ``quantile_cont(x, p ORDER BY x)``: the planner
+    knows that form, where the WITHIN GROUP one hid the aggregate's argument from it, and the
+    query failed with ``x`` "must appear in the GROUP BY clause"."""
+    for node in list(statement.find_all(exp.WithinGroup)):
+        function, order = node.this, node.expression
+        name = function.sql_name() if isinstance(function, exp.Func) else function.sql()
+        if not isinstance(order, exp.Order) or len(order.expressions) != 1:
+            raise NotSupportedError(f"{name}() WITHIN GROUP takes one ORDER BY key in qengine, as in DuckDB")
+        key = order.expressions[0]
+        if isinstance(function, exp.PercentileCont | exp.PercentileDisc) and function.expression is None:
+            rewritten: exp.Expression = function.__class__(this=key.this.copy(), expression=exp.Order(this=function.this, expressions=[key]))
+        elif isinstance(function, exp.Mode) and function.this is None:
+            rewritten = exp.Mode(this=exp.Order(this=key.this.copy(), expressions=[key]))
+        else:
+            raise NotSupportedError(f"{name}() WITHIN GROUP is not supported: DuckDB orders percentile_cont, percentile_disc and mode so")
+        node.replace(rewritten)
 
 
 def _numbered_placeholders(tokens: list[Token]) -> list[Token]:
