@@ -286,7 +286,24 @@ PARAM_CASES = {
     "none": ("SELECT count(sale_id) FROM sales WHERE note IS NOT DISTINCT FROM ?", [None]),
     "select_list": ("SELECT ? AS i, ? AS s, ? AS d, ? AS dt, ? AS n", [7, "it's", decimal.Decimal("1.25"), dt.date(2021, 2, 3), None]),
     "same_column_twice": ("SELECT sale_id FROM sales WHERE qty BETWEEN ? AND ?", [10, 12]),
+    # a parameter cast with :: (sqlglot's tokenizer read ?:: as one operator: a syntax error)
+    "cast_with_colons": ("SELECT ?::INTEGER + 1 AS x, count(*) FROM sales WHERE qty = ?::INTEGER", ["7", "12"]),
 }
+
+
+DECIMAL_PARAMETERS = ["1.5", "0.001", "0.05", "0.5", "-0", "1.50", "123456789012345678901234567890.12",
+                      "0.1234567890123456789012345678901234567", "1E-40", "1234567890123456789012345678901234567890", "NaN"]
+
+
+@pytest.mark.parametrize("value", DECIMAL_PARAMETERS)
+def test_decimal_parameter_has_duckdb_s_type(default_engine, oracle, value: str) -> None:
+    """A ``Decimal`` is as wide as its digits, as DuckDB binds it (a DECIMAL(38,s) made arithmetic
+    on it differ in type from DuckDB's)."""
+    sql = "SELECT typeof(?) AS t, ? AS v, ? + ? AS s"
+    params = [decimal.Decimal(value)] * 4
+    got = default_engine.execute(sql, params)
+    assert [d[1] for d in got.description] == [str(d[1]) for d in oracle.execute(sql, params).description]
+    assert repr(got.fetchall()) == repr(oracle.execute(sql, params).fetchall())  # repr: NaN is not equal to itself
 
 
 @pytest.mark.parametrize("case", list(PARAM_CASES))

@@ -525,7 +525,7 @@ def literal(value: Any) -> exp.Expression:
     if isinstance(value, float):
         return exp.cast(exp.Literal.string(repr(value)), "DOUBLE")
     if isinstance(value, decimal.Decimal):
-        return exp.cast(exp.Literal.string(str(value)), f"DECIMAL(38,{max(0, -value.as_tuple().exponent)})")
+        return _decimal_literal(value)
     if isinstance(value, str):
         return exp.Literal.string(value)
     if isinstance(value, dt.datetime):
@@ -539,6 +539,21 @@ def literal(value: Any) -> exp.Expression:
     if isinstance(value, bytes | bytearray | memoryview):
         return exp.cast(exp.Literal.string("".join(f"\\x{b:02x}" for b in bytes(value))), "BLOB")
     raise ProgrammingError(f"cannot bind a parameter of type {type(value).__name__}")
+
+
+def _decimal_literal(value: decimal.Decimal) -> exp.Expression:
+    """A ``Decimal`` parameter typed as DuckDB types it, so that arithmetic on it has DuckDB's
+    result types: ``Decimal('1.5')`` is a DECIMAL(2,1), ``Decimal('0.05')`` a DECIMAL(3,2); of
+    more than 38 digits, a DOUBLE; NaN and the infinities a FLOAT. (DuckDB reads
+    ``Decimal('1E+3')`` as 1.000; qengine keeps its value, 1000.)"""
+    if not value.is_finite():
+        return exp.cast(exp.Literal.string(str(value)), "FLOAT")
+    digits, exponent = value.as_tuple().digits, int(value.as_tuple().exponent)
+    scale = max(0, -exponent)
+    width = len(digits) + max(0, exponent)
+    precision = scale + 1 if width < scale else max(width, scale, 1)
+    kind = "DOUBLE" if precision > 38 else f"DECIMAL({precision},{scale})"
+    return exp.cast(exp.Literal.string(str(value)), kind)
 
 
 def _count(n: int, noun: str) -> str:
@@ -604,6 +619,7 @@ def _numbered_placeholders(tokens: list[Token]) -> list[Token]:
     """``?`` parameters as ``$1``, ``$2``… in the order they are written. The parser's tree
     lists a LIMIT before the WHERE, so counting ``?`` in it bound ``WHERE x > ? LIMIT ?`` the
     wrong way round."""
+    tokens = _placeholder_casts(tokens)
     if not any(t.token_type == TokenType.PLACEHOLDER for t in tokens):
         return tokens
     if any(t.token_type == TokenType.PARAMETER and t.text == "$" for t in tokens):
@@ -616,6 +632,22 @@ def _numbered_placeholders(tokens: list[Token]) -> list[Token]:
             continue
         out.append(Token(TokenType.PARAMETER, "$", t.line, t.col, t.start, t.end))
         out.append(Token(TokenType.NUMBER, str(next(numbers)), t.line, t.col, t.start, t.end))
+    return out
+
+
+def _placeholder_casts(tokens: list[Token]) -> list[Token]:
+    """``?::INT`` as the parameter ``?`` cast to INT, as DuckDB reads it: sqlglot's tokenizer
+    makes ``?::`` one operator (another dialect's try-cast), and the statement failed as a
+    syntax error. Only where an operand may begin: after an operand, ``?::`` stays that operator."""
+    if not any(t.token_type == TokenType.QDCOLON for t in tokens):
+        return tokens
+    out: list[Token] = []
+    for t in tokens:
+        if t.token_type == TokenType.QDCOLON and (not out or out[-1].token_type not in _OPERAND_END):
+            out.append(Token(TokenType.PLACEHOLDER, "?", t.line, t.col, t.start, t.start))
+            out.append(Token(TokenType.DCOLON, "::", t.line, t.col, t.start + 1, t.end))
+        else:
+            out.append(t)
     return out
 
 
