@@ -45,7 +45,7 @@ from qengine.planner.eliminate_joins import eliminate_joins
 from qengine.planner.grouping_syntax import parse_tokens
 from qengine.planner.join_order import optimize_joins
 from qengine.planner.merge_derived import merge_subqueries
-from qengine.planner.templates import PARAMETER
+from qengine.planner.templates import PARAMETER, compared
 from qengine.planner.unnest import unnest_subqueries
 from qengine.planner.unsupported import refuse_unmodelled
 
@@ -514,8 +514,10 @@ def _statement_start(tokens: list[Token], index: int) -> int:
     return 0
 
 
-def literal(value: Any) -> exp.Expression:
-    """A Python value as a typed SQL literal."""
+def literal(value: Any, duckdb_width: bool = False) -> exp.Expression:
+    """A Python value as a typed SQL literal. A ``Decimal`` is a DECIMAL(38, its scale) unless
+    ``duckdb_width``: compared, its width changes no answer, and a template then holds for
+    decimals of every width (``planner.templates``)."""
     if value is None:
         return exp.Null()
     if isinstance(value, bool):
@@ -525,7 +527,7 @@ def literal(value: Any) -> exp.Expression:
     if isinstance(value, float):
         return exp.cast(exp.Literal.string(repr(value)), "DOUBLE")
     if isinstance(value, decimal.Decimal):
-        return _decimal_literal(value)
+        return _decimal_literal(value, duckdb_width)
     if isinstance(value, str):
         return exp.Literal.string(value)
     if isinstance(value, dt.datetime):
@@ -541,18 +543,18 @@ def literal(value: Any) -> exp.Expression:
     raise ProgrammingError(f"cannot bind a parameter of type {type(value).__name__}")
 
 
-def _decimal_literal(value: decimal.Decimal) -> exp.Expression:
-    """A ``Decimal`` parameter typed as DuckDB types it, so that arithmetic on it has DuckDB's
-    result types: ``Decimal('1.5')`` is a DECIMAL(2,1), ``Decimal('0.05')`` a DECIMAL(3,2); of
-    more than 38 digits, a DOUBLE; NaN and the infinities a FLOAT. (DuckDB reads
-    ``Decimal('1E+3')`` as 1.000; qengine keeps its value, 1000.)"""
+def _decimal_literal(value: decimal.Decimal, duckdb_width: bool) -> exp.Expression:
+    """A ``Decimal`` typed as DuckDB types a parameter (with ``duckdb_width``), so that what is
+    computed from it has DuckDB's types: ``Decimal('1.5')`` is a DECIMAL(2,1), ``Decimal('0.05')``
+    a DECIMAL(3,2); else DECIMAL(38, its scale). Of more than 38 digits, a DOUBLE; NaN and the
+    infinities a FLOAT. (DuckDB reads ``Decimal('1E+3')`` as 1.000; qengine keeps its value, 1000.)"""
     if not value.is_finite():
         return exp.cast(exp.Literal.string(str(value)), "FLOAT")
     digits, exponent = value.as_tuple().digits, int(value.as_tuple().exponent)
     scale = max(0, -exponent)
     width = len(digits) + max(0, exponent)
     precision = scale + 1 if width < scale else max(width, scale, 1)
-    kind = "DOUBLE" if precision > 38 else f"DECIMAL({precision},{scale})"
+    kind = "DOUBLE" if precision > 38 else f"DECIMAL({precision if duckdb_width else 38},{scale})"
     return exp.cast(exp.Literal.string(str(value)), kind)
 
 
@@ -675,7 +677,7 @@ def bind(statement: exp.Expression, params: Sequence[Any] | Mapping[str, Any] | 
     if len(params) != max(numbers):
         raise ProgrammingError(f"statement takes {_count(max(numbers), 'parameter')} but {len(params)} were given")
     for holder, number in zip(holders, numbers, strict=True):
-        holder.replace(_bound(params[number - 1], number - 1))
+        holder.replace(_bound(holder, params[number - 1], number - 1))
     return statement
 
 
@@ -699,14 +701,14 @@ def _bind_names(statement: exp.Expression, holders: list[exp.Expression], params
     if extra:
         raise ProgrammingError(f"parameter ${extra[0]} is not in the statement")
     for holder in holders:
-        holder.replace(_bound(named[holder.name.lower()][1], named[holder.name.lower()][0]))
+        holder.replace(_bound(holder, named[holder.name.lower()][1], named[holder.name.lower()][0]))
     return statement
 
 
-def _bound(value: Any, index: int) -> exp.Expression:
-    """``value`` as a literal that remembers it is parameter ``index``, for
+def _bound(holder: exp.Expression, value: Any, index: int) -> exp.Expression:
+    """``value``, bound at ``holder``, as a literal that remembers it is parameter ``index``, for
     ``planner.templates`` to fill a later run's value in where it went."""
-    node = literal(value)
+    node = literal(value, duckdb_width=not compared(holder))
     node.meta[PARAMETER] = index
     return node
 
