@@ -33,6 +33,8 @@ QUERIES = {
         "SELECT store_id, percentile_cont(0.5) WITHIN GROUP (ORDER BY qty), percentile_disc([0.1, 0.9]) WITHIN GROUP "
         "(ORDER BY amount DESC), mode() WITHIN GROUP (ORDER BY item_id DESC) FROM sales GROUP BY store_id"
     ),
+    # each task kept LIMIT + OFFSET rows, which overflowed DuckDB's BIGINT
+    "largest_limit_with_offset": "SELECT sale_id FROM sales ORDER BY sale_id LIMIT 9223372036854775807 OFFSET 5",
     "within_group_global": "SELECT percentile_cont(0.25) WITHIN GROUP (ORDER BY price DESC) FILTER (WHERE qty > 10) FROM sales",
     "empty_agg": "SELECT count(*), sum(qty), avg(amount) FROM sales WHERE qty < 0",
     "empty_group": "SELECT store_id, count(*) FROM sales WHERE qty < 0 GROUP BY store_id",

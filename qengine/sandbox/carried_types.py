@@ -136,6 +136,10 @@ def _python(array: pa.Array, huge: bool) -> list:
         return array.to_pylist()
     if pa.types.is_decimal(t):
         return [None if v is None else int(v) for v in array.to_pylist()]
+    if pa.types.is_time(t):  # TIME '24:00:00', which Python's time cannot hold, is DuckDB's text of it
+        day = 86_400 * _PER_SECOND[t.unit]
+        ticks = array.cast(pa.int64()).to_pylist()
+        return [v if n is None or n < day else "24:00:00" for v, n in zip(array.to_pylist(), ticks, strict=True)]
     if pa.types.is_interval(t):  # DuckDB counts a month as 30 days
         return [
             None if v is None else dt.timedelta(days=v.months * 30 + v.days, microseconds=v.nanoseconds // 1000)
@@ -168,11 +172,14 @@ def _python(array: pa.Array, huge: bool) -> list:
     return out
 
 
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
 def _differs(t: pa.DataType, huge: bool) -> bool:
-    """Whether Arrow's Python value of type ``t`` is not DuckDB's (see ``_python``)."""
+    """Whether Arrow's Python value of type ``t`` may not be DuckDB's (see ``_python``)."""
     if pa.types.is_decimal(t):
         return huge and t.precision == 38 and t.scale == 0
-    if pa.types.is_interval(t) or pa.types.is_map(t) or pa.types.is_fixed_size_list(t):
+    if pa.types.is_interval(t) or pa.types.is_map(t) or pa.types.is_fixed_size_list(t) or pa.types.is_time(t):
         return True
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return _differs(t.value_type, huge)
