@@ -10,6 +10,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+import qengine
 from qengine.sandbox.carried_types import TAG, restoring_query, tag_types, untagged
 from tests.conftest import assert_same
 
@@ -62,3 +63,25 @@ def test_only_tagged_columns_are_cast_back() -> None:
     assert restoring_query("t", table.schema) is None
     assert restoring_query("t", tagged.schema) == 'SELECT * REPLACE (CAST("h" AS HUGEINT) AS "h") FROM "t"'
     assert untagged(tagged).schema == table.schema
+
+
+UHUGEINT_AT_2_127 = {
+    "alone": "SELECT 170141183460469231731687303715884105728::UHUGEINT AS h",
+    "the largest": "SELECT 340282366920938463463374607431768211455::UHUGEINT AS h",
+    "grouped": "SELECT h, count(*) FROM (SELECT (i % 2)::UHUGEINT + 340282366920938463463374607431768211454::UHUGEINT AS h "
+    "FROM range(10) t(i)) GROUP BY h",
+    "in a list": "SELECT [1::UHUGEINT, 340282366920938463463374607431768211455::UHUGEINT] AS l",
+}
+
+
+@pytest.mark.parametrize("sql", UHUGEINT_AT_2_127.values(), ids=UHUGEINT_AT_2_127.keys())
+def test_uhugeint_of_2_127_or_more_is_refused(engine, sql: str) -> None:
+    """Arrow's decimal128 holds a UHUGEINT's 128 bits, so that from 2^127 on a value reads back
+    negative: 2^128 - 1 was fetched as -1, and compared below 1."""
+    with pytest.raises(qengine.NotSupportedError, match="UHUGEINT values of 2\\^127"):
+        engine.execute(sql).fetchall()
+
+
+def test_uhugeint_below_2_127_is_answered(engine, oracle) -> None:
+    assert_same(engine, oracle, "SELECT max(h), min(h), count(DISTINCT h) FROM (SELECT (i * 3)::UHUGEINT "
+                "+ 170141183460469231731687303715884105700::UHUGEINT AS h FROM range(9) t(i))")

@@ -261,6 +261,8 @@ CORPUS = [
         r"^the operator '!~' at line 1, column 14 is not supported: write NOT regexp_full_match\(x, pattern\)$", supported=False),
     # sqlglot cannot spell it back in DuckDB's dialect as written: refused, not run changed
     Bad("approx-top-k", "SELECT approx_top_k(qty, 2) FROM sales", N, r"^APPROX_TOP_K cannot be transpiled to DuckDB", supported=False),
+    Bad("within-group-two-keys", "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY qty, price) FROM sales", N,
+        r"^PERCENTILE_CONT\(\) WITHIN GROUP takes one ORDER BY key in qengine, as in DuckDB$"),
     Bad("read-parquet-of-number", "SELECT * FROM read_parquet(42)", P, r"^read_parquet\(\) takes a path or a list of paths as a string literal$"),
     # ---- CSV data -------------------------------------------------------------------------------
     Bad("csv-ragged-row-late", "SELECT sum(v) FROM csv_ragged", D, r"^bad row in CSV file \S+ragged\.csv, line 300002: expected 2 columns, found 3: 300000,1,2$"),

@@ -28,6 +28,14 @@ QUERIES = {
     "global_count_distinct": "SELECT count(DISTINCT cust_id), sum(DISTINCT qty) FROM sales",
     "non_decomposable": "SELECT item_id % 7 AS k, stddev_samp(amount), median(qty) FROM sales GROUP BY 1",
     "agg_filter_clause": "SELECT store_id, count(*) FILTER (WHERE qty > 50), sum(amount) FILTER (WHERE note = 'gift') FROM sales GROUP BY 1",
+    # WITHIN GROUP failed: its aggregate's argument was hidden from the planner
+    "within_group": (
+        "SELECT store_id, percentile_cont(0.5) WITHIN GROUP (ORDER BY qty), percentile_disc([0.1, 0.9]) WITHIN GROUP "
+        "(ORDER BY amount DESC), mode() WITHIN GROUP (ORDER BY item_id DESC) FROM sales GROUP BY store_id"
+    ),
+    # each task kept LIMIT + OFFSET rows, which overflowed DuckDB's BIGINT
+    "largest_limit_with_offset": "SELECT sale_id FROM sales ORDER BY sale_id LIMIT 9223372036854775807 OFFSET 5",
+    "within_group_global": "SELECT percentile_cont(0.25) WITHIN GROUP (ORDER BY price DESC) FILTER (WHERE qty > 10) FROM sales",
     "empty_agg": "SELECT count(*), sum(qty), avg(amount) FROM sales WHERE qty < 0",
     "empty_group": "SELECT store_id, count(*) FROM sales WHERE qty < 0 GROUP BY store_id",
     "distinct": "SELECT DISTINCT store_id, note FROM sales",

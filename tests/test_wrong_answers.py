@@ -685,7 +685,7 @@ def test_answer_matches_duckdb(con, duck, sql: str) -> None:
          [dt.datetime(2021, 6, 2, 12, 0, tzinfo=dt.timezone(dt.timedelta(hours=5)))]),
         # lists, dicts, UUIDs and timedeltas could not be bound ("cannot bind a parameter of type list")
         ("SELECT count(*) FROM big WHERE list_contains(?, k)", [[1, 2, 3]]),
-        ("SELECT ? AS l, ? AS s, ? AS m, k FROM one", [[1.5, None], {"a": 1, "b": "x"}, {"key": [1, 2], "value": ["a", "b"]}]),
+        ("SELECT ? AS l, ? AS s, ? AS m, k FROM one", [[1.5, None], {"a": 1, "Bc": "x"}, {"key": [1, 2], "value": ["a", "b"]}]),
         ("SELECT CAST(? AS VARCHAR) AS u, count(*) FROM big WHERE TIMESTAMP '2021-01-01' + to_hours(id) < TIMESTAMP '2021-01-01' + ? GROUP BY 1",
          [uuid.UUID("d3e3e080-07bb-4121-8acd-53648503dff9"), dt.timedelta(days=2, seconds=5, microseconds=7)]),
         ("SELECT ? AS i FROM one", [dt.timedelta(days=-3, microseconds=1)]),
@@ -818,14 +818,14 @@ def test_parquet_intervals_are_read_as_duckdb_reads_them(con, duck, tmp_path) ->
 
 def test_dates_beyond_pythons_are_fetched_as_duckdb_fetches_them(con, duck) -> None:
     """'infinity'::date made fetchall raise Python's OverflowError: DuckDB gives the latest date
-    Python has for it, the earliest for '-infinity', and its text for a year past 9999. Within
-    a list, where that is not done, fetching rows is refused by name."""
+    Python has for it, the earliest for '-infinity', and its text for a year past 9999; within
+    a list too."""
     for sql in ("SELECT 'infinity'::DATE AS a, '-infinity'::DATE AS b, 'infinity'::TIMESTAMP AS c, '-infinity'::TIMESTAMP AS d, "
                 "CAST('294247-01-01' AS DATE) AS e FROM one",
                 "SELECT DISTINCT k % 2 AS g, CASE WHEN k % 2 = 0 THEN 'infinity'::DATE ELSE DATE '2021-01-01' END AS d FROM big ORDER BY 1"):
         assert con.execute(sql).fetchall() == duck.execute(sql).fetchall()
-    with pytest.raises(qengine.NotSupportedError, match="beyond Python's dates"):
-        con.execute("SELECT ['infinity'::DATE] AS l FROM one").fetchall()
+    listed = "SELECT ['infinity'::DATE, NULL, DATE '2020-01-02'] AS l, {'t': '-infinity'::TIMESTAMP} AS s FROM one"
+    assert con.execute(listed).fetchall() == duck.execute(listed).fetchall()
     assert con.execute("SELECT ['infinity'::DATE] AS l FROM one").fetch_arrow_table() == duck.execute("SELECT ['infinity'::DATE] AS l FROM one").to_arrow_table()
 
 

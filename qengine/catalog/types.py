@@ -85,7 +85,11 @@ def type_code(t: pa.DataType) -> str:
     if pa.types.is_map(t):
         return f"MAP({type_code(t.key_type)}, {type_code(t.item_type)})"
     if pa.types.is_struct(t) or pa.types.is_union(t):
-        fields = ", ".join(f"{field_name(t.field(i).name)} {type_code(t.field(i).type)}" for i in range(t.num_fields))
+        named = any(t.field(i).name for i in range(t.num_fields))  # a row() or list_zip pair's are not
+        fields = ", ".join(
+            f"{field_name(t.field(i).name)} {type_code(t.field(i).type)}" if named else type_code(t.field(i).type)
+            for i in range(t.num_fields)
+        )
         return f"{'STRUCT' if pa.types.is_struct(t) else 'UNION'}({fields})"
     if pa.types.is_dictionary(t):
         return type_code(t.value_type)

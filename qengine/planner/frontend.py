@@ -46,7 +46,7 @@ from qengine.planner.eliminate_joins import eliminate_joins
 from qengine.planner.grouping_syntax import parse_tokens
 from qengine.planner.join_order import optimize_joins
 from qengine.planner.merge_derived import merge_subqueries
-from qengine.planner.templates import PARAMETER
+from qengine.planner.templates import PARAMETER, compared
 from qengine.planner.unnest import unnest_subqueries
 from qengine.planner.unsupported import refuse_unmodelled
 
@@ -143,6 +143,7 @@ def parse(sql: str, dialect: str) -> list[exp.Expression]:
         _check_aliases(sql, tokens, statement)
         refuse_unmodelled(statement)
         _keep_struct_key_case(statement)
+        _within_group_as_ordered(statement)
         if question_marks:
             statement.meta[_QUESTION_MARKS] = True
     return statements
@@ -514,8 +515,10 @@ def _statement_start(tokens: list[Token], index: int) -> int:
     return 0
 
 
-def literal(value: Any) -> exp.Expression:
-    """A Python value as a typed SQL literal."""
+def literal(value: Any, duckdb_width: bool = False) -> exp.Expression:
+    """A Python value as a typed SQL literal. A ``Decimal`` is a DECIMAL(38, its scale) unless
+    ``duckdb_width``: compared, its width changes no answer, and a template then holds for
+    decimals of every width (``planner.templates``)."""
     if value is None:
         return exp.Null()
     if isinstance(value, bool):
@@ -525,7 +528,7 @@ def literal(value: Any) -> exp.Expression:
     if isinstance(value, float):
         return exp.cast(exp.Literal.string(repr(value)), "DOUBLE")
     if isinstance(value, decimal.Decimal):
-        return exp.cast(exp.Literal.string(str(value)), f"DECIMAL(38,{max(0, -value.as_tuple().exponent)})")
+        return _decimal_literal(value, duckdb_width)
     if isinstance(value, str):
         return exp.Literal.string(value)
     if isinstance(value, dt.datetime):
@@ -548,8 +551,25 @@ def literal(value: Any) -> exp.Expression:
         # DuckDB's Python binding: {"key": [...], "value": [...]} is a MAP, any other dict a STRUCT
         if value.keys() == {"key", "value"} and all(isinstance(v, list | tuple) for v in value.values()) and len(value["key"]) == len(value["value"]):
             return exp.Map(keys=literal(value["key"]), values=literal(value["value"]))
-        return exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier(str(k)), expression=literal(v)) for k, v in value.items()])
+        struct = exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier(str(k)), expression=literal(v)) for k, v in value.items()])
+        _keep_struct_key_case(struct)
+        return struct
     raise ProgrammingError(f"cannot bind a parameter of type {type(value).__name__}")
+
+
+def _decimal_literal(value: decimal.Decimal, duckdb_width: bool) -> exp.Expression:
+    """A ``Decimal`` typed as DuckDB types a parameter (with ``duckdb_width``), so that what is
+    computed from it has DuckDB's types: ``Decimal('1.5')`` is a DECIMAL(2,1), ``Decimal('0.05')``
+    a DECIMAL(3,2); else DECIMAL(38, its scale). Of more than 38 digits, a DOUBLE; NaN and the
+    infinities a FLOAT. (DuckDB reads ``Decimal('1E+3')`` as 1.000; qengine keeps its value, 1000.)"""
+    if not value.is_finite():
+        return exp.cast(exp.Literal.string(str(value)), "FLOAT")
+    digits, exponent = value.as_tuple().digits, int(value.as_tuple().exponent)
+    scale = max(0, -exponent)
+    width = len(digits) + max(0, exponent)
+    precision = scale + 1 if width < scale else max(width, scale, 1)
+    kind = "DOUBLE" if precision > 38 else f"DECIMAL({precision if duckdb_width else 38},{scale})"
+    return exp.cast(exp.Literal.string(str(value)), kind)
 
 
 def _count(n: int, noun: str) -> str:
@@ -591,10 +611,31 @@ def _keep_struct_key_case(statement: exp.Expression) -> None:
                 field.this.meta["case_sensitive"] = True
 
 
+def _within_group_as_ordered(statement: exp.Expression) -> None:
+    """``percentile_cont(p) WITHIN GROUP (ORDER BY x)`` (and ``percentile_disc``, ``mode()``) as
+    the ordered aggregate DuckDB makes of it, ``quantile_cont(x, p ORDER BY x)``: the planner
+    knows that form, where the WITHIN GROUP one hid the aggregate's argument from it, and the
+    query failed with ``x`` "must appear in the GROUP BY clause"."""
+    for node in list(statement.find_all(exp.WithinGroup)):
+        function, order = node.this, node.expression
+        name = function.sql_name() if isinstance(function, exp.Func) else function.sql()
+        if not isinstance(order, exp.Order) or len(order.expressions) != 1:
+            raise NotSupportedError(f"{name}() WITHIN GROUP takes one ORDER BY key in qengine, as in DuckDB")
+        key = order.expressions[0]
+        if isinstance(function, exp.PercentileCont | exp.PercentileDisc) and function.expression is None:
+            rewritten: exp.Expression = function.__class__(this=key.this.copy(), expression=exp.Order(this=function.this, expressions=[key]))
+        elif isinstance(function, exp.Mode) and function.this is None:
+            rewritten = exp.Mode(this=exp.Order(this=key.this.copy(), expressions=[key]))
+        else:
+            raise NotSupportedError(f"{name}() WITHIN GROUP is not supported: DuckDB orders percentile_cont, percentile_disc and mode so")
+        node.replace(rewritten)
+
+
 def _numbered_placeholders(tokens: list[Token]) -> list[Token]:
     """``?`` parameters as ``$1``, ``$2``… in the order they are written. The parser's tree
     lists a LIMIT before the WHERE, so counting ``?`` in it bound ``WHERE x > ? LIMIT ?`` the
     wrong way round."""
+    tokens = _placeholder_casts(tokens)
     if not any(t.token_type == TokenType.PLACEHOLDER for t in tokens):
         return tokens
     if any(t.token_type == TokenType.PARAMETER and t.text == "$" for t in tokens):
@@ -607,6 +648,22 @@ def _numbered_placeholders(tokens: list[Token]) -> list[Token]:
             continue
         out.append(Token(TokenType.PARAMETER, "$", t.line, t.col, t.start, t.end))
         out.append(Token(TokenType.NUMBER, str(next(numbers)), t.line, t.col, t.start, t.end))
+    return out
+
+
+def _placeholder_casts(tokens: list[Token]) -> list[Token]:
+    """``?::INT`` as the parameter ``?`` cast to INT, as DuckDB reads it: sqlglot's tokenizer
+    makes ``?::`` one operator (another dialect's try-cast), and the statement failed as a
+    syntax error. Only where an operand may begin: after an operand, ``?::`` stays that operator."""
+    if not any(t.token_type == TokenType.QDCOLON for t in tokens):
+        return tokens
+    out: list[Token] = []
+    for t in tokens:
+        if t.token_type == TokenType.QDCOLON and (not out or out[-1].token_type not in _OPERAND_END):
+            out.append(Token(TokenType.PLACEHOLDER, "?", t.line, t.col, t.start, t.start))
+            out.append(Token(TokenType.DCOLON, "::", t.line, t.col, t.start + 1, t.end))
+        else:
+            out.append(t)
     return out
 
 
@@ -634,7 +691,7 @@ def bind(statement: exp.Expression, params: Sequence[Any] | Mapping[str, Any] | 
     if len(params) != max(numbers):
         raise ProgrammingError(f"statement takes {_count(max(numbers), 'parameter')} but {len(params)} were given")
     for holder, number in zip(holders, numbers, strict=True):
-        holder.replace(_bound(params[number - 1], number - 1))
+        holder.replace(_bound(holder, params[number - 1], number - 1))
     return statement
 
 
@@ -658,14 +715,14 @@ def _bind_names(statement: exp.Expression, holders: list[exp.Expression], params
     if extra:
         raise ProgrammingError(f"parameter ${extra[0]} is not in the statement")
     for holder in holders:
-        holder.replace(_bound(named[holder.name.lower()][1], named[holder.name.lower()][0]))
+        holder.replace(_bound(holder, named[holder.name.lower()][1], named[holder.name.lower()][0]))
     return statement
 
 
-def _bound(value: Any, index: int) -> exp.Expression:
-    """``value`` as a literal that remembers it is parameter ``index``, for
+def _bound(holder: exp.Expression, value: Any, index: int) -> exp.Expression:
+    """``value``, bound at ``holder``, as a literal that remembers it is parameter ``index``, for
     ``planner.templates`` to fill a later run's value in where it went."""
-    node = literal(value)
+    node = literal(value, duckdb_width=not compared(holder))
     node.meta[PARAMETER] = index
     return node
 

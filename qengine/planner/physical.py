@@ -21,6 +21,8 @@ from qengine.planner.logical import GROUPING_ID, Exchange, col, not_null_operand
 from qengine.planner.static_types import expression_type
 from qengine.planner.templates import slot_kind, value_of
 
+_MAX_BIGINT = 2**63 - 1
+
 
 @dataclass(frozen=True)
 class Dist:
@@ -472,6 +474,8 @@ class PhysicalPlanner:
             node.child = child
             return node, SINGLE
         keep = None if node.limit is None else node.limit + node.offset
+        if keep is not None and keep > _MAX_BIGINT:  # DuckDB's LIMIT is a BIGINT: each task keeps all it has
+            keep = None
         local: lp.Node = child
         if sort:
             local = lp.Sort(child, sort.order)

@@ -142,7 +142,7 @@ def parameterize(statement: exp.Expression, dialect: str) -> Shape:
 
     def visit(node: exp.Expression) -> exp.Expression:
         nonlocal whole
-        value = slot_value(node) if _compared(node) else None
+        value = slot_value(node) if compared(node) else None
         if value is None:
             return node
         origin = node.meta.get(PARAMETER) if node.meta else None
@@ -192,7 +192,7 @@ def _signed_number(node: exp.Expression) -> exp.Literal | None:
     return exp.Literal(this=f"-{node.this}" if negative else node.this, is_string=False)
 
 
-def _compared(constant: exp.Expression) -> bool:
+def compared(constant: exp.Expression) -> bool:
     """True when ``constant`` is, perhaps cast or negated, an operand of a comparison, BETWEEN
     or an IN list: a position where its value can change which rows pass, never the plan."""
     node = constant

@@ -20,11 +20,11 @@ from __future__ import annotations
 import datetime as dt
 import re
 import uuid
-from collections.abc import Callable, Collection
-from typing import Any
+from collections.abc import Collection
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from qengine.errors import NotSupportedError
 from qengine.sandbox.quoting import identifier
@@ -50,8 +50,40 @@ def tag_types(table: pa.Table, types: list[str], nulls: Collection[str] = ()) ->
     tags = ["NULL" if f.name in nulls else t if _RETYPED.search(t) else None for f, t in zip(table.schema, types, strict=True)]
     if not any(tags):
         return table
+    for column, tag in zip(table.columns, tags, strict=True):
+        if tag and _UNSIGNED_HUGE.search(tag) and any(_negative(leaf) for leaf in _decimal_leaves(column)):
+            # Arrow's decimal128 holds a UHUGEINT's bits: from 2^127 on they read as negative numbers
+            raise NotSupportedError(
+                "UHUGEINT values of 2^127 (170141183460469231731687303715884105728) or more are not supported "
+                "in a query's columns (cast them to VARCHAR)"
+            )
     fields = [f.with_metadata({**(f.metadata or {}), TAG: t.encode()}) if t else f for f, t in zip(table.schema, tags, strict=True)]
     return table.cast(pa.schema(fields, table.schema.metadata))
+
+
+_UNSIGNED_HUGE = re.compile(r"\bUHUGEINT\b")
+
+
+def _decimal_leaves(column: pa.ChunkedArray | pa.Array) -> list[pa.Array]:
+    """The decimal arrays inside ``column``, through its lists, maps and structs."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    leaves: list[pa.Array] = []
+    for chunk in chunks:
+        t = chunk.type
+        if pa.types.is_decimal(t):
+            leaves.append(chunk)
+        elif pa.types.is_map(t):
+            leaves += _decimal_leaves(chunk.keys) + _decimal_leaves(chunk.items)
+        elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            leaves += _decimal_leaves(chunk.flatten())
+        elif pa.types.is_struct(t):
+            for i in range(t.num_fields):
+                leaves += _decimal_leaves(chunk.field(i))
+    return leaves
+
+
+def _negative(leaf: pa.Array) -> bool:
+    return bool(pc.any(pc.less(leaf, pa.scalar(0, leaf.type))).as_py())
 
 
 def stored_nulls_as_integers(table: pa.Table) -> pa.Table:
@@ -83,20 +115,18 @@ def restoring_query(name: str, schema: pa.Schema) -> str | None:
     return f"SELECT * REPLACE ({', '.join(casts)}) FROM {identifier(name)}"
 
 
-def python_values(column: pa.ChunkedArray, field: pa.Field) -> list:
+def python_values(column: pa.Array | pa.ChunkedArray, field: pa.Field) -> list:
     """A result column as Python values, as DuckDB's own ``fetchall`` gives them, at any depth
     of nesting: a HUGEINT is an ``int``, not the ``Decimal`` its Arrow form would make, a UUID a
     ``uuid.UUID``, an INTERVAL a ``timedelta``, not Arrow's ``MonthDayNano``, a MAP a ``dict``,
-    not Arrow's list of pairs, and an ARRAY a tuple."""
-    try:
-        values = column.to_pylist()
-    except (OverflowError, ValueError):  # a date or timestamp beyond Python's years 1 to 9999
-        values = _beyond_python(column, field.type)
+    not Arrow's list of pairs, an ARRAY a tuple, and so is a struct of unnamed fields (a ``row()``
+    or ``list_zip`` pair, which Arrow cannot make a dict of)."""
     tag = (field.metadata or {}).get(TAG, b"").decode()
     if tag == "UUID":
-        return [None if v is None else uuid.UUID(v) for v in values]
-    convert = _converter(field.type, bool(_HUGE.search(tag)))
-    return values if convert is None else [None if v is None else convert(v) for v in values]
+        return [None if v is None else uuid.UUID(v) for v in column.to_pylist()]
+    huge = bool(_HUGE.search(tag))
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    return [v for chunk in chunks for v in _python(chunk, huge)]
 
 
 _HUGE = re.compile(r"\bU?HUGEINT\b")
@@ -106,8 +136,6 @@ def _beyond_python(column: pa.Array | pa.ChunkedArray, t: pa.DataType) -> list:
     """Values of a DATE or TIMESTAMP column some of which Python's types cannot hold, as DuckDB's
     ``fetchall`` gives them: 'infinity' as the latest date or datetime Python has, '-infinity'
     as the earliest, and any other such value as DuckDB's text of it ('294247-01-01')."""
-    if not (pa.types.is_date32(t) or pa.types.is_timestamp(t)):
-        raise NotSupportedError(f"fetching a {t} value beyond Python's dates (years 1 to 9999) as rows is not supported: fetch it as Arrow, or cast it to VARCHAR")
     date = pa.types.is_date32(t)
     infinity = 2**31 - 1 if date else 2**63 - 1
     latest, earliest = (dt.date.max, dt.date.min) if date else (dt.datetime.max, dt.datetime.min)
@@ -126,37 +154,75 @@ def _beyond_python(column: pa.Array | pa.ChunkedArray, t: pa.DataType) -> list:
     return out
 
 
-def _converter(t: pa.DataType, huge: bool) -> Callable[[Any], Any] | None:
-    """How a non-NULL value of Arrow type ``t`` becomes DuckDB's Python value, or None where
-    Arrow's is DuckDB's already. ``huge``: the column's DuckDB type holds a HUGEINT, which Arrow
-    holds as decimal128(38, 0)."""
-    if huge and pa.types.is_decimal(t) and t.precision == 38 and t.scale == 0:
-        return int
+def _python(array: pa.Array, huge: bool) -> list:
+    """``array``'s values as DuckDB gives them (see ``python_values``); ``huge``: the column's
+    DuckDB type holds a HUGEINT, which Arrow holds as decimal128(38, 0)."""
+    t = array.type
+    if not _differs(t, huge):
+        try:
+            return array.to_pylist()
+        except (OverflowError, ValueError) as e:  # a date or timestamp beyond Python's years 1 to 9999
+            if pa.types.is_date32(t) or pa.types.is_timestamp(t):
+                return _beyond_python(array, t)
+            if not (pa.types.is_struct(t) or pa.types.is_list(t) or pa.types.is_large_list(t)):
+                raise NotSupportedError(
+                    f"fetching a {t} value beyond Python's dates (years 1 to 9999) as rows is not supported: "
+                    "fetch it as Arrow, or cast it to VARCHAR"
+                ) from e
+            # somewhere inside: converted element by element below, each date where it is
+    if pa.types.is_decimal(t):
+        return [None if v is None else int(v) for v in array.to_pylist()]
+    if pa.types.is_time(t):  # TIME '24:00:00', which Python's time cannot hold, is DuckDB's text of it
+        day = 86_400 * _PER_SECOND[t.unit]
+        ticks = array.cast(pa.int64()).to_pylist()
+        return [v if n is None or n < day else "24:00:00" for v, n in zip(array.to_pylist(), ticks, strict=True)]
     if pa.types.is_interval(t):  # DuckDB counts a month as 30 days
-        return lambda v: dt.timedelta(days=v.months * 30 + v.days, microseconds=v.nanoseconds // 1000)
-    if pa.types.is_map(t):
-        key, item = _converter(t.key_type, huge) or _same, _converter(t.item_type, huge) or _same
-        return lambda v: {key(k): _maybe(item, x) for k, x in v}
-    if pa.types.is_fixed_size_list(t):  # DuckDB's ARRAY: a tuple
-        inner = _converter(t.value_type, huge) or _same
-        return lambda v: tuple(_maybe(inner, x) for x in v)
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        inner = _converter(t.value_type, huge)
-        return None if inner is None else lambda v: [_maybe(inner, x) for x in v]
+        return [
+            None if v is None else dt.timedelta(days=v.months * 30 + v.days, microseconds=v.nanoseconds // 1000)
+            for v in array.to_pylist()
+        ]
+    valid = array.is_valid().to_pylist()
     if pa.types.is_struct(t):
-        fields = {t.field(i).name: _converter(t.field(i).type, huge) for i in range(t.num_fields)}
-        if not any(fields.values()):
-            return None
-        return lambda v: {name: _maybe(fields[name], x) if fields[name] else x for name, x in v.items()}
-    return None
+        fields = [_python(child, huge) for child in array.flatten()]
+        if all(not t.field(i).name for i in range(t.num_fields)):
+            rows: list = [tuple(values) for values in zip(*fields, strict=True)] if fields else [()] * len(array)
+        else:
+            names = [t.field(i).name for i in range(t.num_fields)]
+            rows = [dict(zip(names, values, strict=True)) for values in zip(*fields, strict=True)]
+        return [row if ok else None for row, ok in zip(rows, valid, strict=True)]
+    if pa.types.is_map(t):  # a map is laid out as a list of (key, value) structs
+        array = array.view(pa.list_(pa.field("entries", pa.struct([t.key_field, t.item_field]), nullable=False)))
+    inner = _python(array.flatten(), huge)  # a list's, array's or map's elements, in order
+    out: list = []
+    at = 0
+    lengths = [t.list_size] * len(array) if pa.types.is_fixed_size_list(t) else array.value_lengths().to_pylist()
+    for ok, length in zip(valid, lengths, strict=True):
+        if not ok:
+            out.append(None)
+            continue
+        items, at = inner[at:at + length], at + length
+        if pa.types.is_map(t):
+            out.append(dict(tuple(entry.values()) for entry in items))  # each entry is {key:, value:}
+        else:
+            out.append(tuple(items) if pa.types.is_fixed_size_list(t) else items)
+    return out
 
 
-def _same(v: Any) -> Any:
-    return v
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 
 
-def _maybe(convert: Callable[[Any], Any], v: Any) -> Any:
-    return None if v is None else convert(v)
+def _differs(t: pa.DataType, huge: bool) -> bool:
+    """Whether Arrow's Python value of type ``t`` may not be DuckDB's (see ``_python``)."""
+    if pa.types.is_decimal(t):
+        return huge and t.precision == 38 and t.scale == 0
+    if pa.types.is_interval(t) or pa.types.is_map(t) or pa.types.is_fixed_size_list(t) or pa.types.is_time(t):
+        return True
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _differs(t.value_type, huge)
+    if pa.types.is_struct(t):
+        names = [t.field(i).name for i in range(t.num_fields)]
+        return len(set(names)) < len(names) or not all(names) or any(_differs(t.field(i).type, huge) for i in range(t.num_fields))
+    return False
 
 
 def untagged(table: pa.Table) -> pa.Table:
