@@ -32,6 +32,10 @@ UNTYPED_NULLS = [
     "SELECT count(*) FROM (VALUES (1, NULL), (2, NULL)) AS t(c0, c1) FULL JOIN customers c "
     "ON t.c0 = c.cust_id AND t.c1 ILIKE 'a%'",
     "SELECT t.c1 || 'x', typeof(t.c1), s.qty FROM (VALUES (1, NULL), (2, NULL)) AS t(c0, c1) JOIN sales s ON s.sale_id = t.c0",
+    # an input a task copies into a table (here: empty, read beside a scan) made its NULL column an INTEGER
+    "SELECT c.name FROM sales s JOIN (VALUES (3, NULL)) AS t(c0, c1) ON s.note <= t.c1, customers c",
+    "SELECT count(*) FROM sales s JOIN (SELECT * FROM (VALUES (3, NULL)) AS v(c0, c1), customers c WHERE c.cust_id < 0) t "
+    "ON s.note <= t.c1",
 ]
 
 

@@ -100,15 +100,16 @@ def untyped_null(field: pa.Field) -> bool:
     return (field.metadata or {}).get(TAG) == b"NULL"
 
 
-def restoring_query(name: str, schema: pa.Schema) -> str | None:
+def restoring_query(name: str, schema: pa.Schema, typed: bool = True, nulls: bool = True) -> str | None:
     """A query reading Arrow input ``name`` with its tagged columns back in their DuckDB types
-    (an untyped NULL column as the NULL literal), or None when it has none."""
+    (an untyped NULL column as the NULL literal), or None when it has none. ``typed`` and
+    ``nulls`` say which of the two kinds are restored."""
     casts = []
     for f in schema:
         tag = (f.metadata or {}).get(TAG, b"").decode()
-        if tag == "NULL":
+        if tag == "NULL" and nulls:
             casts.append(f"NULL AS {identifier(f.name)}")
-        elif tag:
+        elif tag and tag != "NULL" and typed:
             casts.append(f"CAST({identifier(f.name)} AS {tag}) AS {identifier(f.name)}")
     if not casts:
         return None

@@ -69,17 +69,23 @@ class Lease:
                 self._registered.append(name)
                 continue
             self.con.register(raw, table)
-            query = restoring or f"SELECT * FROM {identifier(raw)}"
             if not copy:
                 self._registered.append(raw)
-                self.con.execute(f"CREATE TEMP VIEW {identifier(name)} AS {query}")
+                self.con.execute(f"CREATE TEMP VIEW {identifier(name)} AS {restoring}")
                 self._views.append(name)
                 continue
+            # A table makes an untyped NULL column an INTEGER (CREATE TABLE AS does): such
+            # columns are NULL again in a view over the copy, or a VARCHAR compared with one failed.
+            nulls = restoring_query(f"__copy_{name}", table.schema, typed=False)
+            held = name if nulls is None else f"__copy_{name}"
             try:
-                self.con.execute(f"CREATE TEMP TABLE {identifier(name)} AS {query}")
-                self._tables.append(name)
+                self.con.execute(f"CREATE TEMP TABLE {identifier(held)} AS {restoring_query(raw, table.schema, nulls=False) or f'SELECT * FROM {identifier(raw)}'}")
+                self._tables.append(held)
             finally:
                 self.con.unregister(raw)
+            if nulls is not None:
+                self.con.execute(f"CREATE TEMP VIEW {identifier(name)} AS {nulls}")
+                self._views.append(name)
 
     def interrupt(self) -> None:
         """Stop what the connection runs. DuckDB's ``unregister`` does nothing, and says
