@@ -576,6 +576,10 @@ REVIEWED_CONSTRUCTS = {
     "THEN 'a' WHEN k % 3 = 1 THEN 'b' ELSE 'c' END AS ENUM('c', 'b', 'a')) AS e FROM big) GROUP BY g",
     "hugeint_in_a_list_divides_as_an_integer": "SELECT g, l[1] // 7 FROM (SELECT DISTINCT k % 4 AS g, [CAST(k % 4 AS HUGEINT) * 7 + 3] AS l FROM big)",
     "uuid_stays_a_uuid": "SELECT typeof(u), u FROM (SELECT DISTINCT CAST('d3e3e080-07bb-4121-8acd-53648503dff9' AS UUID) AS u FROM big)",
+    # a HAVING with neither GROUP BY nor aggregate filtered each row, where it makes one group of all rows
+    "having_without_group_by_makes_one_group": "SELECT 1 AS x FROM big HAVING 1 = 1",
+    "having_without_group_by_over_no_rows": "SELECT 'a' AS x FROM big WHERE k < -1000 HAVING true",
+    "having_without_group_by_under_a_count": "SELECT count(*) FROM (SELECT 1 AS x FROM big HAVING 1 = 1)",
     # a range exchange sampled struct keys with Arrow, which asks sort keys of a struct (an internal error)
     "order_by_a_struct": "SELECT {'a': k % 7, 'b': id % 3} AS st, id FROM big ORDER BY st, id",
     # sqlglot bound the :: to the string: DATE '…'::VARCHAR was a DATE

@@ -268,6 +268,8 @@ class Builder(JoinPlanning, AggregatePlanning):
         if group is not None and group.args.get("all"):
             plain = [o for o in outputs if not has_aggregate(o) and not o.find(exp.Window)]
             group = exp.Group(expressions=[o.copy() for o in plain]) if plain else None
+        if group is None and not aggs and having is not None:  # a HAVING makes one group of all rows, as GROUP BY () does
+            group = exp.Group(expressions=[exp.Tuple(expressions=[])])
         post: Callable[[exp.Expression, str], exp.Expression]
         if group is not None or aggs:
             node, mapping, grouping = self._aggregate(node, scopes, group, aggs)
