@@ -136,7 +136,9 @@ NESTED_AND_CARRIED = (
     "'6ba7b810-9dad-11d1-80b4-00c04fd430c8'::UUID AS id, [INTERVAL 2 DAY] AS li, "
     "{'a': map(['x'], [INTERVAL 1 MONTH])} AS si, 2.5::DECIMAL(10,2) AS d, NULL::MAP(INTEGER, INTEGER) AS nm, "
     "list_zip([1, 2], [3, NULL]) AS z, row(1, 'a') AS r, [[1, 2]::INTEGER[2], NULL] AS la, [map([1], [2]), NULL] AS lm, "
-    "TIME '24:00:00' AS midnight, [TIME '01:02:03.5', TIME '24:00:00'] AS times"
+    "TIME '24:00:00' AS midnight, [TIME '01:02:03.5', TIME '24:00:00'] AS times, "
+    "'2021-01-02 03:04:05.123456789'::TIMESTAMP_NS AS ns, ['1960-01-02 03:04:05.999999999'::TIMESTAMP_NS] AS nss, "
+    "TIME_NS '01:02:03.123456789' AS tns"
 )
 
 
@@ -147,7 +149,8 @@ def test_nested_and_carried_types_are_described_and_fetched_as_duckdb(stored: bo
     type that carries it; and fetched as DuckDB's Python values at every depth: a map as a dict, a
     HUGEINT as an int, an interval as a timedelta, a UUID as a ``uuid.UUID``, an array and a struct
     of unnamed fields (``row()``, ``list_zip``) as a tuple, TIME '24:00:00' (which Python's time
-    cannot hold) as that text, not midnight. A struct keeps its field names as
+    cannot hold) as that text, not midnight, a TIMESTAMP_NS as a datetime, not a pandas Timestamp.
+    A struct keeps its field names as
     written (``Ab``, not ``ab``). Also when the rows were kept on the workers as a session table,
     and read back by a task."""
     with qengine.connect(workers=2) as con, duckdb.connect() as duck:

@@ -75,7 +75,7 @@ def type_code(t: pa.DataType) -> str:
     if pa.types.is_timestamp(t):
         return "TIMESTAMP WITH TIME ZONE" if t.tz else _TIMESTAMPS[t.unit]
     if pa.types.is_time(t):
-        return "TIME"
+        return "TIME_NS" if t.unit == "ns" else "TIME"
     if pa.types.is_interval(t) or pa.types.is_duration(t):
         return "INTERVAL"
     if pa.types.is_fixed_size_list(t):

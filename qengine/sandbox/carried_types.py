@@ -173,6 +173,8 @@ def _python(array: pa.Array, huge: bool) -> list:
             # somewhere inside: converted element by element below, each date where it is
     if pa.types.is_decimal(t):
         return [None if v is None else int(v) for v in array.to_pylist()]
+    if pa.types.is_timestamp(t):  # nanoseconds: a datetime, cut to microseconds as DuckDB cuts them (not a pandas Timestamp)
+        return array.cast(pa.timestamp("us", t.tz), safe=False).to_pylist()
     if pa.types.is_time(t):  # TIME '24:00:00', which Python's time cannot hold, is DuckDB's text of it
         day = 86_400 * _PER_SECOND[t.unit]
         ticks = array.cast(pa.int64()).to_pylist()
@@ -218,6 +220,8 @@ def _differs(t: pa.DataType, huge: bool) -> bool:
         return huge and t.precision == 38 and t.scale == 0
     if pa.types.is_interval(t) or pa.types.is_map(t) or pa.types.is_fixed_size_list(t) or pa.types.is_time(t):
         return True
+    if pa.types.is_timestamp(t):
+        return t.unit == "ns"
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return _differs(t.value_type, huge)
     if pa.types.is_struct(t):
