@@ -266,6 +266,29 @@ def test_worker_killed_during_a_query_is_recovered(data_paths, oracle) -> None:
 # ---- logs ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(("program", "stop", "busy"), [
+    ("while True: pass", False, True),  # works without answering (a long call holding the GIL)
+    ("import time; time.sleep(60)", False, False),  # answers nothing and does nothing: stuck
+    ("while True: pass", True, False),  # stopped (SIGSTOP): hung, whatever it was doing
+], ids=["spinning", "sleeping", "stopped"])
+def test_a_worker_that_does_not_answer_is_busy_only_while_it_works(program: str, stop: bool, busy: bool) -> None:
+    """The watchdog gives a worker that does not answer but uses CPU longer before replacing it
+    as hung: on a loaded host, workers deep in a large result were killed and their work redone."""
+    from qengine.runtime.local_cluster import WorkerHandle
+
+    process = subprocess.Popen([sys.executable, "-c", program])
+    try:
+        handle = WorkerHandle(0, "127.0.0.1:1", process)
+        handle.look()
+        if stop:
+            process.send_signal(signal.SIGSTOP)
+        time.sleep(1.0)
+        assert handle.look() is busy
+    finally:
+        process.kill()
+        process.wait()
+
+
 def test_worker_logs_go_to_the_log_dir_not_the_terminal(data_paths, capfd) -> None:
     capfd.readouterr()
     with cluster_connection(workers=2) as con:

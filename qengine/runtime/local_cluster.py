@@ -8,7 +8,9 @@ them to stop, then terminates and finally kills whatever is left.
 A watchdog pings every worker each second. A worker that has exited, or has not answered for
 ``hang_timeout`` seconds (stopped, or stuck), is lost: the cluster kills it (it owns the
 process), removes its spill directory and starts a replacement at a new address, so a
-connection keeps its size. Queries learn of the loss through :meth:`LocalCluster.lost` and
+connection keeps its size. A worker that does not answer but works (its process uses CPU, and
+is not stopped) is given up to ``BUSY_LIMIT`` times as long: on a loaded host, a worker deep in
+a large result answered late and was killed as hung, and its work made again. Queries learn of the loss through :meth:`LocalCluster.lost` and
 recover from it (``runtime.query_run``).
 
 The first workers start in the background: the connection opens at once, statements that read
@@ -42,6 +44,8 @@ import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import psutil
+
 from qengine.errors import OperationalError
 from qengine.runtime.cluster_load import ClusterLoad
 from qengine.runtime.network_load import NetworkLoad
@@ -54,6 +58,8 @@ log = logging.getLogger("qengine.runtime.local_cluster")
 
 STARTUP_TIMEOUT = 30.0
 DEFAULT_HANG_TIMEOUT = 5.0  # seconds without an answer to a ping before a worker counts as hung
+BUSY_LIMIT = 12  # times hang_timeout a worker that uses CPU may go without answering
+BUSY_CPU = 0.1  # cores a worker that does not answer must use to count as busy
 PING_EVERY = 1.0
 REPLACE_WITHIN = 10.0  # seconds a replacement waits for the running queries to end
 SUSPECT_WAIT = 1.0  # seconds a worker whose call broke is given to exit (a hung one is the watchdog's)
@@ -72,9 +78,26 @@ class WorkerHandle:
     process: subprocess.Popen | None = None
     spill_dir: str | None = None
     last_answer: float = field(default_factory=time.monotonic)
+    cpu_seen: tuple[float, float] = (0.0, 0.0)  # (when, the process's CPU seconds then) at the last look
 
     def alive(self) -> bool:
         return self.process is None or self.process.poll() is None
+
+    def look(self) -> bool:
+        """Whether the process used a tenth of a core or more since the last look, and is not
+        stopped: a worker that is busy, not hung (a hung one's idle threads use next to none)."""
+        if self.process is None:
+            return False
+        try:
+            process = psutil.Process(self.process.pid)
+            with process.oneshot():
+                stopped = process.status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE)
+                times = process.cpu_times()
+        except psutil.Error:
+            return False
+        (then, before), now = self.cpu_seen, time.monotonic()
+        self.cpu_seen = (now, times.user + times.system)
+        return not stopped and self.cpu_seen[1] - before >= BUSY_CPU * (now - then)
 
 
 class LocalCluster:
@@ -275,8 +298,10 @@ class LocalCluster:
             for handle in handles:
                 if not handle.alive():
                     self._replace(handle, f"exited with code {handle.process.returncode}")
-                elif now - handle.last_answer > self.hang_timeout:
-                    self._replace(handle, f"did not answer for {self.hang_timeout:.0f}s (hung)")
+                elif now - handle.last_answer > self.hang_timeout and not (
+                    handle.look() and now - handle.last_answer <= BUSY_LIMIT * self.hang_timeout
+                ):
+                    self._replace(handle, f"did not answer for {now - handle.last_answer:.0f}s (hung)")
                 elif now - handle.last_answer >= PING_EVERY and not _running(pinging.get(handle.address)):
                     thread = threading.Thread(target=self._ping, args=(handle,), daemon=True)
                     pinging[handle.address] = thread
@@ -286,6 +311,7 @@ class LocalCluster:
         with contextlib.suppress(Exception):  # no answer: the watchdog sees the time pass
             self.pool.get(handle.address).action("ping", timeout=self.hang_timeout)
             handle.last_answer = time.monotonic()
+            handle.look()  # what it has used so far, for the next look to compare with
 
     def _replace(self, handle: WorkerHandle, why: str) -> None:
         """Kill a lost worker (SIGKILL also ends a stopped one), free its spill files, and
