@@ -16,9 +16,8 @@ import sqlglot.expressions as exp
 from qengine.catalog.sources import DEFAULT_SPLIT_BYTES
 from qengine.planner import estimates
 from qengine.planner import logical as lp
-from qengine.planner.averages import final_average
 from qengine.planner.logical import GROUPING_ID, Exchange, col, not_null_operand, plain_column
-from qengine.planner.static_types import expression_type
+from qengine.planner.static_types import expression_signature
 from qengine.planner.templates import slot_kind, value_of
 
 _MAX_BIGINT = 2**63 - 1
@@ -76,6 +75,13 @@ _DECOMPOSABLE = {
     exp.LogicalAnd: ("BOOL_AND", "BOOL_AND"),
     exp.LogicalOr: ("BOOL_OR", "BOOL_OR"),
 }
+
+
+def _summable(e: exp.Expression, child: lp.Node) -> bool:
+    """Whether ``e`` (an average's argument over ``child``'s columns) may be summed: not a
+    date, time, timestamp or interval, as far as the plan shows (``planner.static_types``)."""
+    kind = expression_signature(e, child) or ""
+    return not kind.startswith(("DATE", "TIME", "INTERVAL"))
 
 
 class PhysicalPlanner:
@@ -387,15 +393,17 @@ class PhysicalPlanner:
             if isinstance(agg.this, exp.Distinct) or agg.args.get("distinct"):
                 return None
             if isinstance(agg, exp.Avg):
+                if not _summable(agg.this, node.child):
+                    return None  # avg of dates, times or intervals: a sum of them does not exist
                 s, c = self.names.new(), self.names.new()
-                # None for a type the final step cannot divide as DuckDB does, or one with no
-                # sum (dates, times, intervals)
-                divided = final_average(exp.Sum(this=col(s)), exp.Sum(this=col(c)), expression_type(agg.this, node.child))
-                if divided is None:
-                    return None
                 partial.append((s, _with_filter(e, exp.Sum(this=agg.this.copy()))))
                 partial.append((c, _with_filter(e, exp.Count(this=agg.this.copy()))))
-                final.append((name, divided))
+                # In DOUBLE: DuckDB divides an integer or DECIMAL sum in long double on x86-64, so
+                # the last bit of a quotient can differ from DuckDB's there (not on ARM)
+                final.append((name, exp.Div(
+                    this=exp.cast(exp.Sum(this=col(s)), "DOUBLE"),
+                    expression=exp.Nullif(this=exp.Sum(this=col(c)), expression=exp.Literal.number(0)),
+                )))
                 continue
             forms = _DECOMPOSABLE.get(type(agg))
             if forms is None or len(list(agg.iter_expressions())) > 1 or isinstance(agg.this, exp.Order):
