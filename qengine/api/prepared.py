@@ -18,7 +18,7 @@ from typing import Any
 import sqlglot.expressions as exp
 
 from qengine.errors import Error
-from qengine.planner.frontend import literal
+from qengine.planner.parameters import literal
 from qengine.planner.stages import StagePlan
 from qengine.planner.templates import CAPACITY, Shape, Templates, literal_identity, slot_value
 

@@ -22,7 +22,8 @@ import sqlglot.expressions as exp
 
 from qengine.api.frames import arrow_table, is_data
 from qengine.errors import NotSupportedError, ProgrammingError
-from qengine.planner.frontend import bind, expand_sources, parse
+from qengine.planner.frontend import expand_sources, parse
+from qengine.planner.parameters import bind
 
 _WORDS = re.compile(r"[^\W\d]\w*")  # Python identifiers, Unicode ones too
 _scan_ids = itertools.count(1)

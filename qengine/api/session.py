@@ -36,7 +36,6 @@ from qengine.errors import InputLostError, NotSupportedError, ProgrammingError, 
 from qengine.planner import plan_query, table_sources
 from qengine.planner.explain import explain_lines
 from qengine.planner.frontend import (
-    bind,
     deduplicated,
     expand_sources,
     name_outputs,
@@ -46,6 +45,7 @@ from qengine.planner.frontend import (
     written_aliases,
 )
 from qengine.planner.output_names import spelled, spelled_names
+from qengine.planner.parameters import bind
 from qengine.planner.stages import StagePlan, reads_no_data
 from qengine.planner.templates import Shape, Templates, instantiate, parameterize, planning, slot_holders
 from qengine.planner.unsupported import struct_unnest_refused

@@ -17,7 +17,7 @@ import sqlglot.expressions as exp
 
 from qengine.api.options import SessionSettings, parse_size
 from qengine.errors import NotSupportedError, ProgrammingError
-from qengine.planner.frontend import literal
+from qengine.planner.parameters import literal
 
 NAMES = tuple(f.name for f in dataclasses.fields(SessionSettings))
 _SIZES = ("broadcast_threshold", "replicate_size", "split_size", "coalesce_size")

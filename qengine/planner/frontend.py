@@ -10,15 +10,11 @@ the tables in reach, and no token or class of sqlglot's shows through.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
-import decimal
 import functools
 import inspect
-import itertools
 import logging
 import re
-import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import duckdb
@@ -46,7 +42,7 @@ from qengine.planner.eliminate_joins import eliminate_joins
 from qengine.planner.grouping_syntax import parse_tokens
 from qengine.planner.join_order import optimize_joins
 from qengine.planner.merge_derived import merge_subqueries
-from qengine.planner.templates import PARAMETER, compared
+from qengine.planner.parameters import OPERAND_END, QUESTION_MARKS, counted, numbered_placeholders
 from qengine.planner.unnest import unnest_subqueries
 from qengine.planner.unsupported import refuse_unmodelled
 
@@ -130,7 +126,7 @@ def parse(sql: str, dialect: str) -> list[exp.Expression]:
     _check_nesting(sql, tokens)
     _check_operators(sql, tokens)
     _check_clauses(sql, tokens)
-    numbered = _numbered_placeholders(tokens)
+    numbered = numbered_placeholders(tokens)
     question_marks, tokens = numbered is not tokens, numbered
     tokens = _bracket_typed_literals(tokens, reader)
     try:
@@ -145,7 +141,7 @@ def parse(sql: str, dialect: str) -> list[exp.Expression]:
         _keep_struct_key_case(statement)
         _within_group_as_ordered(statement)
         if question_marks:
-            statement.meta[_QUESTION_MARKS] = True
+            statement.meta[QUESTION_MARKS] = True
     return statements
 
 
@@ -259,7 +255,7 @@ def _check_operators(sql: str, tokens: list[Token]) -> None:
             raise ProgrammingError(f"syntax error at {_position(sql, after.start)}: unexpected ','")
         if token.token_type == TokenType.NULLSAFE_EQ and token.text == "<=>":
             raise ProgrammingError(f"operator '<=>' at {_position(sql, token.start)} does not exist: write IS NOT DISTINCT FROM")
-        if token.token_type == TokenType.TILDE and i > 0 and (tokens[i - 1].token_type in _OPERAND_END or tokens[i - 1].text == "!"):
+        if token.token_type == TokenType.TILDE and i > 0 and (tokens[i - 1].token_type in OPERAND_END or tokens[i - 1].text == "!"):
             # DuckDB's x ~ p is a full match (regexp_full_match); sqlglot reads it as a partial one
             operator = "!~" if tokens[i - 1].text == "!" else "~"
             raise NotSupportedError(
@@ -267,13 +263,6 @@ def _check_operators(sql: str, tokens: list[Token]) -> None:
                 f"{'NOT ' if operator == '!~' else ''}regexp_full_match(x, pattern)"
             )
 
-
-# Tokens an operand ends with: a ``~`` after one is the binary regular expression match, not
-# the bitwise NOT of what follows.
-_OPERAND_END = {
-    TokenType.VAR, TokenType.IDENTIFIER, TokenType.STRING, TokenType.NUMBER, TokenType.R_PAREN, TokenType.R_BRACKET,
-    TokenType.NULL, TokenType.TRUE, TokenType.FALSE,
-}
 
 # Tokens that end a clause: after one of these, a clause that needs an expression has none.
 _CLAUSE_END = {
@@ -469,7 +458,7 @@ def _syntax_error(sql: str, tokens: list[Token], error: sqlglot.errors.ParseErro
             text = f"expected an expression after {after.text!r}{instead}"
     elif match := _TOO_MANY.search(description):
         given, most = match.groups()
-        text = f"{_called(tokens, index)} takes at most {_count(int(most), 'argument')}, but {given} were given"
+        text = f"{_called(tokens, index)} takes at most {counted(int(most), 'argument')}, but {given} were given"
     elif match := _EXPECTED.search(description):
         wanted, got = match.groups()
         text = f"expected {wanted} after {token.text!r}{instead}" if "SENTINEL" in got else f"expected {wanted}, found {_plain(got)!r}"
@@ -515,68 +504,6 @@ def _statement_start(tokens: list[Token], index: int) -> int:
     return 0
 
 
-def literal(value: Any, duckdb_width: bool = False) -> exp.Expression:
-    """A Python value as a typed SQL literal. A ``Decimal`` is a DECIMAL(38, its scale) unless
-    ``duckdb_width``: compared, its width changes no answer, and a template then holds for
-    decimals of every width (``planner.templates``)."""
-    if value is None:
-        return exp.Null()
-    if isinstance(value, bool):
-        return exp.Boolean(this=value)
-    if isinstance(value, int):
-        return exp.Literal.number(value)
-    if isinstance(value, float):
-        return exp.cast(exp.Literal.string(repr(value)), "DOUBLE")
-    if isinstance(value, decimal.Decimal):
-        return _decimal_literal(value, duckdb_width)
-    if isinstance(value, str):
-        return exp.Literal.string(value)
-    if isinstance(value, dt.datetime):
-        # an aware datetime is an instant, as DuckDB binds it: TIMESTAMP would drop its offset
-        kind = "TIMESTAMPTZ" if value.utcoffset() is not None else "TIMESTAMP"
-        return exp.cast(exp.Literal.string(value.isoformat(sep=" ")), kind)
-    if isinstance(value, dt.date):
-        return exp.cast(exp.Literal.string(value.isoformat()), "DATE")
-    if isinstance(value, dt.time):
-        return exp.cast(exp.Literal.string(value.isoformat()), "TIME")
-    if isinstance(value, bytes | bytearray | memoryview):
-        return exp.cast(exp.Literal.string("".join(f"\\x{b:02x}" for b in bytes(value))), "BLOB")
-    if isinstance(value, dt.timedelta):  # DuckDB's INTERVAL of the same days and microseconds
-        return exp.cast(exp.Literal.string(f"{value.days} days {value.seconds * 1_000_000 + value.microseconds} microseconds"), "INTERVAL")
-    if isinstance(value, uuid.UUID):
-        return exp.cast(exp.Literal.string(str(value)), "UUID")
-    if isinstance(value, list | tuple):
-        return exp.Array(expressions=[literal(v) for v in value])
-    if isinstance(value, dict):
-        # DuckDB's Python binding: {"key": [...], "value": [...]} is a MAP, any other dict a STRUCT
-        if value.keys() == {"key", "value"} and all(isinstance(v, list | tuple) for v in value.values()) and len(value["key"]) == len(value["value"]):
-            return exp.Map(keys=literal(value["key"]), values=literal(value["value"]))
-        struct = exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier(str(k)), expression=literal(v)) for k, v in value.items()])
-        _keep_struct_key_case(struct)
-        return struct
-    raise ProgrammingError(f"cannot bind a parameter of type {type(value).__name__}")
-
-
-def _decimal_literal(value: decimal.Decimal, duckdb_width: bool) -> exp.Expression:
-    """A ``Decimal`` typed as DuckDB types a parameter (with ``duckdb_width``), so that what is
-    computed from it has DuckDB's types: ``Decimal('1.5')`` is a DECIMAL(2,1), ``Decimal('0.05')``
-    a DECIMAL(3,2); else DECIMAL(38, its scale). Of more than 38 digits, a DOUBLE; NaN and the
-    infinities a FLOAT. (DuckDB reads ``Decimal('1E+3')`` as 1.000; qengine keeps its value, 1000.)"""
-    if not value.is_finite():
-        return exp.cast(exp.Literal.string(str(value)), "FLOAT")
-    digits, exponent = value.as_tuple().digits, int(value.as_tuple().exponent)
-    scale = max(0, -exponent)
-    width = len(digits) + max(0, exponent)
-    precision = scale + 1 if width < scale else max(width, scale, 1)
-    kind = "DOUBLE" if precision > 38 else f"DECIMAL({precision if duckdb_width else 38},{scale})"
-    return exp.cast(exp.Literal.string(str(value)), kind)
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-_QUESTION_MARKS = "qengine_question_marks"  # meta of a statement whose parameters were written ?
 
 
 def _bracket_typed_literals(tokens: list[Token], reader: Dialect) -> list[Token]:
@@ -629,102 +556,6 @@ def _within_group_as_ordered(statement: exp.Expression) -> None:
         else:
             raise NotSupportedError(f"{name}() WITHIN GROUP is not supported: DuckDB orders percentile_cont, percentile_disc and mode so")
         node.replace(rewritten)
-
-
-def _numbered_placeholders(tokens: list[Token]) -> list[Token]:
-    """``?`` parameters as ``$1``, ``$2``… in the order they are written. The parser's tree
-    lists a LIMIT before the WHERE, so counting ``?`` in it bound ``WHERE x > ? LIMIT ?`` the
-    wrong way round."""
-    tokens = _placeholder_casts(tokens)
-    if not any(t.token_type == TokenType.PLACEHOLDER for t in tokens):
-        return tokens
-    if any(t.token_type == TokenType.PARAMETER and t.text == "$" for t in tokens):
-        raise ProgrammingError("a statement cannot mix ? and $n parameters")
-    out: list[Token] = []
-    numbers = itertools.count(1)
-    for t in tokens:
-        if t.token_type != TokenType.PLACEHOLDER:
-            out.append(t)
-            continue
-        out.append(Token(TokenType.PARAMETER, "$", t.line, t.col, t.start, t.end))
-        out.append(Token(TokenType.NUMBER, str(next(numbers)), t.line, t.col, t.start, t.end))
-    return out
-
-
-def _placeholder_casts(tokens: list[Token]) -> list[Token]:
-    """``?::INT`` as the parameter ``?`` cast to INT, as DuckDB reads it: sqlglot's tokenizer
-    makes ``?::`` one operator (another dialect's try-cast), and the statement failed as a
-    syntax error. Only where an operand may begin: after an operand, ``?::`` stays that operator."""
-    if not any(t.token_type == TokenType.QDCOLON for t in tokens):
-        return tokens
-    out: list[Token] = []
-    for t in tokens:
-        if t.token_type == TokenType.QDCOLON and (not out or out[-1].token_type not in _OPERAND_END):
-            out.append(Token(TokenType.PLACEHOLDER, "?", t.line, t.col, t.start, t.start))
-            out.append(Token(TokenType.DCOLON, "::", t.line, t.col, t.start + 1, t.end))
-        else:
-            out.append(t)
-    return out
-
-
-def bind(statement: exp.Expression, params: Sequence[Any] | Mapping[str, Any] | None) -> exp.Expression:
-    """Replace ``$n`` placeholders (``?`` is numbered by ``parse``) with literals, checking the
-    count; with a mapping, ``$name`` placeholders by name."""
-    holders = list(statement.find_all(exp.Placeholder, exp.Parameter))
-    if isinstance(params, Mapping):
-        return _bind_names(statement, holders, params)
-    params = list(params or [])
-    if not holders:
-        if params:
-            raise ProgrammingError(f"statement takes no parameters but {len(params)} were given")
-        return statement
-    numbers = []
-    for holder in holders:
-        try:
-            numbers.append(int(holder.name))
-        except ValueError:
-            raise ProgrammingError(f"no value for parameter {holder.sql(dialect='duckdb')}") from None  # as written: :name
-    written = statement.meta.get(_QUESTION_MARKS)
-    for holder, number in zip(holders, numbers, strict=True):
-        if not written and not 1 <= number <= len(params):
-            raise ProgrammingError(f"no value for parameter {holder.sql(dialect='duckdb')}")  # as written: $2
-    if len(params) != max(numbers):
-        raise ProgrammingError(f"statement takes {_count(max(numbers), 'parameter')} but {len(params)} were given")
-    for holder, number in zip(holders, numbers, strict=True):
-        holder.replace(_bound(holder, params[number - 1], number - 1))
-    return statement
-
-
-def _bind_names(statement: exp.Expression, holders: list[exp.Expression], params: Mapping[str, Any]) -> exp.Expression:
-    """Bind ``$name`` placeholders as DuckDB does: names match regardless of case, and every
-    name written needs a value and every value a name written."""
-    if statement.meta.get(_QUESTION_MARKS):
-        raise ProgrammingError("a dict of parameters binds $name placeholders, not ?: pass a list for ?")
-    named = {}
-    for index, (name, value) in enumerate(params.items()):
-        if not isinstance(name, str):
-            raise ProgrammingError(f"parameter names must be strings, not {name!r}")
-        if name.lower() in named:
-            raise ProgrammingError(f"parameter ${name} is given twice")
-        named[name.lower()] = (index, value)
-    written = {holder.name.lower() for holder in holders}
-    missing = [holder.name for holder in holders if holder.name.lower() not in named]
-    if missing:
-        raise ProgrammingError(f"no value for parameter ${missing[0]}")
-    extra = [name for name in params if name.lower() not in written]
-    if extra:
-        raise ProgrammingError(f"parameter ${extra[0]} is not in the statement")
-    for holder in holders:
-        holder.replace(_bound(holder, named[holder.name.lower()][1], named[holder.name.lower()][0]))
-    return statement
-
-
-def _bound(holder: exp.Expression, value: Any, index: int) -> exp.Expression:
-    """``value``, bound at ``holder``, as a literal that remembers it is parameter ``index``, for
-    ``planner.templates`` to fill a later run's value in where it went."""
-    node = literal(value, duckdb_width=not compared(holder))
-    node.meta[PARAMETER] = index
-    return node
 
 
 def name_outputs(statement: exp.Expression, dialect: str) -> None:

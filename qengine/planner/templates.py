@@ -38,7 +38,7 @@ from sqlglot.errors import ErrorLevel, UnsupportedError
 from qengine.errors import NotSupportedError
 from qengine.planner.stages import StagePlan
 
-PARAMETER = "qengine_parameter"  # the meta key of a bound parameter's literal (frontend.bind)
+PARAMETER = "qengine_parameter"  # the meta key of a bound parameter's literal (parameters.bind)
 _SLOT = "__qengine_slot"
 _SLOT_TEXT = re.compile(r"\$?" + _SLOT + r"_([ns])_(\d+)", re.IGNORECASE)
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, exp.In)

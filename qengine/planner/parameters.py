@@ -1,0 +1,189 @@
+"""Query parameters: ``?`` and ``$n`` placeholders numbered as written, and bound to typed
+literals as DuckDB binds Python values (a ``Decimal`` as wide as its digits, a ``datetime``
+with an offset as a TIMESTAMPTZ, a list as a LIST). Each bound literal remembers which
+parameter it is, for ``planner.templates`` to fill a later run's value in where it went."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import itertools
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlglot.expressions as exp
+from sqlglot.tokens import Token, TokenType
+
+from qengine.errors import ProgrammingError
+from qengine.planner.templates import PARAMETER, compared
+
+QUESTION_MARKS = "qengine_question_marks"  # meta of a statement whose parameters were written ?
+
+
+# Tokens an operand ends with: a ``~`` after one is the binary regular expression match, not
+# the bitwise NOT of what follows.
+OPERAND_END = {
+    TokenType.VAR, TokenType.IDENTIFIER, TokenType.STRING, TokenType.NUMBER, TokenType.R_PAREN, TokenType.R_BRACKET,
+    TokenType.NULL, TokenType.TRUE, TokenType.FALSE,
+}
+
+
+def numbered_placeholders(tokens: list[Token]) -> list[Token]:
+    """``?`` parameters as ``$1``, ``$2``… in the order they are written. The parser's tree
+    lists a LIMIT before the WHERE, so counting ``?`` in it bound ``WHERE x > ? LIMIT ?`` the
+    wrong way round."""
+    tokens = _placeholder_casts(tokens)
+    if not any(t.token_type == TokenType.PLACEHOLDER for t in tokens):
+        return tokens
+    if any(t.token_type == TokenType.PARAMETER and t.text == "$" for t in tokens):
+        raise ProgrammingError("a statement cannot mix ? and $n parameters")
+    out: list[Token] = []
+    numbers = itertools.count(1)
+    for t in tokens:
+        if t.token_type != TokenType.PLACEHOLDER:
+            out.append(t)
+            continue
+        out.append(Token(TokenType.PARAMETER, "$", t.line, t.col, t.start, t.end))
+        out.append(Token(TokenType.NUMBER, str(next(numbers)), t.line, t.col, t.start, t.end))
+    return out
+
+
+def _placeholder_casts(tokens: list[Token]) -> list[Token]:
+    """``?::INT`` as the parameter ``?`` cast to INT, as DuckDB reads it: sqlglot's tokenizer
+    makes ``?::`` one operator (another dialect's try-cast), and the statement failed as a
+    syntax error. Only where an operand may begin: after an operand, ``?::`` stays that operator."""
+    if not any(t.token_type == TokenType.QDCOLON for t in tokens):
+        return tokens
+    out: list[Token] = []
+    for t in tokens:
+        if t.token_type == TokenType.QDCOLON and (not out or out[-1].token_type not in OPERAND_END):
+            out.append(Token(TokenType.PLACEHOLDER, "?", t.line, t.col, t.start, t.start))
+            out.append(Token(TokenType.DCOLON, "::", t.line, t.col, t.start + 1, t.end))
+        else:
+            out.append(t)
+    return out
+
+
+def bind(statement: exp.Expression, params: Sequence[Any] | Mapping[str, Any] | None) -> exp.Expression:
+    """Replace ``$n`` placeholders (``?`` is numbered by ``parse``) with literals, checking the
+    count; with a mapping, ``$name`` placeholders by name."""
+    holders = list(statement.find_all(exp.Placeholder, exp.Parameter))
+    if isinstance(params, Mapping):
+        return _bind_names(statement, holders, params)
+    params = list(params or [])
+    if not holders:
+        if params:
+            raise ProgrammingError(f"statement takes no parameters but {len(params)} were given")
+        return statement
+    numbers = []
+    for holder in holders:
+        try:
+            numbers.append(int(holder.name))
+        except ValueError:
+            raise ProgrammingError(f"no value for parameter {holder.sql(dialect='duckdb')}") from None  # as written: :name
+    written = statement.meta.get(QUESTION_MARKS)
+    for holder, number in zip(holders, numbers, strict=True):
+        if not written and not 1 <= number <= len(params):
+            raise ProgrammingError(f"no value for parameter {holder.sql(dialect='duckdb')}")  # as written: $2
+    if len(params) != max(numbers):
+        raise ProgrammingError(f"statement takes {counted(max(numbers), 'parameter')} but {len(params)} were given")
+    for holder, number in zip(holders, numbers, strict=True):
+        holder.replace(_bound(holder, params[number - 1], number - 1))
+    return statement
+
+
+def _bind_names(statement: exp.Expression, holders: list[exp.Expression], params: Mapping[str, Any]) -> exp.Expression:
+    """Bind ``$name`` placeholders as DuckDB does: names match regardless of case, and every
+    name written needs a value and every value a name written."""
+    if statement.meta.get(QUESTION_MARKS):
+        raise ProgrammingError("a dict of parameters binds $name placeholders, not ?: pass a list for ?")
+    named = {}
+    for index, (name, value) in enumerate(params.items()):
+        if not isinstance(name, str):
+            raise ProgrammingError(f"parameter names must be strings, not {name!r}")
+        if name.lower() in named:
+            raise ProgrammingError(f"parameter ${name} is given twice")
+        named[name.lower()] = (index, value)
+    written = {holder.name.lower() for holder in holders}
+    missing = [holder.name for holder in holders if holder.name.lower() not in named]
+    if missing:
+        raise ProgrammingError(f"no value for parameter ${missing[0]}")
+    extra = [name for name in params if name.lower() not in written]
+    if extra:
+        raise ProgrammingError(f"parameter ${extra[0]} is not in the statement")
+    for holder in holders:
+        holder.replace(_bound(holder, named[holder.name.lower()][1], named[holder.name.lower()][0]))
+    return statement
+
+
+def _bound(holder: exp.Expression, value: Any, index: int) -> exp.Expression:
+    """``value``, bound at ``holder``, as a literal that remembers it is parameter ``index``, for
+    ``planner.templates`` to fill a later run's value in where it went."""
+    node = literal(value, duckdb_width=not compared(holder))
+    node.meta[PARAMETER] = index
+    return node
+
+
+def literal(value: Any, duckdb_width: bool = False) -> exp.Expression:
+    """A Python value as a typed SQL literal. A ``Decimal`` is a DECIMAL(38, its scale) unless
+    ``duckdb_width``: compared, its width changes no answer, and a template then holds for
+    decimals of every width (``planner.templates``)."""
+    if value is None:
+        return exp.Null()
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, int):
+        return exp.Literal.number(value)
+    if isinstance(value, float):
+        return exp.cast(exp.Literal.string(repr(value)), "DOUBLE")
+    if isinstance(value, decimal.Decimal):
+        return _decimal_literal(value, duckdb_width)
+    if isinstance(value, str):
+        return exp.Literal.string(value)
+    if isinstance(value, dt.datetime):
+        # an aware datetime is an instant, as DuckDB binds it: TIMESTAMP would drop its offset
+        kind = "TIMESTAMPTZ" if value.utcoffset() is not None else "TIMESTAMP"
+        return exp.cast(exp.Literal.string(value.isoformat(sep=" ")), kind)
+    if isinstance(value, dt.date):
+        return exp.cast(exp.Literal.string(value.isoformat()), "DATE")
+    if isinstance(value, dt.time):
+        return exp.cast(exp.Literal.string(value.isoformat()), "TIME")
+    if isinstance(value, bytes | bytearray | memoryview):
+        return exp.cast(exp.Literal.string("".join(f"\\x{b:02x}" for b in bytes(value))), "BLOB")
+    if isinstance(value, dt.timedelta):  # DuckDB's INTERVAL of the same days and microseconds
+        return exp.cast(exp.Literal.string(f"{value.days} days {value.seconds * 1_000_000 + value.microseconds} microseconds"), "INTERVAL")
+    if isinstance(value, uuid.UUID):
+        return exp.cast(exp.Literal.string(str(value)), "UUID")
+    if isinstance(value, list | tuple):
+        return exp.Array(expressions=[literal(v) for v in value])
+    if isinstance(value, dict):
+        # DuckDB's Python binding: {"key": [...], "value": [...]} is a MAP, any other dict a STRUCT
+        if value.keys() == {"key", "value"} and all(isinstance(v, list | tuple) for v in value.values()) and len(value["key"]) == len(value["value"]):
+            return exp.Map(keys=literal(value["key"]), values=literal(value["value"]))
+        fields = []
+        for k, v in value.items():
+            key = exp.to_identifier(str(k))
+            key.meta["case_sensitive"] = True  # a struct's field names keep their case (frontend)
+            fields.append(exp.PropertyEQ(this=key, expression=literal(v)))
+        return exp.Struct(expressions=fields)
+    raise ProgrammingError(f"cannot bind a parameter of type {type(value).__name__}")
+
+
+def _decimal_literal(value: decimal.Decimal, duckdb_width: bool) -> exp.Expression:
+    """A ``Decimal`` typed as DuckDB types a parameter (with ``duckdb_width``), so that what is
+    computed from it has DuckDB's types: ``Decimal('1.5')`` is a DECIMAL(2,1), ``Decimal('0.05')``
+    a DECIMAL(3,2); else DECIMAL(38, its scale). Of more than 38 digits, a DOUBLE; NaN and the
+    infinities a FLOAT. (DuckDB reads ``Decimal('1E+3')`` as 1.000; qengine keeps its value, 1000.)"""
+    if not value.is_finite():
+        return exp.cast(exp.Literal.string(str(value)), "FLOAT")
+    digits, exponent = value.as_tuple().digits, int(value.as_tuple().exponent)
+    scale = max(0, -exponent)
+    width = len(digits) + max(0, exponent)
+    precision = scale + 1 if width < scale else max(width, scale, 1)
+    kind = "DOUBLE" if precision > 38 else f"DECIMAL({precision if duckdb_width else 38},{scale})"
+    return exp.cast(exp.Literal.string(str(value)), kind)
+
+
+def counted(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
