@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from qengine.sandbox.carried_types import restoring_query
@@ -29,6 +30,10 @@ def filters_mishandle(table: pa.Table, sql: str) -> bool:
     only when a floating-point column holds NaN, or when the query compares with a NaN
     constant; such an input is copied into a DuckDB table, where filters are DuckDB's own.
 
+    Arrow's ``is_in`` hashes -0.0 apart from 0.0, where DuckDB takes them for equal: an IN list
+    or a join's key filter pushed into the scan dropped the rows holding -0.0. A table holding
+    -0.0 is copied as well.
+
     A filter on a TIMESTAMP WITH TIME ZONE column (a join's, from its build side's keys) is
     made into a Python value through pytz, which qengine does not install: the scan failed
     ("Required module 'pytz' failed to import"). Such an input is copied too.
@@ -41,7 +46,16 @@ def filters_mishandle(table: pa.Table, sql: str) -> bool:
     if _NAN_LITERAL.search(sql):
         return True
     import pyarrow.compute as pc  # here, not at the top: it costs a one-statement CLI run ~30 ms to import
-    return any(pc.any(pc.is_nan(c)).as_py() for c in floats)
+    return any(pc.any(pc.is_nan(c)).as_py() or _negative_zero(c) for c in floats)
+
+
+def _negative_zero(column: pa.ChunkedArray) -> bool:
+    """Whether a floating-point column holds -0.0."""
+    for chunk in column.chunks:
+        values = chunk.to_numpy(zero_copy_only=False)  # a NULL is NaN here: never a zero
+        if np.any((values == 0) & np.signbit(values)):
+            return True
+    return False
 
 
 class Lease:
