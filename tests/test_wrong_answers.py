@@ -817,6 +817,30 @@ def test_parquet_intervals_are_read_as_duckdb_reads_them(con, duck, tmp_path) ->
         duck.execute("DROP VIEW intervals")
 
 
+def test_parquet_columns_pyarrow_reads_otherwise_are_read_as_duckdb_reads_them(con, duck, tmp_path) -> None:
+    """pyarrow follows the Arrow schema a writer stored in the file: a duration came out as an
+    INTERVAL (averaged to a timedelta where DuckDB reads the stored BIGINT), a half float failed
+    DuckDB's Arrow scan, a timestamp in milliseconds was a TIMESTAMP_MS, and a time32 column
+    failed to fetch."""
+    table = pa.table({
+        "id": pa.array(range(300), pa.int64()),
+        "dur": pa.array([dt.timedelta(seconds=i) for i in range(300)], pa.duration("us")),
+        "half": pa.array([i / 4 for i in range(300)], pa.float16()),
+        "ms": pa.array([dt.datetime(2020, 1, 1) + dt.timedelta(milliseconds=7 * i) for i in range(300)], pa.timestamp("ms")),
+        "t32": pa.array([dt.time(i % 24, i % 60) for i in range(300)], pa.time32("s")),
+    })
+    pq.write_table(table, str(tmp_path / "stored.parquet"), row_group_size=100)
+    con.register_parquet("stored_types", str(tmp_path / "stored.parquet"))
+    duck.execute(f"CREATE VIEW stored_types AS SELECT * FROM read_parquet('{tmp_path}/stored.parquet')")
+    try:
+        for sql in ("DESCRIBE stored_types", "SELECT * FROM stored_types ORDER BY id LIMIT 5",
+                    "SELECT id % 3 AS g, avg(dur), sum(half), max(ms) + INTERVAL 1 MICROSECOND, min(t32) FROM stored_types GROUP BY 1"):
+            assert_same(con, duck, sql)
+    finally:
+        con.execute("DROP TABLE stored_types")
+        duck.execute("DROP VIEW stored_types")
+
+
 def test_dates_beyond_pythons_are_fetched_as_duckdb_fetches_them(con, duck) -> None:
     """'infinity'::date made fetchall raise Python's OverflowError: DuckDB gives the latest date
     Python has for it, the earliest for '-infinity', and its text for a year past 9999; within

@@ -227,7 +227,7 @@ def _read_parquet(split: dict, sources: list[str]) -> pa.Table:
     constants: dict[tuple, list[pa.Scalar]] = {}  # by partition values: files of one partition share them
     for path, groups in split["pieces"]:
         opened = _FOOTERS.file(path)
-        table = _intervals_as_duckdb_reads(opened.read_row_groups(groups, columns=stored, use_threads=False), opened.schema)
+        table = _as_duckdb_read(opened.read_row_groups(groups, columns=stored, use_threads=False), opened.schema)
         if made:
             key = tuple(hive["values"][path])
             if key not in constants:
@@ -246,15 +246,32 @@ def _read_parquet(split: dict, sources: list[str]) -> pa.Table:
 
 
 def duckdb_schema(schema: pq.ParquetSchema) -> pa.Schema:
-    """The Arrow schema of a Parquet file's columns as DuckDB reads them. pyarrow reads an
-    INTERVAL column (a 12-byte FIXED_LEN_BYTE_ARRAY marked INTERVAL) as fixed-size binary,
-    where DuckDB reads an INTERVAL: typed BLOB, the table was DESCRIBEd as one, an empty input
-    of that type made a UNION ALL with a VARCHAR a BLOB, and an average ``avg(BLOB)``."""
+    """The Arrow schema of a Parquet file's columns as DuckDB reads them, where pyarrow reads
+    them otherwise. pyarrow reads an INTERVAL column (a 12-byte FIXED_LEN_BYTE_ARRAY marked
+    INTERVAL) as fixed-size binary, where DuckDB reads an INTERVAL: typed BLOB, the table was
+    DESCRIBEd as one, an empty input of that type made a UNION ALL with a VARCHAR a BLOB, and an
+    average ``avg(BLOB)``. pyarrow also follows the Arrow schema a writer stored: a duration,
+    which DuckDB reads as the BIGINT it is stored as (an INTERVAL averaged to a timedelta where
+    DuckDB averages numbers), a half float (which DuckDB cannot scan from Arrow, and reads as a
+    FLOAT), and timestamps in seconds or milliseconds (TIMESTAMP to DuckDB)."""
     arrow = schema.to_arrow_schema()
-    for name in _interval_columns(schema):
-        index = arrow.get_field_index(name)
-        arrow = arrow.set(index, arrow.field(index).with_type(pa.month_day_nano_interval()))
+    intervals = set(_interval_columns(schema))
+    for index, field in enumerate(arrow):
+        kind = pa.month_day_nano_interval() if field.name in intervals else _as_duckdb_reads(field.type)
+        if kind != field.type:
+            arrow = arrow.set(index, field.with_type(kind))
     return arrow
+
+
+def _as_duckdb_reads(t: pa.DataType) -> pa.DataType:
+    """The Arrow type of a column pyarrow reads as ``t``, as DuckDB reads it (see :func:`duckdb_schema`)."""
+    if pa.types.is_duration(t):
+        return pa.int64()
+    if pa.types.is_float16(t):
+        return pa.float32()
+    if pa.types.is_timestamp(t) and t.unit in ("s", "ms"):
+        return pa.timestamp("us", t.tz)
+    return t
 
 
 def _interval_columns(schema: pq.ParquetSchema) -> list[str]:
@@ -262,10 +279,14 @@ def _interval_columns(schema: pq.ParquetSchema) -> list[str]:
     return [c.path for c in (schema.column(i) for i in range(len(schema))) if c.converted_type == "INTERVAL" and "." not in c.path]
 
 
-def _intervals_as_duckdb_reads(table: pa.Table, schema: pq.ParquetSchema) -> pa.Table:
-    """``table``, read by pyarrow from a file of Parquet ``schema``, with each INTERVAL column
-    as DuckDB reads it (:func:`duckdb_schema`): months, days and milliseconds, each a
-    little-endian 32-bit integer, become Arrow's month-day-nanosecond interval."""
+def _as_duckdb_read(table: pa.Table, schema: pq.ParquetSchema) -> pa.Table:
+    """``table``, read by pyarrow from a file of Parquet ``schema``, with its columns as DuckDB
+    reads them (:func:`duckdb_schema`). An INTERVAL's months, days and milliseconds, each a
+    little-endian 32-bit integer, become Arrow's month-day-nanosecond interval; the others are cast."""
+    for index, field in enumerate(table.schema):
+        kind = _as_duckdb_reads(field.type)
+        if kind != field.type:
+            table = table.set_column(index, field.with_type(kind), table.column(index).cast(kind))
     for name in _interval_columns(schema):
         index = table.schema.get_field_index(name)
         if index < 0:

@@ -177,7 +177,7 @@ def _python(array: pa.Array, huge: bool) -> list:
         return array.cast(pa.timestamp("us", t.tz), safe=False).to_pylist()
     if pa.types.is_time(t):  # TIME '24:00:00', which Python's time cannot hold, is DuckDB's text of it
         day = 86_400 * _PER_SECOND[t.unit]
-        ticks = array.cast(pa.int64()).to_pylist()
+        ticks = array.cast(pa.int32() if pa.types.is_time32(t) else pa.int64()).to_pylist()
         return [v if n is None or n < day else "24:00:00" for v, n in zip(array.to_pylist(), ticks, strict=True)]
     if pa.types.is_interval(t):  # DuckDB counts a month as 30 days
         return [
