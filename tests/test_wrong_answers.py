@@ -789,6 +789,8 @@ def test_averages_of_dates_and_fetched_intervals_as_duckdb(con, duck) -> None:
         db.execute("CREATE TABLE dated AS SELECT id, DATE '2021-06-01' + CAST(id % 30 AS INTEGER) AS dt FROM big")
     try:
         assert_same(con, duck, "SELECT id % 3 AS g, avg(dt) FROM dated GROUP BY 1")
+        # of an expression making a date, timestamp or interval ("sum(DATE)" failed too)
+        assert_same(con, duck, "SELECT id % 3 AS g, avg(dt + 1), avg(dt + INTERVAL 1 HOUR), avg(to_days(CAST(id % 7 AS INTEGER))) FROM dated GROUP BY 1")
         sql = "SELECT to_seconds(id) AS s, INTERVAL '1 month 2 days 3.5 seconds' AS i FROM one"
         assert con.execute(sql).fetchall() == duck.execute(sql).fetchall()
     finally:

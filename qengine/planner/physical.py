@@ -78,10 +78,24 @@ _DECOMPOSABLE = {
 
 
 def _summable(e: exp.Expression, child: lp.Node) -> bool:
-    """Whether ``e`` (an average's argument over ``child``'s columns) may be summed: not a
-    date, time, timestamp or interval, as far as the plan shows (``planner.static_types``)."""
-    kind = expression_signature(e, child) or ""
-    return not kind.startswith(("DATE", "TIME", "INTERVAL"))
+    """Whether ``e`` (an average's argument over ``child``'s columns) is a number that may be
+    summed: arithmetic on columns and constants, none of them a date, time, timestamp or
+    interval as far as the plan shows (``planner.static_types``). DuckDB has no sum of those
+    (``avg(d + 1)`` of a DATE failed as "sum(DATE)"), and a function may make one of a number
+    (``to_days(n)``): an average of anything else is not split."""
+    if any(not isinstance(node, _ARITHMETIC) for node in e.walk()):
+        return False
+    kind = expression_signature(e, child)
+    return kind is not None and not any(word in kind for word in ("DATE", "TIME", "INTERVAL"))
+
+
+# What an average's argument may be made of to be split into a sum and a count (``_summable``)
+_ARITHMETIC = (
+    exp.Column, exp.Identifier, exp.Literal, exp.Cast, exp.DataType, exp.DataTypeParam, exp.Add, exp.Sub, exp.Mul,
+    exp.Div, exp.IntDiv, exp.Mod, exp.Neg, exp.Paren, exp.Abs, exp.Round, exp.Floor, exp.Ceil, exp.Null,
+    exp.Case, exp.If, exp.Coalesce, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.And, exp.Or, exp.Not, exp.Is,
+    exp.Boolean,
+)
 
 
 class PhysicalPlanner:
