@@ -261,6 +261,9 @@ CORPUS = [
         r"^the operator '!~' at line 1, column 14 is not supported: write NOT regexp_full_match\(x, pattern\)$", supported=False),
     # sqlglot cannot spell it back in DuckDB's dialect as written: refused, not run changed
     Bad("approx-top-k", "SELECT approx_top_k(qty, 2) FROM sales", N, r"^APPROX_TOP_K cannot be transpiled to DuckDB", supported=False),
+    # an outer column beside an aggregate in a subquery's select list: not "must appear in the GROUP BY clause"
+    Bad("correlated-beside-an-aggregate", "SELECT count(*) FROM sales a WHERE (SELECT max(b.qty) > a.qty FROM sales b)", N,
+        r'^correlated reference to "a"\."qty" in a subquery is not supported$', supported=False),
     Bad("within-group-two-keys", "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY qty, price) FROM sales", N,
         r"^PERCENTILE_CONT\(\) WITHIN GROUP takes one ORDER BY key in qengine, as in DuckDB$"),
     Bad("read-parquet-of-number", "SELECT * FROM read_parquet(42)", P, r"^read_parquet\(\) takes a path or a list of paths as a string literal$"),

@@ -272,6 +272,7 @@ class Builder(JoinPlanning, AggregatePlanning):
             group = exp.Group(expressions=[exp.Tuple(expressions=[])])
         post: Callable[[exp.Expression, str], exp.Expression]
         if group is not None or aggs:
+            _refuse_outer_references([*outputs, *order_exprs, *([having.this] if having else [])], scopes)
             node, mapping, grouping = self._aggregate(node, scopes, group, aggs)
 
             def post(e: exp.Expression, what: str) -> exp.Expression:
@@ -433,3 +434,14 @@ def _int_clause(clause: exp.Expression, what: str) -> int:
     if n < 0:
         raise ProgrammingError(f"{what} must not be negative")
     return n
+
+
+def _refuse_outer_references(exprs: list[exp.Expression], scopes: dict[str, SourceScope]) -> None:
+    """Refuse a reference to an outer query's column in an aggregating subquery's own
+    expressions (``(SELECT max(b.id) > a.id FROM t b)``) as the correlation it is: past the
+    aggregation it was reported as a column that "must appear in the GROUP BY clause"."""
+    for e in exprs:
+        inner = {id(c) for q in e.find_all(exp.Query, exp.Subquery) if q is not e for c in q.find_all(exp.Column)}
+        for column in e.find_all(exp.Column):
+            if column.table and column.table.lower() not in scopes and id(column) not in inner:
+                raise NotSupportedError(f"correlated reference to {column.sql()} in a subquery is not supported")
