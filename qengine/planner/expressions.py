@@ -4,6 +4,7 @@ AND-ed conjuncts, the source aliases it reads, whether it rejects NULL-padded ro
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 
@@ -16,13 +17,28 @@ from qengine.planner.templates import slot_kind
 
 @functools.cache
 def duckdb_aggregate_names() -> frozenset[str]:
-    """Aggregate function names DuckDB knows, for functions sqlglot parses as Anonymous."""
+    """Aggregate function names DuckDB knows, for functions sqlglot parses as Anonymous: its
+    aggregates, and its macros made of them (``geomean(x)`` is ``exp(avg(ln(x)))``, which was
+    taken for a scalar function, and its GROUP BY failed)."""
     con = duckdb.connect()
     try:
-        rows = con.execute("SELECT DISTINCT function_name FROM duckdb_functions() WHERE function_type = 'aggregate'").fetchall()
+        rows = con.execute(
+            "SELECT DISTINCT function_name, function_type, macro_definition FROM duckdb_functions() "
+            "WHERE function_type IN ('aggregate', 'macro')"
+        ).fetchall()
     finally:
         con.close()
-    return frozenset(r[0].lower() for r in rows)
+    names = {name.lower() for name, kind, _ in rows if kind == "aggregate"}
+    macros = [(name.lower(), set(_CALLED.findall((body or "").lower()))) for name, kind, body in rows if kind == "macro"]
+    grown = True
+    while grown:  # a macro made of an aggregate macro is one too
+        before = len(names)
+        names |= {name for name, calls in macros if calls & names}
+        grown = len(names) > before
+    return frozenset(names)
+
+
+_CALLED = re.compile(r"(\w+)\(")
 
 
 def is_aggregate(e: exp.Expression) -> bool:
