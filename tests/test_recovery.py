@@ -244,10 +244,15 @@ def test_worker_exits_during_push(connect, oracle: duckdb.DuckDBPyConnection) ->
     placed once a tenth of the map tasks are done: a shuffle whose map tasks have all ended by
     then is fetched rather than pushed (``push_decision``), and would reach no push at all.
     Speculation is off: a worker whose first, cold task makes it look slow is kept off the scan
-    splits, and would have no map output to push."""
+    splits, and would have no map output to push. Whether a push pays is decided from the
+    measured pace of the map tasks and the links: on a fast run it may not, and the query is
+    run again (each answer checked) until one reaches a push, three times at most."""
     con = connect("prefetch", f"worker={VICTIM};phase=push;action=exit", prefetch_fraction=0.1, speculation=False)
     address = victim_address(con)
-    stats = run_same(con, oracle, q(7))
+    for _ in range(3):
+        stats = run_same(con, oracle, q(7))
+        if stats.recovery.lost_workers:
+            break
     assert_lost_victim(stats.recovery, address)
     assert stats.recovery.recomputed + stats.recovery.retried >= 1, stats.recovery.summary()
     assert_cluster_recovered(con, oracle, address, q(78))
