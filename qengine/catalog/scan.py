@@ -96,10 +96,10 @@ class _Footers:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._kept: collections.OrderedDict[tuple[str, int, int], tuple[pq.FileMetaData, pa.Schema]] = collections.OrderedDict()
+        # (footer, Arrow schema as pyarrow reads the file, as DuckDB reads it) by (path, size, mtime)
+        self._kept: collections.OrderedDict[tuple[str, int, int], tuple[pq.FileMetaData, pa.Schema, pa.Schema]] = collections.OrderedDict()
 
-    def footer(self, path: str) -> tuple[pq.FileMetaData, pa.Schema]:
-        """The file's footer and its Arrow schema, parsed once while the file is unchanged."""
+    def _entry(self, path: str) -> tuple[pq.FileMetaData, pa.Schema, pa.Schema]:
         info = os.stat(path)
         key = (path, info.st_size, info.st_mtime_ns)
         with self._lock:
@@ -107,13 +107,22 @@ class _Footers:
             if kept is not None:
                 self._kept.move_to_end(key)
                 return kept
-        opened = pq.ParquetFile(path)  # its Arrow schema, as pyarrow reads the file
-        kept = (opened.metadata, opened.schema_arrow)
+        opened = pq.ParquetFile(path)
+        kept = (opened.metadata, opened.schema_arrow, duckdb_schema(opened.schema))
         with self._lock:
             self._kept[key] = kept
             while len(self._kept) > self.SIZE:
                 self._kept.popitem(last=False)
         return kept
+
+    def footer(self, path: str) -> tuple[pq.FileMetaData, pa.Schema]:
+        """The file's footer and its Arrow schema as pyarrow reads it, parsed once while the file is unchanged."""
+        metadata, arrow, _ = self._entry(path)
+        return metadata, arrow
+
+    def duckdb_schema(self, path: str) -> pa.Schema:
+        """The file's Arrow schema as DuckDB reads it (:func:`duckdb_schema`), worked out once."""
+        return self._entry(path)[2]
 
     def file(self, path: str) -> pq.ParquetFile:
         """The file opened with its footer already parsed."""
@@ -226,8 +235,8 @@ def _read_parquet(split: dict, sources: list[str]) -> pa.Table:
     tables = []
     constants: dict[tuple, list[pa.Scalar]] = {}  # by partition values: files of one partition share them
     for path, groups in split["pieces"]:
-        opened = _FOOTERS.file(path)
-        table = _as_duckdb_read(opened.read_row_groups(groups, columns=stored, use_threads=False), opened.schema)
+        table = _FOOTERS.file(path).read_row_groups(groups, columns=stored, use_threads=False)
+        table = _as_duckdb_read(table, _FOOTERS.duckdb_schema(path))
         if made:
             key = tuple(hive["values"][path])
             if key not in constants:
@@ -237,7 +246,7 @@ def _read_parquet(split: dict, sources: list[str]) -> pa.Table:
         tables.append(table.select(sources))
     if tables:
         return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-    schema = duckdb_schema(pq.ParquetFile(split["schema_path"]).schema)
+    schema = _FOOTERS.duckdb_schema(split["schema_path"])
     if hive:
         partitions = schema_from_hex(hive["schema"])
         schema = pa.schema([f for f in schema if f.name.lower() not in index] + list(partitions))
@@ -279,27 +288,28 @@ def _interval_columns(schema: pq.ParquetSchema) -> list[str]:
     return [c.path for c in (schema.column(i) for i in range(len(schema))) if c.converted_type == "INTERVAL" and "." not in c.path]
 
 
-def _as_duckdb_read(table: pa.Table, schema: pq.ParquetSchema) -> pa.Table:
-    """``table``, read by pyarrow from a file of Parquet ``schema``, with its columns as DuckDB
-    reads them (:func:`duckdb_schema`). An INTERVAL's months, days and milliseconds, each a
-    little-endian 32-bit integer, become Arrow's month-day-nanosecond interval; the others are cast."""
+def _as_duckdb_read(table: pa.Table, target: pa.Schema) -> pa.Table:
+    """``table``, read by pyarrow, with its columns as DuckDB reads them (``target``, see
+    :func:`duckdb_schema`). An INTERVAL's months, days and milliseconds, each a little-endian
+    32-bit integer, become Arrow's month-day-nanosecond interval; the other columns are cast."""
     for index, field in enumerate(table.schema):
-        kind = _as_duckdb_reads(field.type)
-        if kind != field.type:
-            table = table.set_column(index, field.with_type(kind), table.column(index).cast(kind))
-    for name in _interval_columns(schema):
-        index = table.schema.get_field_index(name)
-        if index < 0:
+        kind = target.field(field.name).type
+        if kind == field.type:
             continue
-        packed = table.column(index).combine_chunks()
-        raw = np.frombuffer(packed.buffers()[1], dtype="<u4", count=3 * (packed.offset + len(packed)))[3 * packed.offset:].reshape(-1, 3)
-        values = np.empty(len(packed), dtype=[("months", "<i4"), ("days", "<i4"), ("nanoseconds", "<i8")])
-        values["months"], values["days"] = raw[:, 0].view("<i4"), raw[:, 1].view("<i4")
-        values["nanoseconds"] = raw[:, 2].astype(np.int64) * 1_000_000
-        validity = None if packed.null_count == 0 else pa.array(packed.is_valid()).buffers()[1]
-        intervals = pa.Array.from_buffers(pa.month_day_nano_interval(), len(packed), [validity, pa.py_buffer(values.tobytes())])
-        table = table.set_column(index, table.field(index).with_type(intervals.type), intervals)
+        column = _interval(table.column(index)) if pa.types.is_interval(kind) else table.column(index).cast(kind)
+        table = table.set_column(index, field.with_type(kind), column)
     return table
+
+
+def _interval(stored: pa.ChunkedArray) -> pa.Array:
+    """A Parquet INTERVAL column (12 bytes a value, as pyarrow reads it) as DuckDB's interval."""
+    packed = stored.combine_chunks()
+    raw = np.frombuffer(packed.buffers()[1], dtype="<u4", count=3 * (packed.offset + len(packed)))[3 * packed.offset:].reshape(-1, 3)
+    values = np.empty(len(packed), dtype=[("months", "<i4"), ("days", "<i4"), ("nanoseconds", "<i8")])
+    values["months"], values["days"] = raw[:, 0].view("<i4"), raw[:, 1].view("<i4")
+    values["nanoseconds"] = raw[:, 2].astype(np.int64) * 1_000_000
+    validity = None if packed.null_count == 0 else pa.array(packed.is_valid()).buffers()[1]
+    return pa.Array.from_buffers(pa.month_day_nano_interval(), len(packed), [validity, pa.py_buffer(values.tobytes())])
 
 
 def _read_by_duckdb(split: dict) -> pa.Table:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import math
 import os
-import re
 from dataclasses import dataclass, field
 
 import duckdb
@@ -21,7 +20,7 @@ from qengine.catalog import records
 from qengine.catalog.hive import HiveOptions, HivePartitions
 from qengine.catalog.hive import detect as detect_partitions
 from qengine.catalog.scan import csv_error, duckdb_schema
-from qengine.catalog.types import type_code
+from qengine.catalog.types import PLAIN_NAME, type_code
 from qengine.errors import OperationalError, ProgrammingError
 from qengine.sandbox.connection import safe_connection
 from qengine.sandbox.quoting import identifier, string_literal
@@ -40,9 +39,6 @@ def arrow_width(t: pa.DataType) -> float:
         return max(1.0, t.bit_width / 8)
     except ValueError:
         return 24.0
-
-
-_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class Source:
@@ -93,7 +89,7 @@ class Source:
     def sql_schema(self) -> dict[str, str]:
         """Column name → SQL type, the form sqlglot's optimizer takes. sqlglot parses each name
         as SQL: one that is not a plain identifier (``a b``, ``x;y``, ``c.d``) goes quoted."""
-        return {f.name if _PLAIN_NAME.fullmatch(f.name) else identifier(f.name): type_code(f.type) for f in self.schema}
+        return {f.name if PLAIN_NAME.fullmatch(f.name) else identifier(f.name): type_code(f.type) for f in self.schema}
 
 
 @dataclass

@@ -15,6 +15,7 @@ import duckdb
 import pyarrow as pa
 
 from qengine.sandbox.carried_types import TAG
+from qengine.sandbox.quoting import identifier
 
 
 class DBAPITypeObject:
@@ -97,15 +98,13 @@ def type_code(t: pa.DataType) -> str:
 
 
 _TIMESTAMPS = {"s": "TIMESTAMP_S", "ms": "TIMESTAMP_MS", "us": "TIMESTAMP", "ns": "TIMESTAMP_NS"}
-_PLAIN_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a name SQL may write bare
 
 
 def field_name(name: str) -> str:
     """A struct field's name as DuckDB writes it in a type: bare if it is a plain word and no
     keyword, else in double quotes."""
-    if _PLAIN_FIELD.fullmatch(name) and name.lower() not in _keywords():
-        return name
-    return '"' + name.replace('"', '""') + '"'
+    return name if PLAIN_NAME.fullmatch(name) and name.lower() not in _keywords() else identifier(name)
 
 
 @functools.cache

@@ -176,9 +176,11 @@ def _python(array: pa.Array, huge: bool) -> list:
     if pa.types.is_timestamp(t):  # nanoseconds: a datetime, cut to microseconds as DuckDB cuts them (not a pandas Timestamp)
         return array.cast(pa.timestamp("us", t.tz), safe=False).to_pylist()
     if pa.types.is_time(t):  # TIME '24:00:00', which Python's time cannot hold, is DuckDB's text of it
+        ticks = array.cast(pa.int32() if pa.types.is_time32(t) else pa.int64())
         day = 86_400 * _PER_SECOND[t.unit]
-        ticks = array.cast(pa.int32() if pa.types.is_time32(t) else pa.int64()).to_pylist()
-        return [v if n is None or n < day else "24:00:00" for v, n in zip(array.to_pylist(), ticks, strict=True)]
+        if (pc.max(ticks).as_py() or 0) < day:
+            return array.to_pylist()
+        return [v if n is None or n < day else "24:00:00" for v, n in zip(array.to_pylist(), ticks.to_pylist(), strict=True)]
     if pa.types.is_interval(t):  # DuckDB counts a month as 30 days
         return [
             None if v is None else dt.timedelta(days=v.months * 30 + v.days, microseconds=v.nanoseconds // 1000)
