@@ -103,3 +103,25 @@ def test_tpch_query(tpch, tpch_engine, tpch_oracle, number: int) -> None:
 @pytest.mark.parametrize("number", range(1, 100))
 def test_tpcds_query(tpcds_engine, tpcds_oracle, number: int) -> None:
     assert_same(tpcds_engine, tpcds_oracle, tpcds_extension.queries()[number])
+
+
+def test_tpcds_harness_warms_up_then_times_each_engine_repeat_times(tpcds) -> None:
+    """``qengine tpcds run``'s protocol: every query checked, then timed ``repeat`` times in each
+    engine after an untimed warm-up; a query's seconds are the medians of its runs."""
+    import statistics
+
+    from tpcds.run import run
+
+    seen = []
+    report = run(tpcds, [3, 7, 96], {"workers": 2, "split_size": "256KB"}, lambda done, q: seen.append((done, q.query)), repeat=3)
+    assert seen == [(1, 3), (2, 7), (3, 96)]
+    assert report.config["repeat"] == 3
+    for q in report.queries:
+        assert q.ok, q.error
+        assert len(q.qengine_runs) == len(q.duckdb_runs) == 3
+        assert q.qengine_seconds == round(statistics.median(q.qengine_runs), 4)
+        assert q.duckdb_seconds == round(statistics.median(q.duckdb_runs), 4)
+        assert q.tasks and q.rows is not None
+    spread = report.repeat_ratios()
+    assert len(spread) == 3
+    assert report.totals()["ratio_range_over_repeats"] == [round(min(spread), 3), round(max(spread), 3)]

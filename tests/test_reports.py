@@ -165,3 +165,14 @@ def test_timelines_of_a_real_query_in_both_modes(tmp_path, default_engine, pull_
     plot_timelines({"join": {"pull": runs["pull"], "prefetch": runs["prefetch"]}}, path, "join, pull vs prefetch")
     width, height = png_size(path)
     assert width > height > 100
+
+
+def test_repeat_ratios_are_each_repeats_totals() -> None:
+    report = RunReport(config={})
+    report.queries.append(QueryReport(1, ok=True, qengine_seconds=2.0, duckdb_seconds=1.0, qengine_runs=[1.0, 2.0, 3.0], duckdb_runs=[1.0, 1.0, 1.0]))
+    report.queries.append(QueryReport(2, ok=True, qengine_seconds=4.0, duckdb_seconds=2.0, qengine_runs=[3.0, 4.0, 9.0], duckdb_runs=[2.0, 2.0, 1.0]))
+    # a failed query has no ratio and stays out of every repeat's totals
+    report.queries.append(QueryReport(3, ok=False, error="OperationalError: worker lost", qengine_runs=[5.0]))
+    assert report.repeat_ratios() == [4.0 / 3.0, 6.0 / 3.0, 12.0 / 2.0]
+    assert report.totals()["ratio_range_over_repeats"] == [1.333, 6.0]
+    assert "(repeats 1.33–6.00×)" in "\n".join(header_lines(report, "title"))

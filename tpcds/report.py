@@ -100,11 +100,13 @@ def header_lines(report: RunReport, title: str) -> list[str]:
     failed = [q for q in report.queries if q.ratio is None]
     lines = [title, f"qengine ÷ DuckDB per query, {len(report.queries)} queries: "
                     f"{report.correct} correct, {len(wrong)} wrong answers, {len(failed)} failed"]
+    repeats = report.repeat_ratios()
+    spread = f" (repeats {min(repeats):.2f}–{max(repeats):.2f}×)" if len(repeats) > 1 else ""
     if s.total is None or s.geomean is None:
         lines.append("no query ran on both engines")
     else:
         lines.append(f"total over the {s.timed} timed queries: qengine {s.qengine_seconds:.2f} s, DuckDB {s.duckdb_seconds:.2f} s, "
-                     f"ratio {s.total:.2f}×;  geometric mean of the ratios {s.geomean:.2f}×")
+                     f"ratio {s.total:.2f}×{spread};  geometric mean of the ratios {s.geomean:.2f}×")
     listed = "; ".join(f"{what}: {', '.join(f'q{q.query}' for q in queries)}"
                        for what, queries in (("wrong answers", wrong), ("failed", failed)) if queries)
     lines.append(textwrap.shorten(listed, LIST_CHARS, placeholder=" …") if listed else "every answer matched DuckDB's")

@@ -31,6 +31,9 @@ class QueryReport:
     recovery: dict | None = None  # tasks retried, recomputed and speculated; workers lost
     reducer_wait_seconds: float | None = None
     rows: int | None = None
+    # Every timed run, in the order run; the seconds above are their medians.
+    qengine_runs: list[float] = field(default_factory=list)
+    duckdb_runs: list[float] = field(default_factory=list)
 
     @property
     def ratio(self) -> float | None:
@@ -67,6 +70,13 @@ class RunReport:
     def timed(self) -> list[QueryReport]:
         return [q for q in self.queries if q.ratio is not None]
 
+    def repeat_ratios(self) -> list[float]:
+        """Per repeat, qengine's total over DuckDB's across the queries timed in every repeat: the
+        spread of the total ratio from one repeat to the next."""
+        timed = [q for q in self.timed() if q.qengine_runs and len(q.qengine_runs) == len(q.duckdb_runs)]
+        repeats = min((len(q.qengine_runs) for q in timed), default=0)
+        return [sum(q.qengine_runs[r] for q in timed) / sum(q.duckdb_runs[r] for q in timed) for r in range(repeats)]
+
     def ratios(self) -> Ratios:
         timed = self.timed()
         qe = sum(q.qengine_seconds for q in timed)
@@ -76,6 +86,7 @@ class RunReport:
 
     def totals(self) -> dict:
         ratios = self.ratios()
+        spread = self.repeat_ratios()
         small = [q for q in self.timed() if q.duckdb_seconds < SMALL_SECONDS]
         return {
             "queries": len(self.queries),
@@ -83,6 +94,7 @@ class RunReport:
             "qengine_seconds": round(ratios.qengine_seconds, 3),
             "duckdb_seconds": round(ratios.duckdb_seconds, 3),
             "ratio_qengine_over_duckdb": None if ratios.total is None else round(ratios.total, 3),
+            "ratio_range_over_repeats": [round(min(spread), 3), round(max(spread), 3)] if spread else None,
             "geomean_ratio": None if ratios.geomean is None else round(ratios.geomean, 3),
             "shuffle_bytes": sum(q.shuffle_bytes or 0 for q in self.queries),
             # The queries DuckDB answers in under SMALL_SECONDS, and qengine's median time over
@@ -137,11 +149,20 @@ def run(
     selection: list[int],
     connect_options: dict,
     progress: Callable[[int, QueryReport], None] | None = None,
+    *,
+    repeat: int,
 ) -> RunReport:
+    """Each selected query, one after another: first once untimed in each engine (qengine's
+    answer checked against DuckDB's; both warm: files cached, workers' code paths loaded), then
+    ``repeat`` timed runs of each engine, the order of the two alternating from one repeat to
+    the next so that neither always runs on a host the other has just warmed or tired. Every
+    timed answer is checked too; a query's seconds are the medians of its runs."""
     if not os.path.isdir(data):
         raise ProgrammingError(f"no TPC-DS data at {data}: run `qengine tpcds gen --out {data}` first")
+    if repeat < 1:
+        raise ProgrammingError(f"--repeat must be at least 1, not {repeat}")
     texts = all_queries()
-    report = RunReport(config={"data": os.path.abspath(data), **connect_options})
+    report = RunReport(config={"data": os.path.abspath(data), "repeat": repeat, **connect_options})
     ref = reference(data)
     from qengine.cli.common import announce_ui, register_directory
 
@@ -149,30 +170,55 @@ def run(
         announce_ui(con)  # --ui: watch the queries run
         register_directory(con, data)
         for i, number in enumerate(selection):
-            sql = texts[number]
-            entry = QueryReport(number, ok=False)
-            try:
-                t0 = time.perf_counter()
-                cur = con.execute(sql)
-                got = cur.fetch_arrow_table()
-                entry.qengine_seconds = round(time.perf_counter() - t0, 4)
-                stats = cur.stats
-                entry.stages, entry.tasks, entry.shuffle_bytes = len(stats.stages), stats.tasks, stats.shuffle_bytes
-                entry.remote_bytes = sum(s.remote_bytes for s in stats.shuffles)
-                entry.spilled_bytes = stats.spilled_bytes
-                entry.recovery = asdict(stats.recovery)
-                entry.reducer_wait_seconds = round(sum(s.read_wait_seconds for s in stats.shuffles), 4)
-                entry.rows = got.num_rows
-                t1 = time.perf_counter()
-                expected = ref.execute(sql).to_arrow_table()
-                entry.duckdb_seconds = round(time.perf_counter() - t1, 4)
-                verdict = compare(got, expected, sql)
-                entry.ok = verdict.ok
-                entry.error = None if verdict.ok else f"wrong answer: {verdict.message}"
-            except Error as e:
-                entry.error = f"{type(e).__name__}: {e}"
-            report.queries.append(entry)
+            report.queries.append(_measure(con, ref, number, texts[number], repeat))
             if progress:
-                progress(i + 1, entry)
+                progress(i + 1, report.queries[-1])
     ref.close()
     return report
+
+
+def _measure(con: qengine.Connection, ref: duckdb.DuckDBPyConnection, number: int, sql: str, repeat: int) -> QueryReport:
+    """One query's warm-ups and timed runs (see :func:`run`). A wrong answer is timed like a
+    right one; a failure ends the query's measurement with its error."""
+    entry = QueryReport(number, ok=False)
+
+    def duck() -> tuple[float, object]:
+        t0 = time.perf_counter()
+        table = ref.execute(sql).to_arrow_table()
+        return time.perf_counter() - t0, table
+
+    def engine() -> float:
+        t0 = time.perf_counter()
+        cur = con.execute(sql)
+        got = cur.fetch_arrow_table()
+        seconds = time.perf_counter() - t0
+        stats = cur.stats
+        entry.stages, entry.tasks, entry.shuffle_bytes = len(stats.stages), stats.tasks, stats.shuffle_bytes
+        entry.remote_bytes = sum(s.remote_bytes for s in stats.shuffles)
+        entry.spilled_bytes = stats.spilled_bytes
+        entry.recovery = asdict(stats.recovery)
+        entry.reducer_wait_seconds = round(sum(s.read_wait_seconds for s in stats.shuffles), 4)
+        entry.rows = got.num_rows
+        verdict = compare(got, expected, sql)
+        if not verdict.ok and entry.error is None:
+            entry.error = f"wrong answer: {verdict.message}"  # still timed, as a right one would be
+        return seconds
+
+    try:
+        _, expected = duck()
+        engine()
+        for r in range(repeat):
+            if r % 2:
+                entry.duckdb_runs.append(round(duck()[0], 4))
+                entry.qengine_runs.append(round(engine(), 4))
+            else:
+                entry.qengine_runs.append(round(engine(), 4))
+                entry.duckdb_runs.append(round(duck()[0], 4))
+        entry.ok = entry.error is None
+    except Error as e:
+        entry.error = f"{type(e).__name__}: {e}"
+    if entry.qengine_runs:
+        entry.qengine_seconds = round(statistics.median(entry.qengine_runs), 4)
+    if entry.duckdb_runs:
+        entry.duckdb_seconds = round(statistics.median(entry.duckdb_runs), 4)
+    return entry
