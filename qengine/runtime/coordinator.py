@@ -20,6 +20,7 @@ from qengine.planner.null_columns import null_columns
 from qengine.planner.render import render
 from qengine.planner.stages import StagePlan
 from qengine.planner.user_names import with_user_columns
+from qengine.runtime.collector_pace import rare_collections
 from qengine.runtime.key_ranges import KeyRanges
 from qengine.runtime.query_run import QueryRun
 from qengine.runtime.query_state import Cluster, ExecutionOptions, release_blocks
@@ -75,7 +76,7 @@ class Coordinator:
         record = self.cluster.history.current()  # the statement this query runs for, if recorded
         finished = False
         try:
-            with self.cluster.running_query():
+            with self.cluster.running_query(), rare_collections():
                 run = QueryRun(
                     self.cluster, self.options, (self.tasks, self.aux), self.key_ranges, self.paces, plan, output, progress, cancelled
                 )

@@ -26,6 +26,7 @@ import pyarrow.flight as flight
 from qengine.catalog.access import AccessPolicy
 from qengine.errors import Error, input_lost
 from qengine.exchange.store import BlockStore, MissingBlocksError
+from qengine.runtime.collector_pace import RARE
 from qengine.runtime.fair_queue import ShareTerms
 from qengine.runtime.faults import FaultPlan
 from qengine.runtime.task import TaskRunner
@@ -234,7 +235,7 @@ def _collect_rarely() -> None:
     collected in larger batches.
     """
     gc.freeze()
-    gc.set_threshold(50_000, 20, 20)
+    gc.set_threshold(*RARE)
 
 
 def _log_to(path: str) -> None:
