@@ -20,6 +20,7 @@ import pytest
 
 import qengine
 from tests.conftest import assert_same, duckdb_over, engine_over
+from tpcds.compare import compare
 
 TABLES = ("big", "big2", "small", "one")
 
@@ -634,6 +635,20 @@ ONCE_FAILED = {
 }
 
 
+# Grouping sets DuckDB answers: a number inside ROLLUP, CUBE or GROUPING SETS was taken for a
+# constant key, and a parenthesized list inside ROLLUP for one key ("must appear in the GROUP BY
+# clause"); GROUPING() was an INTEGER where DuckDB's is a BIGINT, and GROUPING_ID() failed.
+GROUPING_SETS = {
+    "position_in_rollup": "SELECT k % 3 AS g, count(*) FROM big GROUP BY ROLLUP (1)",
+    "positions_in_grouping_sets": "SELECT k % 3 AS g, id % 2 AS h, count(*) FROM big GROUP BY GROUPING SETS ((1), (1, 2), ())",
+    "list_as_one_element_of_a_rollup": "SELECT k % 3 AS g, id % 2 AS h, count(*), grouping(g, h) FROM big GROUP BY ROLLUP ((g, h))",
+    "list_as_one_element_of_a_cube": "SELECT k % 3 AS g, id % 2 AS h, k % 5 AS f, sum(d) FROM big GROUP BY CUBE ((g, h), f)",
+    "grouping_of_plain_keys_is_a_bigint": "SELECT k % 3 AS g, grouping(g) AS z, typeof(grouping(g)) FROM big GROUP BY g",
+    "grouping_id_and_its_type": "SELECT k % 3 AS g, id % 2 AS h, grouping_id(g, h), typeof(grouping(h)), count(*) FROM big GROUP BY CUBE (g, h)",
+    "grouping_without_grouping_sets": "SELECT typeof(grouping(k)), count(*) FROM small GROUP BY k",
+}
+
+
 # Every group of queries above is answered exactly as DuckDB answers it; a test's id names the
 # group (what went wrong) and the query.
 ANSWERED_AS_DUCKDB = {
@@ -664,6 +679,7 @@ ANSWERED_AS_DUCKDB = {
     "average_over_huge_and_decimal_arguments": AVERAGES,
     "null_made_by_an_expression_keeps_its_type": NULL_TYPED_EXPRESSIONS,
     "once_failed_inside": ONCE_FAILED,
+    "grouping_sets_as_duckdb": GROUPING_SETS,
 }
 
 
@@ -873,3 +889,36 @@ def test_a_bit_column_is_refused(con) -> None:
     with pytest.raises(qengine.NotSupportedError, match="BIT type"):
         con.execute("SELECT DISTINCT k % 2 AS g, CAST('101' AS BIT) AS b FROM big").fetchall()
     assert con.execute("SELECT bit_count(CAST('101' AS BIT)) FROM one").fetchall() == [(2,)]
+
+
+# DuckDB refuses these spellings; qengine used to drop the word and answer a plain GROUP BY.
+@pytest.mark.parametrize(
+    ("sql", "same_as"),
+    [
+        # MySQL's and Spark's WITH ROLLUP / WITH CUBE over the keys before them
+        ("SELECT k % 3 AS g, id % 2 AS h, count(*) FROM big GROUP BY g, h WITH ROLLUP",
+         "SELECT k % 3 AS g, id % 2 AS h, count(*) FROM big GROUP BY ROLLUP (g, h)"),
+        ("SELECT k % 3 AS g, id % 2 AS h, count(*) FROM big GROUP BY g, h WITH CUBE",
+         "SELECT k % 3 AS g, id % 2 AS h, count(*) FROM big GROUP BY CUBE (g, h)"),
+        # PostgreSQL's GROUP BY DISTINCT: each grouping set once
+        ("SELECT k % 3 AS g, id % 2 AS h, count(*) FROM big GROUP BY DISTINCT ROLLUP (g), ROLLUP (g, h)",
+         "SELECT k % 3 AS g, id % 2 AS h, count(*) FROM big GROUP BY GROUPING SETS ((g, h), (g), ())"),
+    ],
+)
+def test_grouping_modifiers_duckdb_refuses_mean_what_other_systems_mean(con, duck, sql: str, same_as: str) -> None:
+    got = con.execute(sql).fetch_arrow_table()
+    expected = duck.execute(same_as).to_arrow_table()
+    assert compare(got, expected, sql).ok
+    assert got.num_rows > con.execute(sql.split(" GROUP BY ")[0] + " GROUP BY g, h").fetch_arrow_table().num_rows
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT k, count(*) FROM big GROUP BY ALL k",
+        "SELECT k, count(*) FROM big GROUP BY k, ROLLUP (id) WITH ROLLUP",
+    ],
+)
+def test_grouping_spellings_of_two_meanings_are_refused(con, sql: str) -> None:
+    with pytest.raises(qengine.NotSupportedError, match="GROUP BY ALL followed by keys|WITH ROLLUP or WITH CUBE"):
+        con.execute(sql)

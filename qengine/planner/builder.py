@@ -266,6 +266,9 @@ class Builder(JoinPlanning, AggregatePlanning):
             collect_aggregates(e, aggs)
         group = select.args.get("group")
         if group is not None and group.args.get("all"):
+            if group.expressions:
+                raise NotSupportedError("GROUP BY ALL followed by keys: DuckDB's GROUP BY ALL groups by every select item "
+                                        "that is not an aggregate; write either GROUP BY ALL or the keys")
             plain = [o for o in outputs if not has_aggregate(o) and not o.find(exp.Window)]
             group = exp.Group(expressions=[o.copy() for o in plain]) if plain else None
         if group is None and not aggs and having is not None:  # a HAVING makes one group of all rows, as GROUP BY () does
@@ -273,7 +276,7 @@ class Builder(JoinPlanning, AggregatePlanning):
         post: Callable[[exp.Expression, str], exp.Expression]
         if group is not None or aggs:
             _refuse_outer_references([*outputs, *order_exprs, *([having.this] if having else [])], scopes)
-            node, mapping, grouping = self._aggregate(node, scopes, group, aggs)
+            node, mapping, grouping = self._aggregate(node, scopes, group, aggs, outputs)
 
             def post(e: exp.Expression, what: str) -> exp.Expression:
                 return grouping(self.rewrite(e, None, mapping, what))
