@@ -242,11 +242,11 @@ def _numeric(e: exp.Expression) -> bool:
 
 
 def movable(e: exp.Expression) -> bool:
-    """True when evaluating ``e`` elsewhere gives the same rows: no subquery, aggregate, window
-    or volatile function."""
+    """True when evaluating ``e`` elsewhere gives the same rows: no subquery, aggregate, window,
+    unnest (it makes rows, and DuckDB allows it only in a select list) or volatile function."""
     if calls_volatile(e):
         return False
-    return not any(isinstance(n, exp.Select | exp.Subquery | exp.Table | exp.AggFunc | exp.Window) for n in e.walk())
+    return not any(isinstance(n, exp.Select | exp.Subquery | exp.Table | exp.AggFunc | exp.Window | exp.Explode | exp.Unnest) for n in e.walk())
 
 
 def _split(preds: list[exp.Expression], test) -> tuple[list[exp.Expression], list[exp.Expression]]:
