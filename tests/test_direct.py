@@ -141,6 +141,19 @@ def test_split_gives_each_partition_its_own_buffers(t: pa.Table, partitions: int
     assert all(p.get_total_buffer_size() < t.get_total_buffer_size() / 2 for p in parts)
 
 
+def test_split_into_mostly_empty_partitions_keeps_rows_and_schema(t: pa.Table) -> None:
+    # Many reducers over few rows: the empty partitions share a table of no rows and hold no
+    # buffer of the output; the others are gathered as usual.
+    small = t.slice(0, 5).replace_schema_metadata({b"tag": b"kept"})
+    ids = np.array([9_000, 3, 9_000, 42, 3])
+    parts = partitioner.split(small, ids, 10_000)
+    assert len(parts) == 10_000
+    assert {p: parts[p].column("row").to_pylist() for p in (3, 42, 9_000)} == {3: [1, 4], 42: [3], 9_000: [0, 2]}
+    assert sum(p.num_rows for p in parts) == 5
+    assert all(p.schema.equals(small.schema, check_metadata=True) for p in (parts[0], parts[3], parts[9_999]))
+    assert parts[0].get_total_buffer_size() == small.schema.empty_table().get_total_buffer_size()
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])
 @pytest.mark.parametrize("order", [[["b", False, False]], [["i", True, True], ["row", False, False]]], ids=["bytes", "int-desc"])
 def test_sorted_output_is_written_batch_by_batch(t: pa.Table, tmp_path, monkeypatch, fmt: str, order: list) -> None:

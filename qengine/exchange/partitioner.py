@@ -148,5 +148,8 @@ def split(table: pa.Table, ids: np.ndarray, partitions: int) -> list[pa.Table]:
         offsets = np.concatenate([[0], np.cumsum(counts)])
         rows = [order[offsets[p]:offsets[p + 1]] for p in range(partitions)]
     # One gather per column and partition: take on a many-chunk table costs several times more.
+    # An empty partition is one shared table of no rows, which holds no buffer of the output:
+    # among many partitions most are empty, and a take of no rows costs as much as one of many.
     combined = table.combine_chunks()
-    return [combined.take(r) for r in rows]
+    empty = combined.schema.empty_table()
+    return [combined.take(r) if len(r) else empty for r in rows]
