@@ -1,9 +1,11 @@
 """TPC-DS on Spark ``local[2]`` against qengine and DuckDB, in one run.
 
-    python bench/tpcds_spark.py --data /tmp/ds1 [--queries 1-10,42] [--out report.json]
+    python bench/tpcds_spark.py --data /tmp/ds1 [--queries 1-10,42] [--repeat 3] [--out report.json]
 
-qengine and DuckDB run through ``tpcds.run`` (every qengine answer is checked against DuckDB).
-Spark runs the same query texts, transpiled from DuckDB's dialect by sqlglot, over the same
+qengine and DuckDB run through ``tpcds.run`` (every qengine answer is checked against DuckDB;
+each query warmed up in both, then timed ``--repeat`` times in alternating order). Spark, in a
+session of its own afterwards, runs each query once untimed and then ``--repeat`` times; its
+time is the median. Spark runs the same query texts, transpiled from DuckDB's dialect by sqlglot, over the same
 Parquet files. A query Spark cannot run is reported with its error and left out of the totals,
 so the ratio compares the same queries. It needs pyspark and a Java runtime.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import statistics
 import sys
 import time
 
@@ -25,8 +28,9 @@ from tpcds.report import write_json
 from tpcds.run import parse_selection, run, table_directories
 
 
-def spark_times(data: str, selection: list[int]) -> dict[int, float | str]:
-    """Seconds per query on Spark local[2], or the error text of a query it could not run."""
+def spark_times(data: str, selection: list[int], repeat: int) -> dict[int, float | str]:
+    """Median seconds per query on Spark local[2] over ``repeat`` runs after an untimed one, or
+    the error text of a query it could not run."""
     from pyspark.sql import SparkSession
 
     spark = (SparkSession.builder.master("local[2]").appName("tpcds")
@@ -39,13 +43,16 @@ def spark_times(data: str, selection: list[int]) -> dict[int, float | str]:
         out: dict[int, float | str] = {}
         for number in selection:
             sql = sqlglot.transpile(texts[number], read="duckdb", write="spark")[0]
-            t0 = time.perf_counter()
+            times = []
             try:
-                spark.sql(sql).collect()
+                for _ in range(repeat + 1):  # the first one warms up
+                    t0 = time.perf_counter()
+                    spark.sql(sql).collect()
+                    times.append(time.perf_counter() - t0)
             except Exception as e:  # noqa: BLE001 - any Spark failure is reported per query
                 out[number] = str(e).splitlines()[0][:300]
             else:
-                out[number] = time.perf_counter() - t0
+                out[number] = statistics.median(times[1:])
             print(f"spark q{number}: {out[number] if isinstance(out[number], str) else f'{out[number]:.2f}s'}", flush=True)
         return out
     finally:
@@ -57,14 +64,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", required=True, help="TPC-DS Parquet from `qengine tpcds gen`")
     parser.add_argument("--queries", default=None, help="e.g. 1-10,42 (default: all 99)")
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs of each query in each engine, after a warm-up")
     parser.add_argument("--out", default=None, help="JSON report (default: <cache>/bench-tpcds-spark.json)")
     args = parser.parse_args(argv)
     if importlib.util.find_spec("pyspark") is None:
         print("pyspark is not installed: pip install pyspark (it needs a Java runtime)", file=sys.stderr)
         return 2
     selection = parse_selection(args.queries)
-    report = run(args.data, selection, {"workers": args.workers})
-    spark = spark_times(args.data, selection)
+    report = run(args.data, selection, {"workers": args.workers}, repeat=args.repeat)
+    spark = spark_times(args.data, selection, args.repeat)
     common = [q for q in report.queries
               if q.ok and q.qengine_seconds is not None and not isinstance(spark[q.query], str)]
     totals = {
