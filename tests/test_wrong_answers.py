@@ -140,6 +140,10 @@ def test_correlated_quantified_subquery_as_a_value_is_refused(con, duck, sql: st
         "SELECT id, (SELECT max(x.id) FROM (SELECT * FROM big WHERE id % 3 = 0) x WHERE x.k = big.k AND x.id < big.id) FROM big WHERE id < 20",
         "WITH c AS (SELECT * FROM big WHERE id % 3 = 0) SELECT id, (SELECT max(c.id) FROM c WHERE c.id < big.id) FROM big WHERE id < 20",
         "SELECT id, (SELECT count(*) FROM (SELECT k FROM small) s WHERE s.k = small.x OR s.k IS NULL) FROM small",
+        # two levels down: merged into x first, x0 brought big into x
+        "SELECT id, (SELECT max(x.id) FROM (SELECT * FROM (SELECT * FROM big) x0) x WHERE x.id < big.id) FROM big WHERE id < 20",
+        "SELECT id FROM small WHERE EXISTS (SELECT 1 FROM (SELECT * FROM (SELECT * FROM small) x0) x WHERE x.id < small.id)",
+        "WITH a AS (SELECT * FROM small), b AS (SELECT * FROM a) SELECT id, (SELECT count(*) FROM b WHERE b.id < small.id) FROM small",
     ],
 )
 def test_correlated_reference_to_a_table_a_merged_derived_table_reads_is_refused(con, duck, sql: str) -> None:
@@ -296,6 +300,11 @@ PADDED_DERIVED_TABLE = {
     "filter_above": "SELECT count(*) FROM (SELECT k, 1 AS c FROM small) b RIGHT JOIN one a ON b.k = a.k + 1000 WHERE b.c = 1",
     "cte_constant": "WITH w AS (SELECT k, 1 AS c FROM big) SELECT a.id, w.c FROM small a LEFT JOIN w ON a.k = w.k + 1000",
     "strict_projection": "SELECT a.id, b.c FROM small a LEFT JOIN (SELECT k, k + 1 AS c FROM big) b ON a.k = b.k + 1000",
+    # two levels down: merged into q2 first, q1's constant reached the join
+    "nested_constant": "SELECT a.id, q2.c FROM small a LEFT JOIN (SELECT * FROM (SELECT k, 1 AS c FROM big) q1) q2 ON a.k = q2.k + 1000",
+    "nested_coalesce_under_a_filter": "SELECT count(*) FROM small a LEFT JOIN (SELECT * FROM (SELECT k, coalesce(k, 0) AS c FROM one) q1) q2 "
+    "ON a.k = q2.k WHERE q2.c IS NULL",
+    "cte_chain_full_join": "WITH p AS (SELECT k, 'a' AS c FROM one), q AS (SELECT * FROM p) SELECT a.id, q.c FROM small a FULL JOIN q ON a.k = q.k",
 }
 
 

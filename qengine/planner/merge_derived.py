@@ -44,7 +44,7 @@ def merge_subqueries(expression: exp.Expression, **kwargs: Any) -> exp.Expressio
         select = scope.expression
         if not isinstance(select, exp.Select) or select.args.get(_MARK_ARG):
             continue
-        if (_padded(scope) and not _null_propagating(select)) or _captures(scope, scopes) or calls_volatile(select) or _read_twice(scope):
+        if (_padded(scope, scopes) and not _null_propagating(select)) or _captures(scope, scopes) or calls_volatile(select) or _read_twice(scope):
             select.set(_MARK_ARG, _MARK)
     expression = sqlglot_merge_subqueries(expression, **kwargs)
     for select in expression.find_all(exp.Select):
@@ -53,14 +53,31 @@ def merge_subqueries(expression: exp.Expression, **kwargs: Any) -> exp.Expressio
     return expression
 
 
-def _padded(scope: Scope) -> bool:
+def _padded(scope: Scope, scopes: list[Scope]) -> bool:
     """Whether some reader of ``scope`` (a derived table, or a CTE) may see it padded with NULLs
-    by an outer join."""
-    if scope.is_derived_table:
-        return _padded_source(scope.expression.parent)
-    if scope.is_cte:
-        return any(_padded_source(t) for t in _cte_reads(scope))
-    return False
+    by an outer join: directly, or through a derived table or CTE reading it that is itself
+    padded, into which it would be merged first (``LEFT JOIN (SELECT * FROM (SELECT k, 1 AS c
+    FROM x) q1) q2``: merged into q2, q1's constant reached the join)."""
+    if scope.is_derived_table and _padded_source(scope.expression.parent):
+        return True
+    if scope.is_cte and any(_padded_source(t) for t in _cte_reads(scope)):
+        return True
+    return any(_padded(reader, scopes) for reader in _readers(scope, scopes) if reader.is_derived_table or reader.is_cte)
+
+
+def _readers(scope: Scope, scopes: list[Scope]) -> list[Scope]:
+    """The scopes that name ``scope`` among their sources."""
+    return [reader for reader in scopes if any(source is scope for _, source in reader.selected_sources.values())]
+
+
+def _merged_names(scope: Scope) -> set[str]:
+    """The source names ``scope`` has once the derived tables and CTEs it reads are merged
+    into it: its own, and theirs."""
+    names = set(scope.selected_sources)
+    for _, source in scope.selected_sources.values():
+        if isinstance(source, Scope):
+            names |= _merged_names(source)
+    return names
 
 
 def _cte_reads(scope: Scope) -> list[exp.Table]:
@@ -99,11 +116,11 @@ def _null_propagating(select: exp.Select) -> bool:
 def _captures(inner: Scope, scopes: list[Scope]) -> bool:
     """Whether a source of ``inner`` (a derived table or CTE), merged into a query that reads
     it, would come between a column of that query (or of a subquery in it) and the source of
-    an enclosing query the column names."""
-    names = set(inner.selected_sources)
-    for reader in scopes:
-        if not any(source is inner for _, source in reader.selected_sources.values()):
-            continue
+    an enclosing query the column names. The sources counted are those ``inner`` has once
+    what it reads is merged into it too: in ``(SELECT max(x.id) FROM (SELECT * FROM (SELECT *
+    FROM t) x0) x WHERE x.id < t.id)``, x0 merged into x brings t."""
+    names = _merged_names(inner)
+    for reader in _readers(inner, scopes):
         for scope in scopes:
             if scope is inner or _within(scope, inner) or not (scope is reader or _within(scope, reader)):
                 continue
