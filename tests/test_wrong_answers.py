@@ -663,6 +663,20 @@ GROUPING_SETS = {
 }
 
 
+# ORDER BY as DuckDB binds it: a name inside an expression is the FROM item's column where one
+# has it, the alias only when it alone is the term; a parenthesized position is a position.
+ORDER_BY_NAMES = {
+    "alias_shadowing_a_column_in_an_expression": "SELECT -k AS k, id FROM big ORDER BY k + 0, id LIMIT 20",
+    "alias_shadowing_a_column_negated": "SELECT id, -k AS k FROM big ORDER BY -k, id LIMIT 20",
+    "alias_alone_is_the_alias": "SELECT id, -k AS k FROM big ORDER BY k, id LIMIT 20",
+    "alias_in_parentheses_is_the_alias": "SELECT id, -k AS k FROM big ORDER BY (k), id LIMIT 20",
+    "alias_of_no_column_in_an_expression": "SELECT id, -k AS w FROM big ORDER BY w * 2, id LIMIT 20",
+    "parenthesized_position": "SELECT id, k FROM big ORDER BY (2), 1 LIMIT 20",
+    "parenthesized_position_of_a_union": "SELECT id, k FROM small UNION ALL SELECT id, k FROM one ORDER BY (2), 1",
+    "grouped_alias_shadowing_its_key": "SELECT -k AS k, count(*) FROM big GROUP BY k ORDER BY k + 0 LIMIT 20",
+}
+
+
 # Every group of queries above is answered exactly as DuckDB answers it; a test's id names the
 # group (what went wrong) and the query.
 ANSWERED_AS_DUCKDB = {
@@ -694,6 +708,7 @@ ANSWERED_AS_DUCKDB = {
     "null_made_by_an_expression_keeps_its_type": NULL_TYPED_EXPRESSIONS,
     "once_failed_inside": ONCE_FAILED,
     "grouping_sets_as_duckdb": GROUPING_SETS,
+    "order_by_names_and_positions": ORDER_BY_NAMES,
 }
 
 
@@ -935,4 +950,25 @@ def test_grouping_modifiers_duckdb_refuses_mean_what_other_systems_mean(con, duc
 )
 def test_grouping_spellings_of_two_meanings_are_refused(con, sql: str) -> None:
     with pytest.raises(qengine.NotSupportedError, match="GROUP BY ALL followed by keys|WITH ROLLUP or WITH CUBE"):
+        con.execute(sql)
+
+
+@pytest.mark.parametrize("term", ["2.0", "'2'", "-1", "0", "3", "(2.5)"])
+@pytest.mark.parametrize("union", [False, True])
+def test_order_by_a_constant_that_is_no_position_is_refused(con, duck, term: str, union: bool) -> None:
+    # 2.0 was an internal error (int('2.0')); -1 and '2' ordered nothing where DuckDB refuses them
+    sql = f"SELECT id, k FROM small {'UNION ALL SELECT id, k FROM one ' if union else ''}ORDER BY {term}"
+    with pytest.raises(duckdb.BinderException):
+        duck.execute(sql)
+    with pytest.raises(qengine.ProgrammingError, match="ORDER BY"):
+        con.execute(sql)
+
+
+@pytest.mark.parametrize("term", ["0", "-1", "3"])
+def test_group_by_a_position_outside_the_select_list_is_refused(con, duck, term: str) -> None:
+    # GROUP BY 0 (and ORDER BY 0) took the last select item: sqlglot looks position 0 up as index -1
+    sql = f"SELECT k, count(*) FROM small GROUP BY {term}"
+    with pytest.raises(duckdb.BinderException):
+        duck.execute(sql)
+    with pytest.raises(qengine.ProgrammingError, match=f"GROUP BY position {term} is not in the select list"):
         con.execute(sql)

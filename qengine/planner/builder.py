@@ -257,7 +257,7 @@ class Builder(JoinPlanning, AggregatePlanning):
         outputs = [unparen(e.unalias()) for e in select.expressions]
         display = [e.alias_or_name for e in select.expressions]
         order = select.args.get("order")
-        order_exprs = [unparen(self._order_target(o.this, select.expressions)) for o in order.expressions] if order else []
+        order_exprs = [unparen(self._order_target(o.this, select.expressions, scopes)) for o in order.expressions] if order else []
         having = select.args.get("having")
         qualify = select.args.get("qualify")
 
@@ -328,22 +328,28 @@ class Builder(JoinPlanning, AggregatePlanning):
             rel = Rel(self._finish(Project(rel.node, [(n, col(n)) for n in names])), display)
         return rel
 
-    def _order_target(self, target: exp.Expression, select_exprs: list[exp.Expression]) -> exp.Expression:
-        """ORDER BY may name output aliases or positions; inline them as the select expression."""
-        if isinstance(target, exp.Literal) and not target.is_string:
-            pos = int(target.name)
-            if not 1 <= pos <= len(select_exprs):
-                raise ProgrammingError(f"ORDER BY position {pos} is not in the select list")
+    def _order_target(self, target: exp.Expression, select_exprs: list[exp.Expression], scopes: dict[str, SourceScope]) -> exp.Expression:
+        """ORDER BY may name select items by position or alias; inline them as the select
+        expression. As in DuckDB, a term that is only a name (parenthesized or not) is the
+        alias; a name inside an expression is the FROM item's column where one has it
+        (``SELECT -v AS v ... ORDER BY v + 0`` orders by the column v), else the alias."""
+        target = unparen(target)
+        pos = _order_position(target, len(select_exprs))
+        if pos is not None:
             return select_exprs[pos - 1].unalias().copy()
         aliases = {e.alias.lower(): e.unalias() for e in select_exprs if e.alias}
+        if isinstance(target, exp.Column) and not target.table and target.name.lower() in aliases:
+            return aliases[target.name.lower()].copy()
 
         def inline(node: exp.Expression) -> exp.Expression:
-            if isinstance(node, exp.Column) and not node.table and node.name.lower() in aliases:
-                return in_place_of(node, aliases[node.name.lower()].copy())
-            return node
+            if not (isinstance(node, exp.Column) and not node.table and node.name.lower() in aliases):
+                return node
+            owners = [alias for alias, scope in scopes.items() if scope.has(node.name)]
+            if len(owners) == 1:
+                return exp.column(node.name, table=owners[0], quoted=True)
+            return in_place_of(node, aliases[node.name.lower()].copy())
 
         return target.copy().transform(inline, copy=False)
-
 
     def _windows(self, node: Node, exprs: list[exp.Expression]) -> tuple[Node, list[exp.Expression]]:
         """Compute every window function once, one Window operator per PARTITION BY."""
@@ -389,9 +395,10 @@ class Builder(JoinPlanning, AggregatePlanning):
             lookup = {n.lower(): c for n, c in zip(rel.names, rel.node.columns, strict=True)}
             ordered = []
             for o in order.expressions:
-                t = o.this
-                if isinstance(t, exp.Literal) and not t.is_string:
-                    c = rel.node.columns[int(t.name) - 1]
+                t = unparen(o.this)
+                pos = _order_position(t, len(rel.names))
+                if pos is not None:
+                    c = rel.node.columns[pos - 1]
                 elif isinstance(t, exp.Column) and t.name.lower() in lookup:
                     c = lookup[t.name.lower()]
                 else:
@@ -448,3 +455,18 @@ def _refuse_outer_references(exprs: list[exp.Expression], scopes: dict[str, Sour
         for column in e.find_all(exp.Column):
             if column.table and column.table.lower() not in scopes and id(column) not in inner:
                 raise NotSupportedError(f"correlated reference to {column.sql()} in a subquery is not supported")
+
+
+def _order_position(term: exp.Expression, items: int) -> int | None:
+    """The select item (from 1) an ORDER BY constant names by position; None for a term that
+    is not a constant. A constant that is not a position in the list is refused, as DuckDB
+    refuses it, rather than ordering nothing."""
+    literal = term.this if isinstance(term, exp.Neg) else term
+    if not isinstance(literal, exp.Literal):
+        return None
+    if not term.is_int:
+        raise ProgrammingError(f"ORDER BY {term.sql()}: a constant that is not a select item's position orders nothing")
+    pos = int(term.name) if term is literal else -int(literal.name)
+    if not 1 <= pos <= items:
+        raise ProgrammingError(f"ORDER BY position {pos} is not in the select list (1 to {items})")
+    return pos

@@ -850,6 +850,7 @@ def optimize_query(query: exp.Expression, catalog: Catalog, dialect: str) -> exp
     for name in referenced_tables(query) - ctes:
         schema[name] = catalog.table(name).sql_schema()
     _check_star_lists(query, schema, dialect)
+    _check_positions(query)
     # optimize() would have qualify wrap every joined table in a subquery of its own, for the
     # rules after it to prune and merge back: with qengine's own pushdown that only tripled the
     # rules' time (without it, TPC-DS's 99 plans have the same stages, scans, joins and
@@ -909,6 +910,25 @@ def _check_star_lists(query: exp.Expression, schema: dict[str, dict[str, str]], 
             if missing is not None:
                 where = item.table if isinstance(item, exp.Column) else "the FROM clause"
                 raise ProgrammingError(f"column {missing!r} in {kind} list not found in {where}")
+
+
+def _check_positions(query: exp.Expression) -> None:
+    """Refuse GROUP BY and ORDER BY positions outside the select list, as DuckDB does: sqlglot
+    looks position 0 up as Python's index -1, so ``ORDER BY 0`` ordered by the last item."""
+    for select in query.find_all(exp.Select, exp.SetOperation):  # a set operation's ORDER BY too
+        items = select.selects
+        count = None if any(e.unalias().is_star for e in items) else len(items)
+        for clause in ("group", "order"):
+            holder = select.args.get(clause)
+            for term in holder.expressions if holder is not None else []:
+                term = unparen(term.this if isinstance(term, exp.Ordered) else term)
+                literal = term.this if isinstance(term, exp.Neg) else term
+                if not (isinstance(literal, exp.Literal) and literal.is_int):
+                    continue
+                position = int(literal.name) * (-1 if term is not literal else 1)
+                if position < 1 or (count is not None and position > count):
+                    within = f" (1 to {count})" if count is not None else ""
+                    raise ProgrammingError(f"{clause.upper()} BY position {position} is not in the select list{within}")
 
 
 _UNRESOLVED = re.compile(r"Column '(.+?)' could not be resolved(?: for table: '(.+?)')?\.(?: Line: (\d+), Col: (\d+))?")

@@ -34,6 +34,14 @@ class SourceScope:
     scan: Scan | None = None
     builder: ColumnAllocator | None = None
 
+    def has(self, name: str) -> bool:
+        """Whether this item has a column ``name``, without making a scan read it."""
+        key = name.lower()
+        if self.fixed is not None:
+            return key in self.fixed
+        assert self.scan is not None
+        return any(f.name.lower() == key for f in self.scan.source.schema)
+
     def lookup(self, name: str) -> str | None:
         key = name.lower()
         if self.fixed is not None:
