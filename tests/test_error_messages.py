@@ -266,6 +266,11 @@ CORPUS = [
         r'^correlated reference to "a"\."qty" in a subquery is not supported$', supported=False),
     Bad("within-group-two-keys", "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY qty, price) FROM sales", N,
         r"^PERCENTILE_CONT\(\) WITHIN GROUP takes one ORDER BY key in qengine, as in DuckDB$"),
+    # were "Table is not supported as a query" and sqlglot's "projection_reachability requires star-free selections"
+    Bad("parenthesized-join", "SELECT count(*) FROM customers c LEFT JOIN (sales s JOIN items i ON s.item_id = i.item_id) ON c.cust_id = s.cust_id", N,
+        r'^a parenthesized join in FROM \("sales" AS "s" JOIN "items" AS "i" ON .+\) is not supported: write it as a subquery', supported=False),
+    Bad("star-of-repeated-names", "SELECT * FROM (SELECT s.*, i.* FROM sales s JOIN items i ON s.item_id = i.item_id) q", N,
+        r"^a star over a derived table or CTE whose stars select two columns of one name", supported=False),
     Bad("read-parquet-of-number", "SELECT * FROM read_parquet(42)", P, r"^read_parquet\(\) takes a path or a list of paths as a string literal$"),
     # ---- CSV data -------------------------------------------------------------------------------
     Bad("csv-ragged-row-late", "SELECT sum(v) FROM csv_ragged", D, r"^bad row in CSV file \S+ragged\.csv, line 300002: expected 2 columns, found 3: 300000,1,2$"),

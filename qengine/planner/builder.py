@@ -89,6 +89,9 @@ class Builder(JoinPlanning, AggregatePlanning):
             return self._setop(query)
         if isinstance(query, exp.Values):
             return self._values(query)
+        if isinstance(query, exp.Table) and query.args.get("joins"):
+            raise NotSupportedError(f"a parenthesized join in FROM ({query.sql(dialect='duckdb')}) is not supported: "
+                                    "write it as a subquery, (SELECT * FROM ...) AS name, or without the parentheses")
         raise NotSupportedError(f"{type(query).__name__} is not supported as a query")
 
     # ---- helpers -----------------------------------------------------------------------

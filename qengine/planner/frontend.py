@@ -965,6 +965,9 @@ def _optimizer_error(message: str, query: exp.Expression, schema: dict[str, dict
             left, right = len(op.left.named_selects), len(op.right.named_selects)
             if left != right:
                 return ProgrammingError(f"the two sides of {op.key.upper()} have {left} and {right} columns; they must have as many")
+    if "projection_reachability requires star-free" in message:
+        return NotSupportedError("a star over a derived table or CTE whose stars select two columns of one name "
+                                 "(SELECT * FROM (SELECT a.*, b.* FROM a JOIN b USING ...)) is not supported: alias one of them inside")
     return NotSupportedError(f"cannot plan this query: {_plain(message)}")
 
 
