@@ -100,6 +100,19 @@ def test_local_writes_stay_inside_the_output_roots(local, layout) -> None:
     _intact(layout)
 
 
+def test_partition_names_cannot_lead_out_of_the_output_root(local, layout) -> None:
+    # A column named "../../x" made the directory <out>/p/../../x=1, outside the output root.
+    # Names are percent-encoded as values are, as DuckDB writes them.
+    out = layout["out"] / "p"
+    sql = f"""COPY (SELECT 1 AS "../../outside/victim", 2 AS "a/b", 3 AS v) TO '{out}' (FORMAT parquet, PARTITION_BY ("../../outside/victim", "a/b"))"""
+    assert local.execute(sql).fetchall() == [(1,)]
+    assert os.listdir(out) == ["..%2F..%2Foutside%2Fvictim=1"]
+    assert os.listdir(out / "..%2F..%2Foutside%2Fvictim=1") == ["a%2Fb=2"]
+    assert pq.read_table(out / "..%2F..%2Foutside%2Fvictim=1" / "a%2Fb=2" / "data_0.parquet").to_pydict() == {"v": [3]}
+    assert sorted(os.listdir(layout["root"])) == ["data", "out", "outside"]
+    _intact(layout)
+
+
 def test_copy_overwrites_only_its_own_files(local, layout) -> None:
     target = layout["out"] / "result"
     assert local.execute(f"COPY (SELECT k FROM t) TO '{target}' (FORMAT csv, PER_THREAD_OUTPUT true)").rowcount == 3

@@ -160,7 +160,11 @@ def write_partitions(out: Target, schema: pa.Schema, batches: Iterable[pa.Record
         for batch in batches:
             for values, indices in _groups(batch, keys).items():
                 if values not in writers:
-                    directory = os.path.join(out.path, *(f"{k}={_escaped(v)}" for k, v in zip(keys, values, strict=True)))
+                    # names and values alike percent-encoded, as DuckDB writes them: a column
+                    # named "../x" made a directory outside the output root
+                    directory = os.path.join(out.path, *(f"{_escaped(k)}={_escaped(v)}" for k, v in zip(keys, values, strict=True)))
+                    if os.path.commonpath([os.path.realpath(directory), os.path.realpath(out.path)]) != os.path.realpath(out.path):
+                        raise ProgrammingError(f"partition directory {directory} is outside {out.path}")
                     os.makedirs(directory, exist_ok=True)
                     sink = open(os.path.join(directory, f"data_0.{out.format}"), "xb")  # noqa: SIM115 - closed with its writer
                     writers[values] = (sink, _writer(sink, out.format, file_schema))
