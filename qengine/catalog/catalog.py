@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import pathlib
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -101,7 +102,7 @@ class Catalog:
                 if f.endswith(suffixes) and not f.startswith((".", "_"))
             ]
         elif any(ch in spec for ch in "*?["):
-            found = [p for p in glob.glob(spec, recursive=True) if os.path.isfile(p)]
+            found = [p for p in _glob(spec) if os.path.isfile(p)]
         elif os.path.isfile(spec):
             found = [spec]
         else:
@@ -205,3 +206,16 @@ def local_catalog(allowed_roots: list[str] | None, output_roots: list[str] | Non
     reads = cwd if allowed_roots is None else allowed_roots
     writes = output_roots if output_roots is not None else (allowed_roots if allowed_roots is not None else cwd)
     return Catalog(AccessPolicy.of(reads, writes), extendable=allowed_roots is None)
+
+
+def _glob(spec: str) -> list[str]:
+    """The paths ``spec`` matches. ``**`` descends into directories, not into links to them,
+    as DuckDB's does: Python's ``glob`` follows them, and a link back to a parent made it
+    expand without end. Names starting with a dot are left out, as ``glob`` leaves them."""
+    if "**" not in spec:
+        return glob.glob(spec)
+    parts = pathlib.PurePath(spec).parts
+    first = next(i for i, part in enumerate(parts) if any(ch in part for ch in "*?["))
+    base = pathlib.Path(*parts[:first])
+    return [str(p) for p in base.glob(str(pathlib.PurePath(*parts[first:])))
+            if not any(part.startswith(".") for part in p.relative_to(base).parts)]
