@@ -426,6 +426,67 @@ def test_create_table_as_reports_rowcount(default_engine, oracle) -> None:
             default_engine.execute(f"CREATE TABLE {name} AS {sql}")
 
 
+def test_insert_forms_match_duckdb(default_engine) -> None:
+    """BY NAME inserted by position, a WITH before INSERT was dropped (a Python variable of the
+    CTE's name was read instead), DEFAULT failed inside; each now as DuckDB does it."""
+    duck = duckdb.connect()
+    statements = [
+        "CREATE TABLE ins_forms (i INTEGER, s VARCHAR, d DATE)",
+        "INSERT INTO ins_forms BY NAME SELECT '5' AS s, 77 AS i",
+        "INSERT INTO ins_forms BY NAME SELECT DATE '2024-02-29' AS D",
+        "WITH c AS (SELECT 100 AS i, 'cte' AS s) INSERT INTO ins_forms (i, s) SELECT * FROM c",
+        "WITH c AS (SELECT 7 AS i) INSERT INTO ins_forms (i) WITH d AS (SELECT i + 1 AS i FROM c) SELECT i FROM d",
+        "INSERT INTO ins_forms VALUES (DEFAULT, 'x', DEFAULT), (3, DEFAULT, NULL)",
+        "INSERT INTO ins_forms DEFAULT VALUES",
+    ]
+    try:
+        for sql in statements:
+            got = default_engine.execute(sql).rowcount
+            expected = duck.execute(sql).fetchall()
+            assert sql.startswith("CREATE") or [(got,)] == expected, sql
+        check = "SELECT * FROM ins_forms ORDER BY i, s, d"
+        assert default_engine.execute(check).fetchall() == duck.execute(check).fetchall()
+    finally:
+        default_engine.execute("DROP TABLE IF EXISTS ins_forms")
+
+
+@pytest.mark.parametrize(
+    ("sql", "words"),
+    [
+        ("CREATE TABLE refused_t (i INTEGER DEFAULT 42)", "DEFAULT in CREATE TABLE"),
+        ("CREATE TABLE refused_t (i INTEGER NOT NULL)", "NOT NULL in CREATE TABLE"),
+        ("CREATE TABLE refused_t (i INTEGER PRIMARY KEY)", "PRIMARY KEY in CREATE TABLE"),
+        ("CREATE TABLE refused_t (i INTEGER, UNIQUE (i))", "UNIQUE in CREATE TABLE"),
+        ("CREATE TABLE refused_t (i INTEGER CHECK (i > 0))", "CHECK in CREATE TABLE"),
+        ("CREATE TABLE refused_t (s VARCHAR COLLATE NOCASE)", "COLLATE in CREATE TABLE"),
+        ("INSERT OR REPLACE INTO ins_keys VALUES (1)", "INSERT OR REPLACE"),
+        ("INSERT OR IGNORE INTO ins_keys VALUES (1)", "INSERT OR IGNORE"),
+        ("INSERT INTO ins_keys VALUES (1) ON CONFLICT DO NOTHING", "ON CONFLICT"),
+        ("INSERT INTO ins_keys VALUES (1) RETURNING i", "RETURNING"),
+    ],
+)
+def test_constraints_and_insert_clauses_session_tables_cannot_honour_are_refused(default_engine, sql: str, words: str) -> None:
+    # Each was dropped silently: NULL where a default was declared, duplicate keys kept, NULLs
+    # in NOT NULL columns, 'A' not equal to 'a' under NOCASE, RETURNING's rows lost.
+    default_engine.execute("CREATE OR REPLACE TABLE ins_keys (i INTEGER)")
+    try:
+        with pytest.raises(qengine.NotSupportedError, match=words):
+            default_engine.execute(sql)
+        assert "refused_t" not in default_engine.tables()
+        assert default_engine.execute("SELECT count(*) FROM ins_keys").fetchall() == [(0,)]
+    finally:
+        default_engine.execute("DROP TABLE ins_keys")
+
+
+def test_insert_naming_a_column_twice_is_refused(default_engine) -> None:
+    default_engine.execute("CREATE OR REPLACE TABLE ins_twice (i INTEGER, s VARCHAR)")
+    try:
+        with pytest.raises(qengine.ProgrammingError, match="column 'I' is named twice"):
+            default_engine.execute("INSERT INTO ins_twice (i, I) VALUES (1, 2)")
+    finally:
+        default_engine.execute("DROP TABLE ins_twice")
+
+
 def test_insert_into_a_parquet_table_is_refused(default_engine) -> None:
     with pytest.raises((qengine.NotSupportedError, qengine.ProgrammingError)):
         default_engine.execute("INSERT INTO customers SELECT * FROM customers")

@@ -369,15 +369,24 @@ class Session:
     def _insert(self, st: exp.Insert, progress: Callable[[int, int], None] | None) -> Result:
         target = st.this
         table = target.this if isinstance(target, exp.Schema) else target
+        _refuse_insert_clauses(st)
         source = self.catalog.table(table.name)
         if not isinstance(source, MemorySource):
             raise NotSupportedError(f"INSERT into {table.name!r} is not supported: only session tables take inserts")
-        columns = [c.name for c in target.expressions] if isinstance(target, exp.Schema) else source.schema.names
         lookup = {f.name.lower(): f.name for f in source.schema}
+        query = _insert_query(st, len(source.schema) if not isinstance(target, exp.Schema) else len(target.expressions))
+        if st.args.get("by_name"):
+            if isinstance(target, exp.Schema):
+                raise ProgrammingError("INSERT ... BY NAME takes no column list: the query's column names say where each goes")
+            columns = self.plan(query).names
+        else:
+            columns = [c.name for c in target.expressions] if isinstance(target, exp.Schema) else source.schema.names
         missing = [c for c in columns if c.lower() not in lookup]
         if missing:
             raise ProgrammingError(f"table {table.name!r} has no column {missing[0]!r}")
-        query = st.expression
+        repeated = next((c for i, c in enumerate(columns) if c.lower() in {d.lower() for d in columns[:i]}), None)
+        if repeated is not None:
+            raise ProgrammingError(f"column {repeated!r} is named twice in INSERT's columns")
         if isinstance(query, exp.Values):
             query = _values_as(query, [source.schema.field(lookup[c.lower()]) for c in columns])
         plan = self.plan(query)
@@ -584,6 +593,39 @@ def _partitions(key: str, placement: list[tuple[str, dict]]) -> list[Partition]:
     return [Partition([address], f"{key}/{index}", stats["rows"], stats["bytes"]) for index, (address, stats) in enumerate(placement)]
 
 
+def _refuse_insert_clauses(st: exp.Insert) -> None:
+    """INSERT's clauses that session tables cannot honour: they have no keys to conflict on, and
+    a statement's answer is its row count. Refused by name, rather than dropped."""
+    if st.args.get("alternative"):
+        raise NotSupportedError(f"INSERT OR {st.args['alternative'].upper()} is not supported: session tables have no keys")
+    if st.args.get("conflict") is not None:
+        raise NotSupportedError("INSERT ... ON CONFLICT is not supported: session tables have no keys")
+    if st.args.get("returning") is not None:
+        raise NotSupportedError("INSERT ... RETURNING is not supported: INSERT answers its row count; query the table after it")
+    if st.args.get("overwrite"):
+        raise NotSupportedError("INSERT OVERWRITE is not supported: CREATE OR REPLACE TABLE ... AS SELECT replaces a table")
+
+
+def _insert_query(st: exp.Insert, width: int) -> exp.Expression:
+    """The rows an INSERT adds, as a query: a WITH written before INSERT belongs to it, and
+    DEFAULT (in VALUES, or DEFAULT VALUES) is NULL, as no session table column has a default."""
+    if st.args.get("default"):
+        return exp.Values(expressions=[exp.Tuple(expressions=[exp.Null() for _ in range(width)])])
+    query = st.expression.copy()
+    if isinstance(query, exp.Values):
+        for item in list(query.find_all(exp.Var)):
+            if item.name.upper() == "DEFAULT" and isinstance(item.parent, exp.Tuple):
+                item.replace(exp.Null())
+    written = st.args.get("with_")
+    if written is not None:
+        if not isinstance(query, exp.Query):
+            raise NotSupportedError("WITH before INSERT ... VALUES is not supported: write INSERT ... SELECT")
+        inner = query.args.get("with_")
+        ctes = [*written.expressions, *(inner.expressions if inner is not None else [])]
+        query.set("with_", exp.With(expressions=[c.copy() for c in ctes], recursive=written.args.get("recursive")))
+    return query
+
+
 def _values_as(values: exp.Values, fields: list[pa.Field]) -> exp.Values:
     """INSERT's VALUES with each value cast to its column's type, as DuckDB's INSERT casts it:
     typed as a query, the rows took the first row's types, and (2.5), (' 12') failed to make
@@ -600,10 +642,20 @@ def _values_as(values: exp.Values, fields: list[pa.Field]) -> exp.Values:
 
 
 def _schema_of(schema: exp.Schema) -> pa.Schema:
-    """Arrow schema of a CREATE TABLE column list, with DuckDB deciding what each type means."""
+    """Arrow schema of a CREATE TABLE column list, with DuckDB deciding what each type means.
+
+    Constraints, defaults and collations are refused: a session table would store rows that
+    break them, or NULL where a default was asked for."""
     defs = [c for c in schema.expressions if isinstance(c, exp.ColumnDef)]
     if not defs:
         raise ProgrammingError("CREATE TABLE needs at least one column")
+    for item in schema.expressions:
+        kinds = [c.args.get("kind") for c in item.args.get("constraints") or []] if isinstance(item, exp.ColumnDef) else [item]
+        for kind in kinds:
+            words = re.sub(r"(Column)?Constraint$", "", type(kind).__name__)
+            words = re.sub(r"(?<!^)(?=[A-Z])", " ", words).upper()
+            raise NotSupportedError(f"{words} in CREATE TABLE is not supported: session tables keep no constraints, "
+                                    "defaults or collations; create the table without it")
     casts = ", ".join(f"CAST(NULL AS {c.args['kind'].sql(dialect='duckdb')}) AS {c.this.sql(dialect='duckdb')}" for c in defs if c.args.get("kind"))
     if len(casts.split(" AS ")) // 2 != len(defs):
         raise ProgrammingError("every column in CREATE TABLE needs a type")
