@@ -271,6 +271,20 @@ def test_copy_to_one_file_matches_duckdb(con, duck, files, target: str) -> None:
     assert con.execute(f"COPY ({COPIED} LIMIT 5) TO '{mine}' {replace}").fetchall() == [(5,)]
 
 
+def test_copy_picks_the_format_as_duckdb_does(con, duck, files) -> None:
+    # A target with no extension was a directory of Parquet parts where DuckDB writes one CSV
+    # file; .csv.gz and .xlsx were Parquet parts too.
+    mine, theirs = (os.path.join(files["root"], f"{who}-noext") for who in ("qengine", "duckdb"))
+    assert con.execute(f"COPY ({COPIED}) TO '{mine}'").fetchall() == duck.execute(f"COPY ({COPIED}) TO '{theirs}'").fetchall()
+    assert os.path.isfile(mine)
+    result = compare(_read_back(mine, "csv"), _read_back(theirs, "csv"), "no extension")
+    assert result.ok, result.message
+    for name, words in (("x.csv.gz", "compressed"), ("x.xlsx", "cannot tell a format from '.xlsx'")):
+        with pytest.raises(qengine.NotSupportedError, match=words):
+            con.execute(f"COPY ({COPIED}) TO '{os.path.join(files['root'], name)}'")
+        assert not os.path.exists(os.path.join(files["root"], name))
+
+
 @pytest.mark.parametrize(("columns", "kept"), [("(store_id, note)", ("sale_id", "price", "sold_date")),
                                                ("(note)", ("sale_id", "store_id", "price", "sold_date")),
                                                ("store_id", ("sale_id", "price", "sold_date", "note"))])

@@ -1,9 +1,12 @@
 """COPY (query) TO target: what the target names, and writing one file or hive directories.
 
-As in DuckDB, the target names one file when it has a data file's suffix (``out.parquet``,
-``x.csv``) or a FORMAT is given, unless it is an existing directory or ``PER_THREAD_OUTPUT`` is
-true; then it is a directory of part files, one written by each result task on its worker
-(``api.session``'s ``_copy`` and ``catalog.access.claim_output``). With ``PARTITION_BY (col,
+As in DuckDB, the target names one file unless ``PER_THREAD_OUTPUT`` is true (or it is an
+existing directory), and its format is the FORMAT given, else the file's suffix
+(``out.parquet``, ``x.json``), else CSV; a suffix that names no format qengine writes
+(``.xlsx``, ``.gz``) is refused rather than guessed. Otherwise it is a directory of part files
+(Parquet unless a FORMAT says otherwise),
+one written by each result task on its worker (``api.session``'s ``_copy`` and
+``catalog.access.claim_output``). With ``PARTITION_BY (col,
 …)`` it is a directory of hive partitions ``dir/col=value/data_0.parquet`` (or .csv, .json), the partition
 columns left out of the files, as DuckDB writes them.
 
@@ -40,6 +43,7 @@ FORMATS = ("parquet", "csv", "json")
 PART_FORMATS = ("parquet", "csv")  # what a result task writes as a part file
 _SUFFIXES = {".parquet": "parquet", ".parq": "parquet", ".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json",
              ".ndjson": "json"}
+_COMPRESSIONS = (".gz", ".gzip", ".zst", ".bz2", ".lz4", ".xz", ".zip", ".snappy")
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"  # DuckDB's directory name for a NULL value
 
 
@@ -68,11 +72,18 @@ def target(st: exp.Copy, policy: AccessPolicy) -> Target:
     if options:
         raise NotSupportedError(f"COPY option {next(iter(options))} is not supported")
     path = files[0].name
-    suffix = _SUFFIXES.get(os.path.splitext(path)[1].lower())
-    fmt = (given or suffix or "parquet").lower()
+    resolved = policy.check_write(path)
+    one_file = not per_thread and partition is None and not os.path.isdir(resolved)
+    extension = os.path.splitext(path)[1].lower()
+    suffix = _SUFFIXES.get(extension)
+    if given is None and one_file and extension in _COMPRESSIONS:
+        raise NotSupportedError(f"COPY to a compressed file ({extension}) is not supported: write it uncompressed, or as Parquet")
+    if given is None and one_file and extension and suffix is None:
+        raise NotSupportedError(f"COPY cannot tell a format from {extension!r}: add (FORMAT parquet), csv or json")
+    # DuckDB writes one CSV file where neither a FORMAT nor the file's extension names one
+    fmt = (given or suffix or ("csv" if one_file else "parquet")).lower()
     if fmt not in FORMATS:
         raise NotSupportedError(f"COPY format {fmt!r} is not supported ({', '.join(FORMATS)})")
-    resolved = policy.check_write(path)
     if partition is not None:
         given_columns = partition.expression.unnest() if isinstance(partition.expression, exp.Paren) else partition.expression  # (col)
         columns = given_columns.expressions if isinstance(given_columns, exp.Tuple) else [given_columns]
@@ -82,7 +93,6 @@ def target(st: exp.Copy, policy: AccessPolicy) -> Target:
         if os.path.lexists(resolved) and (not os.path.isdir(resolved) or os.listdir(resolved)):
             raise ProgrammingError(f"{resolved} is not an empty directory: COPY ... PARTITION_BY writes into a new or empty one")
         return Target(resolved, "hive", fmt, overwrite, names)
-    one_file = (suffix is not None or given is not None) and not per_thread and not os.path.isdir(resolved)
     if not one_file:
         if fmt not in PART_FORMATS:
             raise NotSupportedError(f"COPY writes {fmt} to one file, not to a directory of parts ({', '.join(PART_FORMATS)})")
