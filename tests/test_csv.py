@@ -8,6 +8,8 @@ using ';' came back as one column (or failed with an internal error).
 
 from __future__ import annotations
 
+import pathlib
+
 import duckdb
 import pytest
 
@@ -88,6 +90,23 @@ def test_a_directory_of_files_reads_with_the_first_files_dialect(con, oracle, ro
     sql = f"SELECT k, v FROM read_csv('{root}/parts/*.csv') ORDER BY k"
     assert_same(con, oracle, sql)
     _same_types(con, oracle, sql)
+
+
+def test_files_naming_their_columns_in_another_order_are_read_by_name(con, oracle, root: str) -> None:
+    # The second file's values went to the first file's columns by position: ('y', '2') for (id, v)
+    directory = pathlib.Path(root) / "reordered"
+    directory.mkdir()
+    (directory / "a.csv").write_text("id,v,d\n1,x,2024-01-02\n4,w,\n")
+    (directory / "b.csv").write_text("v,d,id\ny,2024-03-04,2\n,2025-05-06,5\n")
+    (directory / "c.csv").write_text("id,v,d\n3,z,2024-07-08\n")
+    sql = f"SELECT id, v, d, typeof(id), typeof(d) FROM read_csv('{directory}/*.csv') ORDER BY id"
+    assert con.execute(sql).fetchall() == oracle.execute(sql).fetchall()
+    con.register_csv("reordered", str(directory))
+    try:
+        assert con.execute("SELECT id, v, d FROM reordered ORDER BY id").fetchall() == oracle.execute(
+            f"SELECT id, v, d FROM read_csv('{directory}/*.csv') ORDER BY id").fetchall()
+    finally:
+        con.execute("DROP TABLE reordered")
 
 
 def test_given_header_and_delimiter_override_the_sniffer(con, oracle, root: str) -> None:

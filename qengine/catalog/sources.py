@@ -314,12 +314,13 @@ class CsvSource(Source):
                 "SELECT Delimiter, Quote, Escape, NewLineDelimiter, Comment, SkipRows, HasHeader, DateFormat, TimestampFormat "
                 f"FROM sniff_csv({string_literal(paths[0])}{given})"
             ).fetchone()
-            columns, self.schema = _detected(con, f"read_csv({files}{given})")
+            columns, self.schema, types = _detected(con, f"read_csv({files}{given})")
+            self.read_options = _csv_read_options(dialect, columns)
+            self._file_options = _reordered_headers(con, paths, dialect, self.schema, types) if dialect[6] and len(paths) > 1 else {}
         except duckdb.Error as e:
             raise csv_error(paths[0] if len(paths) == 1 else files, e) from e
         finally:
             con.close()
-        self.read_options = _csv_read_options(dialect, columns)
         self._bytes = sum(os.path.getsize(p) for p in paths)
 
     @property
@@ -329,16 +330,39 @@ class CsvSource(Source):
     def splits(
         self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES, ranges: dict[str, tuple[int, int]] | None = None
     ) -> list[dict]:
-        return [{"kind": "csv", "path": p, "options": self.read_options} for p in self.paths]
+        return [{"kind": "csv", "path": p, "options": self._file_options.get(p, self.read_options)} for p in self.paths]
 
 
-def _detected(con: duckdb.DuckDBPyConnection, reader: str) -> tuple[str, pa.Schema]:
+def _reordered_headers(con: duckdb.DuckDBPyConnection, paths: list[str], dialect: tuple, schema: pa.Schema, types: list[str]) -> dict[str, str]:
+    """The read options of each file whose header names the table's columns in another order:
+    DuckDB matches a file's columns to the first file's by name, and read with the first file's
+    ``columns`` option, such a file's values went to the wrong columns."""
+    delimiter, quote, escape, _, _, skip = dialect[:6]
+
+    def text(value: str) -> str:
+        return string_literal("" if value == "(empty)" else value)
+
+    duck_types = dict(zip(schema.names, types, strict=True))
+    order = [n.lower() for n in schema.names]
+    by_lower = {n.lower(): n for n in schema.names}
+    options = {}
+    for path in paths[1:]:
+        header = con.sql(f"SELECT * FROM read_csv({string_literal(path)}, delim = {text(delimiter)}, quote = {text(quote)}, "
+                         f"escape = {text(escape)}, skip = {int(skip)}, header = true, all_varchar = true) LIMIT 0").columns
+        if [n.lower() for n in header] != order and sorted(n.lower() for n in header) == sorted(order):
+            named = ", ".join(f"{string_literal(by_lower[n.lower()])}: {string_literal(duck_types[by_lower[n.lower()]])}" for n in header)
+            options[path] = _csv_read_options(dialect, f"columns = {{{named}}}")
+    return options
+
+
+def _detected(con: duckdb.DuckDBPyConnection, reader: str) -> tuple[str, pa.Schema, list[str]]:
     """What DuckDB's ``reader`` (``read_csv([...])``, ``read_json([...])``) detects over all its
     files, once: its ``columns`` option, which imposes the names and types on each file read
-    alone, and the Arrow schema those make."""
+    alone, the Arrow schema those make, and DuckDB's names of the types."""
     relation = con.sql(f"SELECT * FROM {reader} LIMIT 0")
-    named = ", ".join(f"{string_literal(c)}: {string_literal(str(t))}" for c, t in zip(relation.columns, relation.types, strict=True))
-    return f"columns = {{{named}}}", relation.to_arrow_table().schema
+    types = [str(t) for t in relation.types]
+    named = ", ".join(f"{string_literal(c)}: {string_literal(t)}" for c, t in zip(relation.columns, types, strict=True))
+    return f"columns = {{{named}}}", relation.to_arrow_table().schema, types
 
 
 def _csv_read_options(dialect: tuple, columns: str) -> str:
@@ -377,7 +401,7 @@ class JsonSource(Source):
         json_format = f"format = {string_literal(json_format)}"
         con = safe_connection(readable=tuple(paths))
         try:
-            columns, self.schema = _detected(con, f"read_json({files}, {json_format})")
+            columns, self.schema, _ = _detected(con, f"read_json({files}, {json_format})")
         except duckdb.Error as e:
             raise ProgrammingError(f"cannot read JSON file {paths[0] if len(paths) == 1 else files}: {str(e).splitlines()[0]}") from e
         finally:
