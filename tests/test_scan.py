@@ -211,3 +211,15 @@ def test_tiny_row_groups_of_every_type_answer_as_duckdb_does(tmp_path) -> None:
         con.register_parquet("t", str(root))
         for sql in queries:
             assert_same(con, oracle, sql)
+
+
+@pytest.mark.parametrize("names", [["A", "a", "b"], ["x", "x"]])
+def test_a_file_with_two_columns_of_one_name_is_refused(tmp_path, names: list[str]) -> None:
+    # DuckDB renames the second (a_1); qengine dropped one silently, or failed with a KeyError
+    path = str(tmp_path / "repeated.parquet")
+    pq.write_table(pa.table([pa.array([1, 2]) for _ in names], names=names), path)
+    with qengine.connect(workers=1, allowed_roots=[str(tmp_path)], lazy_start=True) as con:
+        with pytest.raises(qengine.NotSupportedError, match=f"two columns named '{names[0]}' and '{names[1]}'"):
+            con.register_parquet("t", path)
+        with pytest.raises(qengine.NotSupportedError, match="rename one in the file"):
+            con.execute(f"SELECT * FROM '{path}'")

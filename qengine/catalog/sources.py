@@ -21,7 +21,7 @@ from qengine.catalog.hive import HiveOptions, HivePartitions
 from qengine.catalog.hive import detect as detect_partitions
 from qengine.catalog.scan import csv_error, duckdb_schema
 from qengine.catalog.types import PLAIN_NAME, type_code
-from qengine.errors import OperationalError, ProgrammingError
+from qengine.errors import NotSupportedError, OperationalError, ProgrammingError
 from qengine.sandbox.connection import safe_connection
 from qengine.sandbox.quoting import identifier, string_literal
 from qengine.transport.wire import schema_to_hex, table_to_hex
@@ -137,6 +137,7 @@ class ParquetSource(Source):
                 raise ProgrammingError(f"table {name!r}: cannot read Parquet file {path}: {e}") from e
             if path == paths[0]:
                 self.schema = duckdb_schema(md.schema)
+                _refuse_repeated_names(name, path, self.schema.names)
             elif md.schema.to_arrow_schema().names != self.schema.names:
                 raise ProgrammingError(f"table {name!r}: {path} has columns that differ from {paths[0]}")
             first = 0
@@ -353,6 +354,17 @@ def _reordered_headers(con: duckdb.DuckDBPyConnection, paths: list[str], dialect
             named = ", ".join(f"{string_literal(by_lower[n.lower()])}: {string_literal(duck_types[by_lower[n.lower()]])}" for n in header)
             options[path] = _csv_read_options(dialect, f"columns = {{{named}}}")
     return options
+
+
+def _refuse_repeated_names(table: str, path: str, names: list[str]) -> None:
+    """A file with two columns of one name, in any case: DuckDB renames the second (``a_1``),
+    which qengine's reads by name cannot follow (one of them was dropped, or a KeyError)."""
+    seen: dict[str, str] = {}
+    for column in names:
+        if column.lower() in seen:
+            raise NotSupportedError(f"table {table!r}: {path} has two columns named {seen[column.lower()]!r} and {column!r}; "
+                                    "names are told apart without case: rename one in the file")
+        seen[column.lower()] = column
 
 
 def _detected(con: duckdb.DuckDBPyConnection, reader: str) -> tuple[str, pa.Schema, list[str]]:
