@@ -14,6 +14,7 @@ import uuid
 
 import duckdb
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -735,6 +736,9 @@ def test_answer_matches_duckdb(con, duck, sql: str) -> None:
         ("SELECT CAST(? AS VARCHAR) AS u, count(*) FROM big WHERE TIMESTAMP '2021-01-01' + to_hours(id) < TIMESTAMP '2021-01-01' + ? GROUP BY 1",
          [uuid.UUID("d3e3e080-07bb-4121-8acd-53648503dff9"), dt.timedelta(days=2, seconds=5, microseconds=7)]),
         ("SELECT ? AS i FROM one", [dt.timedelta(days=-3, microseconds=1)]),
+        # numpy floats were bound as the text 'np.float64(1.5)'; pandas' missing values failed
+        ("SELECT ? AS f, ? AS n, k FROM one WHERE k < ?", [np.float64(1.5), np.float64("nan"), np.float64(10.0)]),
+        ("SELECT ? IS NULL AS a, ? IS NULL AS b, k FROM one", [pd.NaT, pd.NA]),
     ],
 )
 def test_question_mark_parameters_bind_in_the_order_written(con, duck, sql: str, params: list) -> None:
@@ -972,3 +976,8 @@ def test_group_by_a_position_outside_the_select_list_is_refused(con, duck, term:
         duck.execute(sql)
     with pytest.raises(qengine.ProgrammingError, match=f"GROUP BY position {term} is not in the select list"):
         con.execute(sql)
+
+
+def test_numpy_integers_are_bound_as_their_values(con) -> None:
+    # DuckDB's own binding refuses them; their value is unambiguous
+    assert con.execute("SELECT ? + 1 AS v, typeof(?) AS t", [np.int64(41), np.int32(1)]).fetchall() == [(42, "INTEGER")]

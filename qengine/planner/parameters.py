@@ -125,18 +125,25 @@ def _bound(holder: exp.Expression, value: Any, index: int) -> exp.Expression:
     return node
 
 
+# pandas' missing values (pd.NaT, pd.NA), which DuckDB binds as NULL; told by their types'
+# names, so that binding does not import pandas
+_PANDAS_MISSING = ("NaTType", "NAType")
+
+
 def literal(value: Any, duckdb_width: bool = False) -> exp.Expression:
     """A Python value as a typed SQL literal. A ``Decimal`` is a DECIMAL(38, its scale) unless
     ``duckdb_width``: compared, its width changes no answer, and a template then holds for
     decimals of every width (``planner.templates``)."""
-    if value is None:
+    if value is None or type(value).__name__ in _PANDAS_MISSING:
         return exp.Null()
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):  # np.float64(1.5): its Python value
+        return literal(value.item(), duckdb_width)
     if isinstance(value, bool):
         return exp.Boolean(this=value)
     if isinstance(value, int):
         return exp.Literal.number(value)
     if isinstance(value, float):
-        return exp.cast(exp.Literal.string(repr(value)), "DOUBLE")
+        return exp.cast(exp.Literal.string(repr(float(value))), "DOUBLE")
     if isinstance(value, decimal.Decimal):
         return _decimal_literal(value, duckdb_width)
     if isinstance(value, str):
