@@ -511,6 +511,37 @@ def test_create_and_replace_view(default_engine, oracle) -> None:
         assert got == oracle_rows(oracle, "SELECT cust_id FROM customers WHERE cust_id >= 490 ORDER BY cust_id")
 
 
+def test_a_view_with_a_column_list_renames_its_first_columns(default_engine) -> None:
+    # It was registered as a view named '' after which SHOW TABLES and DESCRIBE failed for good
+    name = unique("v_cols")
+    duck = duckdb.connect()
+    with session_objects(default_engine, ("VIEW", name)):
+        for db in (default_engine, duck):
+            db.execute(f"CREATE VIEW {name} (x, y) AS SELECT 1, 2 AS b, 3 AS c")
+        for sql in (f"SELECT * FROM {name}", f"DESCRIBE {name}", f"SELECT y + c FROM {name}"):
+            got, expected = default_engine.execute(sql), duck.execute(sql)
+            assert got.fetchall() == expected.fetchall(), sql
+            assert [d[0] for d in got.description] == [d[0] for d in expected.description], sql
+        assert name in [r[0] for r in default_engine.execute("SHOW TABLES").fetchall()]
+        with pytest.raises(qengine.ProgrammingError):
+            default_engine.execute(f"CREATE VIEW {unique('v_wide')} (x, y, z) AS SELECT 1 AS a")
+
+
+def test_a_broken_view_or_table_the_mirror_cannot_hold_spoils_only_itself(default_engine) -> None:
+    # One view over a dropped table (or a UNION column) made DESCRIBE of every other table fail
+    base, view, union = unique("base"), unique("v_broken"), unique("t_union")
+    with session_objects(default_engine, ("VIEW", view), ("TABLE", union)):
+        default_engine.execute(f"CREATE TABLE {base} AS SELECT 1 AS z")
+        default_engine.execute(f"CREATE VIEW {view} AS SELECT * FROM {base}")
+        default_engine.execute(f"DROP TABLE {base}")
+        default_engine.execute(f"CREATE TABLE {union} AS SELECT union_value(num := 2)::UNION(num INT, str VARCHAR) AS u")
+        assert default_engine.execute("DESCRIBE customers").fetchall()[0][:2] == ("cust_id", "INTEGER")
+        shown = [r[0] for r in default_engine.execute("SHOW TABLES").fetchall()]
+        assert "customers" in shown
+        with pytest.raises(qengine.ProgrammingError, match=f"cannot describe view '{view}'"):
+            default_engine.execute(f"DESCRIBE {view}")
+
+
 def test_view_over_a_join_is_joined_again(default_engine, oracle) -> None:
     name = unique("v_join")
     body = "SELECT s.sale_id, s.item_id, c.city FROM sales s JOIN customers c ON s.cust_id = c.cust_id"

@@ -16,12 +16,15 @@ where a view or the described query reads them, and are left out of every answer
 
 from __future__ import annotations
 
+import contextlib
+import re
+
 import duckdb
 import pyarrow as pa
 import sqlglot.expressions as exp
 
 from qengine.catalog.catalog import Catalog
-from qengine.errors import ProgrammingError
+from qengine.errors import Error, NotSupportedError, ProgrammingError
 from qengine.planner.frontend import expand_sources
 from qengine.sandbox.carried_types import restoring_query
 from qengine.sandbox.connection import safe_connection
@@ -35,8 +38,18 @@ def visible(column: str) -> str:
 
 def ask(catalog: Catalog, dialect: str, sql: str, reads: exp.Expression | None = None) -> pa.Table:
     """The answer DuckDB gives ``sql`` over an empty mirror of ``catalog``; ``reads`` is the
-    expanded query ``sql`` names, if any, whose hidden tables the mirror must also hold."""
-    views = [(view.name, expand_sources(view.query.copy(), catalog, dialect)) for view in list(catalog.views.values())]
+    expanded query ``sql`` names, if any, whose hidden tables the mirror must also hold.
+
+    A table or view the mirror cannot hold (a view over a dropped table, a UNION column Arrow
+    cannot hand over) is left out, as DuckDB leaves a broken view out of everything but the
+    statements that name it: a statement that needs it fails with what was wrong with it."""
+    left_out: dict[str, Error] = {}
+    views = []
+    for view in list(catalog.views.values()):
+        try:
+            views.append((view.name, expand_sources(view.query.copy(), catalog, dialect)))
+        except Error as e:  # it reads a table gone since, or itself
+            left_out[view.name.lower()] = e
     # Hidden tables (one per read_parquet() call so far, say) only where a view or the query reads them.
     needed = {t.name.lower() for body in [*(b for _, b in views), reads] if body is not None for t in body.find_all(exp.Table)}
     con = safe_connection()
@@ -44,16 +57,25 @@ def ask(catalog: Catalog, dialect: str, sql: str, reads: exp.Expression | None =
         for key, source in list(catalog.tables.items()):
             if key.startswith("__") and key not in needed:
                 continue
-            con.register("__qengine_empty", source.schema.empty_table())
-            # in the DuckDB types the columns carry (a HUGEINT sum travels as a tagged decimal)
-            reading = restoring_query("__qengine_empty", source.schema) or "SELECT * FROM __qengine_empty"
-            con.execute(f"CREATE TABLE {identifier(source.name)} AS {reading}")
-            con.unregister("__qengine_empty")
+            try:
+                con.register("__qengine_empty", source.schema.empty_table())
+                # in the DuckDB types the columns carry (a HUGEINT sum travels as a tagged decimal)
+                reading = restoring_query("__qengine_empty", source.schema) or "SELECT * FROM __qengine_empty"
+                con.execute(f"CREATE TABLE {identifier(source.name)} AS {reading}")
+            except (duckdb.Error, pa.ArrowException) as e:
+                left_out[source.name.lower()] = NotSupportedError(f"cannot describe table {source.name!r}: {str(e).splitlines()[0]}")
+            finally:
+                with contextlib.suppress(duckdb.Error):
+                    con.unregister("__qengine_empty")
         for name, body in views:  # expanded: each reads tables only
             try:
                 con.execute(f"CREATE VIEW {identifier(name)} AS {body.sql(dialect='duckdb')}")
             except duckdb.Error as e:
-                raise ProgrammingError(f"cannot describe view {name!r}: {str(e).splitlines()[0]}") from e
+                left_out[name.lower()] = ProgrammingError(f"cannot describe view {name!r}: {str(e).splitlines()[0]}")
+        named = {t.name.lower() for t in reads.find_all(exp.Table)} if reads is not None else set()
+        for name, error in left_out.items():
+            if name in named or re.search(rf"(?i)\b{re.escape(name)}\b", sql):
+                raise error
         return con.execute(sql).to_arrow_table()
     except duckdb.Error as e:
         raise ProgrammingError(str(e).splitlines()[0]) from e

@@ -322,9 +322,14 @@ class Session:
             query = st.expression
             if not isinstance(query, exp.Query):
                 raise ProgrammingError("CREATE VIEW needs AS SELECT …")
-            name = target.name
+            name = target.this.name if isinstance(target, exp.Schema) else target.name
             if if_not_exists and name.lower() in self.catalog.views:
                 return Result(None, -1)
+            if isinstance(target, exp.Schema):  # CREATE VIEW v (x, y): its first columns renamed
+                query = exp.select("*").from_(exp.Subquery(this=query, alias=exp.TableAlias(
+                    this=exp.to_identifier("__qengine_view"), columns=[c.copy() for c in target.expressions])))
+                if len(target.expressions) > len(self.plan(query.copy()).names):
+                    raise ProgrammingError(f"view {name!r} names more columns than its query has")
             self.plan(query.copy())  # validate now, as DuckDB does
             self.catalog.add_view(View(name, query), replace)
             return Result(None, -1)
