@@ -739,6 +739,9 @@ def test_answer_matches_duckdb(con, duck, sql: str) -> None:
         # numpy floats were bound as the text 'np.float64(1.5)'; pandas' missing values failed
         ("SELECT ? AS f, ? AS n, k FROM one WHERE k < ?", [np.float64(1.5), np.float64("nan"), np.float64(10.0)]),
         ("SELECT ? IS NULL AS a, ? IS NULL AS b, k FROM one", [pd.NaT, pd.NA]),
+        # a NUL made the statement unparsable; 2^63 was typed HUGEINT where DuckDB's is UBIGINT
+        ("SELECT ? AS v, length(?) AS n, k FROM one", ["x\x00y", "\x00a\x00"]),
+        ("SELECT ? AS v, typeof(?) AS t, typeof(?) AS h, k FROM one", [2**63, 2**64 - 1, 2**64]),
     ],
 )
 def test_question_mark_parameters_bind_in_the_order_written(con, duck, sql: str, params: list) -> None:
@@ -981,3 +984,9 @@ def test_group_by_a_position_outside_the_select_list_is_refused(con, duck, term:
 def test_numpy_integers_are_bound_as_their_values(con) -> None:
     # DuckDB's own binding refuses them; their value is unambiguous
     assert con.execute("SELECT ? + 1 AS v, typeof(?) AS t", [np.int64(41), np.int32(1)]).fetchall() == [(42, "INTEGER")]
+
+
+def test_a_time_with_an_offset_is_refused_as_a_parameter(con) -> None:
+    # its offset was dropped: bound as a TIME
+    with pytest.raises(qengine.NotSupportedError, match="TIME WITH TIME ZONE"):
+        con.execute("SELECT ? AS t", [dt.time(1, 2, 3, tzinfo=dt.timezone(dt.timedelta(hours=5)))])

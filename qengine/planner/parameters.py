@@ -15,7 +15,7 @@ from typing import Any
 import sqlglot.expressions as exp
 from sqlglot.tokens import Token, TokenType
 
-from qengine.errors import ProgrammingError
+from qengine.errors import NotSupportedError, ProgrammingError
 from qengine.planner.templates import PARAMETER, compared
 
 QUESTION_MARKS = "qengine_question_marks"  # meta of a statement whose parameters were written ?
@@ -141,12 +141,20 @@ def literal(value: Any, duckdb_width: bool = False) -> exp.Expression:
     if isinstance(value, bool):
         return exp.Boolean(this=value)
     if isinstance(value, int):
+        if 1 << 63 <= value < 1 << 64:  # DuckDB's binding: beyond BIGINT, a UBIGINT while one holds it
+            return exp.cast(exp.Literal.number(value), exp.DataType.build("UBIGINT", dialect="duckdb"))
         return exp.Literal.number(value)
     if isinstance(value, float):
         return exp.cast(exp.Literal.string(repr(float(value))), "DOUBLE")
     if isinstance(value, decimal.Decimal):
         return _decimal_literal(value, duckdb_width)
     if isinstance(value, str):
+        if "\x00" in value:  # no SQL string literal holds a NUL: the pieces joined by chr(0)
+            pieces: list[exp.Expression] = [exp.Literal.string(piece) for piece in value.split("\x00")]
+            joined = pieces[0]
+            for piece in pieces[1:]:
+                joined = exp.DPipe(this=exp.DPipe(this=joined, expression=exp.func("chr", exp.Literal.number(0))), expression=piece)
+            return joined
         return exp.Literal.string(value)
     if isinstance(value, dt.datetime):
         # an aware datetime is an instant, as DuckDB binds it: TIMESTAMP would drop its offset
@@ -155,6 +163,8 @@ def literal(value: Any, duckdb_width: bool = False) -> exp.Expression:
     if isinstance(value, dt.date):
         return exp.cast(exp.Literal.string(value.isoformat()), "DATE")
     if isinstance(value, dt.time):
+        if value.utcoffset() is not None:  # a TIME WITH TIME ZONE, which qengine does not carry
+            raise NotSupportedError("a time with a UTC offset cannot be bound: TIME WITH TIME ZONE is not supported; bind a naive time")
         return exp.cast(exp.Literal.string(value.isoformat()), "TIME")
     if isinstance(value, bytes | bytearray | memoryview):
         return exp.cast(exp.Literal.string("".join(f"\\x{b:02x}" for b in bytes(value))), "BLOB")
