@@ -138,6 +138,7 @@ class Session:
         return [{"query": q, "state": "running"} for q in self.statements.ids()]
 
     def _execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None, progress: Callable[[int, int], None] | None) -> Result:
+        self.catalog.refresh()  # tables whose files changed are read again, before any plan is reused
         match = _EXPLAIN.match(sql)
         with user_terms(sql, self.plan_options.dialect):
             if match:  # EXPLAIN blanked out rather than cut off: syntax errors give the user's positions

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 import sqlglot.expressions as exp
 
 from qengine.catalog.access import AccessPolicy, real
-from qengine.catalog.sources import ParquetSource, Source
-from qengine.errors import ProgrammingError
+from qengine.catalog.sources import ParquetSource, Source, file_signature
+from qengine.errors import Error, OperationalError, ProgrammingError
 
 
 @dataclass
@@ -43,6 +43,8 @@ class Catalog:
     # Bumped by every change a plan could depend on: plans are reused only within one version.
     version: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # tables whose changed files failed to read, with what the files were then (``refresh``)
+    _unreadable: dict[str, tuple[tuple, Error]] = field(default_factory=dict)
     # What the calling thread's statement finds a table the catalog lacks by (``finding``).
     _finders: threading.local = field(default_factory=threading.local)
 
@@ -149,6 +151,7 @@ class Catalog:
             if not replace and (key in self.tables or key in self.views):
                 raise ProgrammingError(f"table {source.name!r} already exists")
             self.views.pop(key, None)
+            self._unreadable.pop(key, None)
             self.tables[key] = source
             self.version += 1
 
@@ -167,10 +170,42 @@ class Catalog:
             self.version += 1
 
     def table(self, name: str) -> Source:
+        unreadable = self._unreadable.get(name.lower())
+        if unreadable is not None:
+            raise unreadable[1]
         try:
             return self.tables[name.lower()]
         except KeyError:
             raise ProgrammingError(f"Table {name!r} does not exist") from None
+
+    def refresh(self) -> None:
+        """Read again the tables whose files changed since they were read (a file rewritten in
+        place kept its old row groups and columns, and its new rows went unread), as DuckDB
+        reads a file afresh at each query. A table whose files no longer read fails the
+        statements that use it, with why, until they change again."""
+        with self._lock:
+            tables = list(self.tables.items())
+        for key, source in tables:
+            before = source.on_disk()
+            if before is None:
+                continue
+            now = file_signature(source.paths)
+            failed = self._unreadable.get(key)
+            if now == before or (failed is not None and failed[0] == now):
+                continue
+            try:
+                fresh, error = source.reread(), None
+            except Error as e:
+                fresh, error = source, OperationalError(f"table {source.name!r} changed on disk and cannot be read again: {e}")
+            with self._lock:
+                if self.tables.get(key) is not source:
+                    continue  # replaced or dropped meanwhile
+                self.tables[key] = fresh
+                if error is None:
+                    self._unreadable.pop(key, None)
+                else:
+                    self._unreadable[key] = (now, error)
+                self.version += 1
 
     def drop(self, name: str, kind: str, if_exists: bool) -> Source | None:
         """Remove a table or view; returns the dropped table so its data can be released."""
@@ -182,6 +217,7 @@ class Catalog:
                     return None
                 raise ProgrammingError(f"{kind.lower()} {name!r} does not exist")
             dropped = registry.pop(key)
+            self._unreadable.pop(key, None)
             self.version += 1
         return dropped if isinstance(dropped, Source) else None
 

@@ -53,6 +53,16 @@ class Source:
         """The catalog's table itself: a copied plan (``planner.templates``) reads the same one."""
         return self
 
+    def on_disk(self) -> tuple | None:
+        """What the table's files were when it was read (size and modification time of each);
+        None for a table not read from files."""
+        return None
+
+    def reread(self) -> Source:
+        """The same files read again: what they hold now."""
+        raise NotImplementedError
+
+
     @property
     def rows(self) -> int:
         raise NotImplementedError
@@ -92,6 +102,20 @@ class Source:
         return {f.name if PLAIN_NAME.fullmatch(f.name) else identifier(f.name): type_code(f.type) for f in self.schema}
 
 
+def file_signature(paths: list[str]) -> tuple:
+    """Size and modification time of each file, or None for one that is gone: a file rewritten
+    in place changes its row groups, its columns, or both."""
+    signature = []
+    for path in paths:
+        try:
+            info = os.stat(path)
+        except OSError:
+            signature.append(None)
+        else:
+            signature.append((info.st_size, info.st_mtime_ns))
+    return tuple(signature)
+
+
 @dataclass
 class _RowGroup:
     path: str
@@ -127,6 +151,7 @@ class ParquetSource(Source):
         self.name = name
         self.paths = paths
         self.hive = hive
+        self._signature = file_signature(paths)
         self.row_groups: list[_RowGroup] = []
         self._file_rows: dict[str, int] = {}
         widths: dict[str, int] = {}
@@ -168,6 +193,14 @@ class ParquetSource(Source):
     @property
     def rows(self) -> int:
         return self._rows
+
+    def on_disk(self) -> tuple | None:
+        return self._signature
+
+    def reread(self) -> ParquetSource:
+        fresh = ParquetSource(self.name, self.paths, self.hive)
+        fresh.written = self.written
+        return fresh
 
     def restricted(self, paths: set[str]) -> ParquetSource:
         """The table's files among ``paths`` only (those a partition filter keeps), splitting
@@ -303,6 +336,8 @@ class CsvSource(Source):
             raise ProgrammingError(f"table {name!r}: no CSV files found")
         self.name = name
         self.paths = paths
+        self._signature = file_signature(paths)
+        self._given = (delimiter, header)
         given = ""
         if delimiter is not None:
             given += f", delim = {string_literal(delimiter)}"
@@ -327,6 +362,14 @@ class CsvSource(Source):
     @property
     def rows(self) -> int:
         return max(1, self._bytes // max(1, 8 * len(self.schema)))
+
+    def on_disk(self) -> tuple | None:
+        return self._signature
+
+    def reread(self) -> CsvSource:
+        fresh = CsvSource(self.name, self.paths, *self._given)
+        fresh.written = self.written
+        return fresh
 
     def splits(
         self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES, ranges: dict[str, tuple[int, int]] | None = None
@@ -409,6 +452,8 @@ class JsonSource(Source):
             raise ProgrammingError(f"table {name!r}: no JSON files found")
         self.name = name
         self.paths = paths
+        self._signature = file_signature(paths)
+        self._format = json_format
         files = "[" + ", ".join(string_literal(p) for p in paths) + "]"
         json_format = f"format = {string_literal(json_format)}"
         con = safe_connection(readable=tuple(paths))
@@ -424,6 +469,14 @@ class JsonSource(Source):
     @property
     def rows(self) -> int:
         return max(1, self._bytes // max(1, 16 * len(self.schema)))
+
+    def on_disk(self) -> tuple | None:
+        return self._signature
+
+    def reread(self) -> JsonSource:
+        fresh = JsonSource(self.name, self.paths, self._format)
+        fresh.written = self.written
+        return fresh
 
     def splits(
         self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES, ranges: dict[str, tuple[int, int]] | None = None
