@@ -645,6 +645,10 @@ ONCE_FAILED = {
     "null_filter_on_an_unnested_column": "SELECT count(*) FROM (SELECT id, unnest([k, x]) AS e FROM small) q WHERE e IS NULL",
     "aggregate_over_a_filtered_unnest": "WITH q AS (SELECT id, unnest(range(k % 4)) AS e FROM big) SELECT e, count(*) FROM q WHERE e > 1 GROUP BY e",
     "join_on_an_unnested_column": "SELECT count(*) FROM (SELECT id, unnest([k, k + 1]) AS e FROM small) q JOIN big b ON q.e = b.k WHERE q.e < 5",
+    # VALUES' columns were _col_0, _col_1: "column 'col0' not found"
+    "values_columns_named_as_duckdb_names_them": "SELECT col0 + col1 AS s, col1 FROM (VALUES (1, 2), (3, 4)) v ORDER BY s",
+    "values_columns_partly_aliased": "SELECT x, col1 FROM (VALUES (1, 'a'), (2, 'b')) v(x) ORDER BY x",
+    "values_without_an_alias_joined": "SELECT count(*) FROM small JOIN (VALUES (1), (2), (3)) ON small.k = col0",
     "timestamptz_join_keys_of_a_scan": "SELECT count(*) FROM big a JOIN (SELECT TIMESTAMPTZ '2021-01-01 00:00:00+00' + to_hours(k) AS z "
     "FROM small WHERE k < 5) b ON TIMESTAMPTZ '2021-01-01 00:00:00+00' + to_hours(a.k) = b.z",
 }

@@ -72,8 +72,7 @@ def target(st: exp.Copy, policy: AccessPolicy) -> Target:
     if options:
         raise NotSupportedError(f"COPY option {next(iter(options))} is not supported")
     path = files[0].name
-    resolved = policy.check_write(path)
-    one_file = not per_thread and partition is None and not os.path.isdir(resolved)
+    one_file = not per_thread and partition is None and not os.path.isdir(path)
     extension = os.path.splitext(path)[1].lower()
     suffix = _SUFFIXES.get(extension)
     if given is None and one_file and extension in _COMPRESSIONS:
@@ -84,6 +83,7 @@ def target(st: exp.Copy, policy: AccessPolicy) -> Target:
     fmt = (given or suffix or ("csv" if one_file else "parquet")).lower()
     if fmt not in FORMATS:
         raise NotSupportedError(f"COPY format {fmt!r} is not supported ({', '.join(FORMATS)})")
+    resolved = policy.check_write(path)
     if partition is not None:
         given_columns = partition.expression.unnest() if isinstance(partition.expression, exp.Paren) else partition.expression  # (col)
         columns = given_columns.expressions if isinstance(given_columns, exp.Tuple) else [given_columns]

@@ -845,6 +845,7 @@ def referenced_tables(statement: exp.Expression) -> set[str]:
 def optimize_query(query: exp.Expression, catalog: Catalog, dialect: str) -> exp.Expression:
     """Qualify, decorrelate and push down; unknown tables and columns become ProgrammingErrors."""
     query = subquery_conditions_in_parentheses(exists_select_one(factor_disjunctions(spell_out_null_safe(unique_inner_columns(query)))))
+    _name_values_columns(query)
     ctes = {cte.alias_or_name.lower() for cte in query.find_all(exp.CTE)}
     schema = {}
     for name in referenced_tables(query) - ctes:
@@ -910,6 +911,19 @@ def _check_star_lists(query: exp.Expression, schema: dict[str, dict[str, str]], 
             if missing is not None:
                 where = item.table if isinstance(item, exp.Column) else "the FROM clause"
                 raise ProgrammingError(f"column {missing!r} in {kind} list not found in {where}")
+
+
+def _name_values_columns(query: exp.Expression) -> None:
+    """VALUES in FROM names its columns col0, col1, … beyond those its alias names, as DuckDB
+    does; left to sqlglot they were _col_0, and ``SELECT col0`` was not found."""
+    for values in query.find_all(exp.Values):
+        if not isinstance(values.parent, exp.From | exp.Join) or not values.expressions:
+            continue
+        width = len(values.expressions[0].expressions) if isinstance(values.expressions[0], exp.Tuple) else 1
+        alias = values.args.get("alias") or exp.TableAlias(this=exp.to_identifier("valueslist"))
+        named = list(alias.columns)
+        alias.set("columns", named + [exp.to_identifier(f"col{i}") for i in range(len(named), width)])
+        values.set("alias", alias)
 
 
 def _check_positions(query: exp.Expression) -> None:
