@@ -248,3 +248,12 @@ def test_a_registered_file_rewritten_in_place_is_read_again(tmp_path) -> None:
         assert con.execute("SELECT count(*) FROM c").fetchall() == [(2,)]  # other tables unaffected
         pq.write_table(pa.table({"k": [7]}), path)
         assert con.execute("SELECT count(*), sum(k) FROM g").fetchall() == [(1, 7)]
+
+
+def test_files_of_one_table_with_a_column_of_two_types_are_refused(tmp_path) -> None:
+    # read apart, each task's rows had its own file's type: "Schema at index 1 was different"
+    pq.write_table(pa.table({"a": pa.array([1, 2], pa.int64()), "s": ["x", "y"]}), tmp_path / "f1.parquet")
+    pq.write_table(pa.table({"a": pa.array([3], pa.int32()), "s": pa.array(["z"], pa.large_string())}), tmp_path / "f2.parquet")
+    with qengine.connect(workers=1, allowed_roots=[str(tmp_path)], lazy_start=True) as con:
+        with pytest.raises(qengine.NotSupportedError, match="column 'a' of .*f2.parquet is INTEGER, of .*f1.parquet BIGINT"):
+            con.register_parquet("t", str(tmp_path))

@@ -163,8 +163,14 @@ class ParquetSource(Source):
             if path == paths[0]:
                 self.schema = duckdb_schema(md.schema)
                 _refuse_repeated_names(name, path, self.schema.names)
-            elif md.schema.to_arrow_schema().names != self.schema.names:
+            elif (theirs := duckdb_schema(md.schema)).names != self.schema.names:
                 raise ProgrammingError(f"table {name!r}: {path} has columns that differ from {paths[0]}")
+            elif differing := [(f.name, type_code(f.type), type_code(g.type)) for f, g in zip(self.schema, theirs, strict=True)
+                               if type_code(f.type) != type_code(g.type)]:
+                # DuckDB reads both as the wider type; read apart, each task's rows had its file's
+                column, first_type, their_type = differing[0]
+                raise NotSupportedError(f"table {name!r}: column {column!r} of {path} is {their_type}, of {paths[0]} {first_type}: "
+                                        "rewrite the files with one type")
             first = 0
             for i in range(md.num_row_groups):
                 rg = md.row_group(i)
