@@ -29,14 +29,13 @@ from typing import Any, BinaryIO
 
 import duckdb
 import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 import sqlglot.expressions as exp
 
 from qengine.api.json_rows import json_rows
 from qengine.catalog.access import AccessPolicy
 from qengine.errors import NotSupportedError, OperationalError, ProgrammingError
 from qengine.sandbox.connection import scratch_connection
+from qengine.sandbox.file_writers import CsvWriter, parquet_writer
 from qengine.sandbox.quoting import identifier
 
 FORMATS = ("parquet", "csv", "json")
@@ -192,10 +191,10 @@ def write_partitions(out: Target, schema: pa.Schema, batches: Iterable[pa.Record
 def _writer(sink: BinaryIO, fmt: str, schema: pa.Schema) -> Any:
     """A writer of ``fmt`` into ``sink``: ``write(batch)``, ``close()``, and a context manager."""
     if fmt == "csv":
-        return pacsv.CSVWriter(sink, schema)
+        return CsvWriter(sink, schema)
     if fmt == "json":
         return _JsonWriter(sink)
-    return pq.ParquetWriter(sink, schema)
+    return parquet_writer(sink, schema)
 
 
 class _JsonWriter:

@@ -20,8 +20,6 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
 from qengine.catalog import scan
 from qengine.catalog.access import MARKER, AccessPolicy, attempt_file, check_opened
@@ -37,6 +35,7 @@ from qengine.runtime.faults import FaultPlan
 from qengine.runtime.peers import Peers
 from qengine.runtime.progress import ProgressBoard
 from qengine.sandbox.carried_types import stored_nulls_as_integers, tag_types
+from qengine.sandbox.file_writers import CsvWriter, parquet_writer
 from qengine.sandbox.pool import ConnectionPool, Lease, filters_mishandle
 from qengine.sandbox.quoting import identifier
 from qengine.transport.rpc import ClientPool
@@ -747,7 +746,7 @@ def _write_file(
     rows = nbytes = 0
     try:
         # "x": a file that appeared since COPY claimed the directory is never overwritten.
-        with open(partial, "xb") as sink, pacsv.CSVWriter(sink, schema) if fmt == "csv" else pq.ParquetWriter(sink, schema) as writer:
+        with open(partial, "xb") as sink, CsvWriter(sink, schema) if fmt == "csv" else parquet_writer(sink, schema) as writer:
             for part in [result] if isinstance(result, pa.Table) else result:
                 part = part.rename_columns(names)
                 writer.write(part)

@@ -1,0 +1,74 @@
+"""The files COPY writes, Parquet and CSV, as DuckDB's COPY writes them where Arrow's writers
+would not.
+
+Arrow's CSV writer refuses lists, structs, maps, fixed-size arrays and intervals, and writes a
+BLOB's raw bytes where DuckDB writes ``\\x01\\x02``. Such columns are turned into DuckDB's own
+text of them (its cast to VARCHAR, which its CSV writer uses) before they reach the writer;
+every other column goes through as it is. Arrow's Parquet writer has no INTERVAL: such a column
+is refused by name rather than failing inside Arrow.
+"""
+
+from __future__ import annotations
+
+from typing import BinaryIO
+
+import duckdb
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from qengine.errors import DataError, NotSupportedError
+from qengine.sandbox.carried_types import restoring_query
+from qengine.sandbox.connection import scratch_connection
+from qengine.sandbox.quoting import identifier
+
+
+def _as_text(field: pa.Field) -> bool:
+    t = field.type
+    return (pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) or pa.types.is_interval(t)
+            or pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_struct(t)
+            or pa.types.is_map(t))
+
+
+def parquet_writer(sink: BinaryIO, schema: pa.Schema) -> pq.ParquetWriter:
+    """Arrow's Parquet writer for ``schema``, or NotSupportedError naming a column it cannot write."""
+    interval = next((f.name for f in schema if pa.types.is_interval(f.type)), None)
+    if interval is not None:
+        raise NotSupportedError(f"the INTERVAL column {interval!r} cannot be written to Parquet: cast it to VARCHAR, or write CSV")
+    return pq.ParquetWriter(sink, schema)
+
+
+class CsvWriter:
+    """Arrow's CSV writer over ``sink`` for batches of ``schema``, with the columns DuckDB spells
+    otherwise written as DuckDB's text of them."""
+
+    def __init__(self, sink: BinaryIO, schema: pa.Schema) -> None:
+        self._texts = [f.name for f in schema if _as_text(f)]
+        written = pa.schema([pa.field(f.name, pa.string()) if f.name in self._texts else f for f in schema])
+        self._writer = pacsv.CSVWriter(sink, written)
+        self._schema = written
+
+    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
+        self._writer.write(self._spelled(batch) if self._texts else batch)
+
+    def _spelled(self, batch: pa.RecordBatch | pa.Table) -> pa.Table:
+        con = scratch_connection()
+        try:
+            con.register("__qengine_csv", batch)
+            inner = restoring_query("__qengine_csv", batch.schema) or "SELECT * FROM __qengine_csv"
+            items = ", ".join(f"CAST({identifier(n)} AS VARCHAR) AS {identifier(n)}" if n in self._texts else identifier(n)
+                              for n in batch.schema.names)
+            return con.execute(f"SELECT {items} FROM ({inner})").to_arrow_table().cast(self._schema)
+        except duckdb.Error as e:
+            raise DataError(f"cannot write CSV: {str(e).splitlines()[0]}") from e
+        finally:
+            con.close()
+
+    def close(self) -> None:
+        self._writer.close()
+
+    def __enter__(self) -> CsvWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
