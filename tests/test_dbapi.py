@@ -802,3 +802,18 @@ def test_tables(default_engine) -> None:
 def test_result_columns_are_named_as_written(default_engine, oracle, sql: str) -> None:
     """DuckDB names a result column after its alias as written, not lower-cased."""
     assert [d[0] for d in default_engine.execute(sql).description] == [d[0] for d in oracle.execute(sql).description]
+
+
+def test_connection_executemany_and_unregister_as_duckdb_has_them(default_engine) -> None:
+    import pyarrow as pa
+
+    default_engine.register("reg_df", pa.table({"a": [1, 2]}))
+    default_engine.execute("CREATE TABLE many_t (a INTEGER)")
+    try:
+        default_engine.executemany("INSERT INTO many_t VALUES (?)", [[1], [2], [3]])
+        assert default_engine.execute("SELECT sum(a) FROM many_t").fetchall() == [(6,)]
+        default_engine.unregister("reg_df")
+        assert "reg_df" not in default_engine.tables()
+        default_engine.unregister("reg_df")  # gone already: nothing to do, as in DuckDB
+    finally:
+        default_engine.execute("DROP TABLE many_t")

@@ -22,6 +22,7 @@ from qengine.api.statements import new_statement_id
 from qengine.catalog.types import column_type
 from qengine.errors import Error, InterfaceError, InternalError, NotSupportedError, ProgrammingError
 from qengine.sandbox.carried_types import python_values, untagged, untagged_schema
+from qengine.sandbox.quoting import identifier
 
 # Rows of a result turned into Python values at a time, for fetches of rows.
 ROWS_AT_ONCE = 1 << 16
@@ -331,6 +332,10 @@ class Connection:
         """Shortcut: a new cursor with the statement executed (as in DuckDB and sqlite3)."""
         return self.cursor().execute(operation, parameters)
 
+    def executemany(self, operation: str, seq_of_parameters: Sequence[Sequence[Any]]) -> Cursor:
+        """Shortcut: a new cursor with the statement executed once per parameter set (as in DuckDB and sqlite3)."""
+        return self.cursor().executemany(operation, seq_of_parameters)
+
     @_user_errors
     def sql(self, query: str) -> Relation | None:
         """A relation for a query, run when its rows are asked for (``api.relation``); any
@@ -431,6 +436,13 @@ class Connection:
         if table is None:
             raise InterfaceError(f"cannot register a {type(data).__name__}: pass an Arrow table, a pandas or polars DataFrame")
         self._session.register_arrow(name, table)
+
+    @_user_errors
+    def unregister(self, name: str) -> None:
+        """Forget a table registered under ``name`` (as DuckDB's ``unregister``; a view too)."""
+        self._check()
+        for kind in ("TABLE", "VIEW"):  # whichever it is: the other drop finds nothing
+            self.execute(f"DROP {kind} IF EXISTS {identifier(name)}")
 
     def tables(self) -> list[str]:
         """Names of the registered tables and views."""
