@@ -234,6 +234,11 @@ def test_set_changes_the_plan_and_reset_restores_it(con, duck) -> None:
     ("SET threads = 4", r"unrecognized setting 'threads': qengine's settings are dialect, broadcast_threshold, .*shuffle"),
     ("SET shuffle = 'push'", r"shuffle must be 'prefetch' or 'pull'"),
     ("SET partitions = 0", r"partitions must be a positive integer"),
+    # each was accepted, and the next statements failed or ran otherwise
+    ("SET partitions = true", r"partitions must be a positive integer, not True"),
+    ("SET dialect = NULL", r"dialect must name a SQL dialect, not None"),
+    ('CREATE TABLE "" (x INTEGER)', r'an empty name \(""\) is not a name'),
+    ('CREATE TABLE empty_named AS SELECT 1 AS ""', r'an empty name \(""\) is not a name'),
     ("RESET memory_limit", r"unrecognized setting 'memory_limit'"),
     ("SELECT current_setting('threads')", r"unrecognized setting 'threads'"),
 ])

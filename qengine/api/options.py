@@ -56,10 +56,12 @@ class SessionSettings:
         """Raise ProgrammingError naming the first bad setting; returns self."""
         from sqlglot.dialects.dialect import Dialect
 
-        if self.partitions is not None and (not isinstance(self.partitions, int) or self.partitions < 1):
+        if self.partitions is not None and not _positive_int(self.partitions):
             raise ProgrammingError(f"partitions must be a positive integer, not {self.partitions!r}")
-        if not isinstance(self.slots, int) or self.slots < 1:
+        if not _positive_int(self.slots):
             raise ProgrammingError(f"slots must be a positive integer, not {self.slots!r}")
+        if not isinstance(self.dialect, str) or not self.dialect:
+            raise ProgrammingError(f"dialect must name a SQL dialect, not {self.dialect!r}")
         try:
             Dialect.get_or_raise(self.dialect)
         except ValueError as e:
@@ -70,7 +72,7 @@ class SessionSettings:
             raise ProgrammingError(f"speculation must be True or False, not {self.speculation!r}")
         if not 0 < self.prefetch_fraction <= 1:
             raise ProgrammingError(f"prefetch_fraction must be in (0, 1], not {self.prefetch_fraction!r}")
-        if not isinstance(self.samples_per_partition, int) or self.samples_per_partition < 1:
+        if not _positive_int(self.samples_per_partition):
             raise ProgrammingError(f"samples_per_partition must be a positive integer, not {self.samples_per_partition!r}")
         parse_size(self.broadcast_threshold, "broadcast_threshold")
         parse_size(self.replicate_size, "replicate_size")
@@ -102,3 +104,8 @@ class SessionSettings:
             coalesce_bytes=parse_size(self.coalesce_size, "coalesce_size") or 0,
             speculation=self.speculation,
         )
+
+
+def _positive_int(value: object) -> bool:
+    """An integer of at least 1; True is not one (SET partitions = true)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
