@@ -69,11 +69,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     plot_tpcds(report, png, f"TPC-DS on {args.workers} workers vs DuckDB ({os.path.basename(os.path.abspath(args.data))})")
     totals = data["totals"]
     table = Table(title=f"TPC-DS: medians of {args.repeat} alternated runs per query, both engines warm")
-    columns = ("queries", "correct", "qengine_seconds", "duckdb_seconds", "ratio_qengine_over_duckdb", "ratio_range_over_repeats",
-               "geomean_ratio", "small_queries", "small_overhead_ms")
-    for key in columns:
-        table.add_column(key.replace("_", " "))
-    table.add_row(*[str(totals[k]) for k in columns])
+    table.add_column("total")
+    table.add_column("value", justify="right")
+    for key in ("queries", "correct", "qengine_seconds", "duckdb_seconds", "ratio_qengine_over_duckdb", "ratio_range_over_repeats",
+                "geomean_ratio", "small_queries", "small_overhead_ms"):
+        value = totals[key]
+        table.add_row(key.replace("_", " "), "–".join(map(str, value)) if isinstance(value, list) else str(value))
     console.print(table)
     console.print(f"report: {out}\nplot:   {png}")
     failed = len(report.queries) - report.correct
