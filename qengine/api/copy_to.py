@@ -35,7 +35,7 @@ from qengine.api.json_rows import json_rows
 from qengine.catalog.access import AccessPolicy
 from qengine.errors import NotSupportedError, OperationalError, ProgrammingError
 from qengine.sandbox.connection import scratch_connection
-from qengine.sandbox.file_writers import CsvWriter, parquet_writer
+from qengine.sandbox.file_writers import CsvWriter, Writer, parquet_writer
 from qengine.sandbox.quoting import identifier
 
 FORMATS = ("parquet", "csv", "json")
@@ -197,7 +197,7 @@ def _writer(sink: BinaryIO, fmt: str, schema: pa.Schema) -> Any:
     return parquet_writer(sink, schema)
 
 
-class _JsonWriter:
+class _JsonWriter(Writer):
     """Newline-delimited JSON, each row an object as DuckDB's COPY ... (FORMAT json) writes it,
     batch by batch (``api.json_rows``)."""
 
@@ -209,12 +209,6 @@ class _JsonWriter:
 
     def close(self) -> None:
         self.sink.flush()
-
-    def __enter__(self) -> _JsonWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _groups(batch: pa.RecordBatch, keys: list[str]) -> dict[tuple[str, ...], list[int]]:

@@ -8,8 +8,10 @@ workers turn it back into Arrow data through :mod:`qengine.catalog.scan`.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import duckdb
@@ -53,14 +55,22 @@ class Source:
         """The catalog's table itself: a copied plan (``planner.templates``) reads the same one."""
         return self
 
+    # Set by a table read from files: what they were then (``file_signature``), and how to read
+    # them again.
+    _signature: tuple | None = None
+    _rebuild: Callable[[], Source] | None = None
+
     def on_disk(self) -> tuple | None:
         """What the table's files were when it was read (size and modification time of each);
         None for a table not read from files."""
-        return None
+        return self._signature
 
     def reread(self) -> Source:
         """The same files read again: what they hold now."""
-        raise NotImplementedError
+        assert self._rebuild is not None
+        fresh = self._rebuild()
+        fresh.written = self.written
+        return fresh
 
 
     @property
@@ -151,7 +161,7 @@ class ParquetSource(Source):
         self.name = name
         self.paths = paths
         self.hive = hive
-        self._signature = file_signature(paths)
+        self._signature, self._rebuild = file_signature(paths), functools.partial(ParquetSource, name, paths, hive)
         self.row_groups: list[_RowGroup] = []
         self._file_rows: dict[str, int] = {}
         widths: dict[str, int] = {}
@@ -200,13 +210,6 @@ class ParquetSource(Source):
     def rows(self) -> int:
         return self._rows
 
-    def on_disk(self) -> tuple | None:
-        return self._signature
-
-    def reread(self) -> ParquetSource:
-        fresh = ParquetSource(self.name, self.paths, self.hive)
-        fresh.written = self.written
-        return fresh
 
     def restricted(self, paths: set[str]) -> ParquetSource:
         """The table's files among ``paths`` only (those a partition filter keeps), splitting
@@ -342,8 +345,7 @@ class CsvSource(Source):
             raise ProgrammingError(f"table {name!r}: no CSV files found")
         self.name = name
         self.paths = paths
-        self._signature = file_signature(paths)
-        self._given = (delimiter, header)
+        self._signature, self._rebuild = file_signature(paths), functools.partial(CsvSource, name, paths, delimiter, header)
         given = ""
         if delimiter is not None:
             given += f", delim = {string_literal(delimiter)}"
@@ -369,13 +371,6 @@ class CsvSource(Source):
     def rows(self) -> int:
         return max(1, self._bytes // max(1, 8 * len(self.schema)))
 
-    def on_disk(self) -> tuple | None:
-        return self._signature
-
-    def reread(self) -> CsvSource:
-        fresh = CsvSource(self.name, self.paths, *self._given)
-        fresh.written = self.written
-        return fresh
 
     def splits(
         self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES, ranges: dict[str, tuple[int, int]] | None = None
@@ -458,8 +453,7 @@ class JsonSource(Source):
             raise ProgrammingError(f"table {name!r}: no JSON files found")
         self.name = name
         self.paths = paths
-        self._signature = file_signature(paths)
-        self._format = json_format
+        self._signature, self._rebuild = file_signature(paths), functools.partial(JsonSource, name, paths, json_format)
         files = "[" + ", ".join(string_literal(p) for p in paths) + "]"
         json_format = f"format = {string_literal(json_format)}"
         con = safe_connection(readable=tuple(paths))
@@ -476,13 +470,6 @@ class JsonSource(Source):
     def rows(self) -> int:
         return max(1, self._bytes // max(1, 16 * len(self.schema)))
 
-    def on_disk(self) -> tuple | None:
-        return self._signature
-
-    def reread(self) -> JsonSource:
-        fresh = JsonSource(self.name, self.paths, self._format)
-        fresh.written = self.written
-        return fresh
 
     def splits(
         self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES, ranges: dict[str, tuple[int, int]] | None = None

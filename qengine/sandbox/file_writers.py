@@ -38,7 +38,23 @@ def parquet_writer(sink: BinaryIO, schema: pa.Schema) -> pq.ParquetWriter:
     return pq.ParquetWriter(sink, schema)
 
 
-class CsvWriter:
+class Writer:
+    """A file writer of batches: ``write(batch)``, ``close()``, and a context manager closing it."""
+
+    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class CsvWriter(Writer):
     """Arrow's CSV writer over ``sink`` for batches of ``schema``, with the columns DuckDB spells
     otherwise written as DuckDB's text of them."""
 
@@ -66,9 +82,3 @@ class CsvWriter:
 
     def close(self) -> None:
         self._writer.close()
-
-    def __enter__(self) -> CsvWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
