@@ -271,6 +271,8 @@ CORPUS = [
         r'^a parenthesized join in FROM \("sales" AS "s" JOIN "items" AS "i" ON .+\) is not supported: write it as a subquery', supported=False),
     Bad("star-of-repeated-names", "SELECT * FROM (SELECT s.*, i.* FROM sales s JOIN items i ON s.item_id = i.item_id) q", N,
         r"^a star over a derived table or CTE whose stars select two columns of one name", supported=False),
+    # DuckDB refuses it; it was answered as a WHERE
+    Bad("qualify-without-a-window", "SELECT qty FROM sales QUALIFY qty > 5", P, r"^QUALIFY needs a window function"),
     Bad("read-parquet-of-number", "SELECT * FROM read_parquet(42)", P, r"^read_parquet\(\) takes a path or a list of paths as a string literal$"),
     # ---- CSV data -------------------------------------------------------------------------------
     Bad("csv-ragged-row-late", "SELECT sum(v) FROM csv_ragged", D, r"^bad row in CSV file \S+ragged\.csv, line 300002: expected 2 columns, found 3: 300000,1,2$"),

@@ -263,6 +263,8 @@ class Builder(JoinPlanning, AggregatePlanning):
         order_exprs = [unparen(self._order_target(o.this, select.expressions, scopes)) for o in order.expressions] if order else []
         having = select.args.get("having")
         qualify = select.args.get("qualify")
+        if qualify is not None and not any(e.find(exp.Window) for e in [*select.expressions, qualify.this]):
+            raise ProgrammingError("QUALIFY needs a window function in the select list or in QUALIFY itself: use WHERE or HAVING")
 
         aggs: list[exp.Expression] = []
         for e in [*outputs, *order_exprs, *([having.this] if having else [])]:
