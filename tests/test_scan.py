@@ -254,6 +254,6 @@ def test_files_of_one_table_with_a_column_of_two_types_are_refused(tmp_path) -> 
     # read apart, each task's rows had its own file's type: "Schema at index 1 was different"
     pq.write_table(pa.table({"a": pa.array([1, 2], pa.int64()), "s": ["x", "y"]}), tmp_path / "f1.parquet")
     pq.write_table(pa.table({"a": pa.array([3], pa.int32()), "s": pa.array(["z"], pa.large_string())}), tmp_path / "f2.parquet")
-    with qengine.connect(workers=1, allowed_roots=[str(tmp_path)], lazy_start=True) as con:
-        with pytest.raises(qengine.NotSupportedError, match="column 'a' of .*f2.parquet is INTEGER, of .*f1.parquet BIGINT"):
-            con.register_parquet("t", str(tmp_path))
+    with (qengine.connect(workers=1, allowed_roots=[str(tmp_path)], lazy_start=True) as con,
+          pytest.raises(qengine.NotSupportedError, match="column 'a' of .*f2.parquet is INTEGER, of .*f1.parquet BIGINT")):
+        con.register_parquet("t", str(tmp_path))
