@@ -207,13 +207,10 @@ def _measure(con: qengine.Connection, ref: duckdb.DuckDBPyConnection, number: in
     try:
         _, expected = duck()
         engine()
+        timed = [(entry.qengine_runs, engine), (entry.duckdb_runs, lambda: duck()[0])]
         for r in range(repeat):
-            if r % 2:
-                entry.duckdb_runs.append(round(duck()[0], 4))
-                entry.qengine_runs.append(round(engine(), 4))
-            else:
-                entry.qengine_runs.append(round(engine(), 4))
-                entry.duckdb_runs.append(round(duck()[0], 4))
+            for runs, measure in timed[::-1] if r % 2 else timed:
+                runs.append(round(measure(), 4))
         entry.ok = entry.error is None
     except Error as e:
         entry.error = f"{type(e).__name__}: {e}"

@@ -42,7 +42,8 @@ def ask(catalog: Catalog, dialect: str, sql: str, reads: exp.Expression | None =
 
     A table or view the mirror cannot hold (a view over a dropped table, a UNION column Arrow
     cannot hand over) is left out, as DuckDB leaves a broken view out of everything but the
-    statements that name it: a statement that needs it fails with what was wrong with it."""
+    statements that name it: a statement that needs it finds it missing, and fails with what
+    was wrong with it."""
     left_out: dict[str, Error] = {}
     views = []
     for view in list(catalog.views.values()):
@@ -72,13 +73,10 @@ def ask(catalog: Catalog, dialect: str, sql: str, reads: exp.Expression | None =
                 con.execute(f"CREATE VIEW {identifier(name)} AS {body.sql(dialect='duckdb')}")
             except duckdb.Error as e:
                 left_out[name.lower()] = ProgrammingError(f"cannot describe view {name!r}: {str(e).splitlines()[0]}")
-        named = {t.name.lower() for t in reads.find_all(exp.Table)} if reads is not None else set()
-        for name, error in left_out.items():
-            if name in named or re.search(rf"(?i)\b{re.escape(name)}\b", sql):
-                raise error
         return con.execute(sql).to_arrow_table()
     except duckdb.Error as e:
-        raise ProgrammingError(str(e).splitlines()[0]) from e
+        missing = next((error for name, error in left_out.items() if re.search(rf"(?<!\w){re.escape(name)}(?!\w)", str(e).lower())), None)
+        raise (missing or ProgrammingError(str(e).splitlines()[0])) from e
     finally:
         con.close()
 

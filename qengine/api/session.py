@@ -331,9 +331,9 @@ class Session:
             if isinstance(target, exp.Schema):  # CREATE VIEW v (x, y): its first columns renamed
                 query = exp.select("*").from_(exp.Subquery(this=query, alias=exp.TableAlias(
                     this=exp.to_identifier("__qengine_view"), columns=[c.copy() for c in target.expressions])))
-                if len(target.expressions) > len(self.plan(query.copy()).names):
-                    raise ProgrammingError(f"view {name!r} names more columns than its query has")
-            self.plan(query.copy())  # validate now, as DuckDB does
+            planned = self.plan(query.copy())  # validate now, as DuckDB does
+            if isinstance(target, exp.Schema) and len(target.expressions) > len(planned.names):
+                raise ProgrammingError(f"view {name!r} names more columns than its query has")
             self.catalog.add_view(View(name, query), replace)
             return Result(None, -1)
         if kind != "TABLE":
@@ -383,10 +383,12 @@ class Session:
             raise NotSupportedError(f"INSERT into {table.name!r} is not supported: only session tables take inserts")
         lookup = {f.name.lower(): f.name for f in source.schema}
         query = _insert_query(st, len(source.schema) if not isinstance(target, exp.Schema) else len(target.expressions))
+        plan = None
         if st.args.get("by_name"):
             if isinstance(target, exp.Schema):
                 raise ProgrammingError("INSERT ... BY NAME takes no column list: the query's column names say where each goes")
-            columns = self.plan(query).names
+            plan = self.plan(query)
+            columns = plan.names
         else:
             columns = [c.name for c in target.expressions] if isinstance(target, exp.Schema) else source.schema.names
         missing = [c for c in columns if c.lower() not in lookup]
@@ -395,9 +397,10 @@ class Session:
         repeated = next((c for i, c in enumerate(columns) if c.lower() in {d.lower() for d in columns[:i]}), None)
         if repeated is not None:
             raise ProgrammingError(f"column {repeated!r} is named twice in INSERT's columns")
-        if isinstance(query, exp.Values):
-            query = _values_as(query, [source.schema.field(lookup[c.lower()]) for c in columns])
-        plan = self.plan(query)
+        if isinstance(query, exp.Values):  # its values cast to the columns' types: planned anew
+            query, plan = _values_as(query, [source.schema.field(lookup[c.lower()]) for c in columns]), None
+        if plan is None:
+            plan = self.plan(query)
         if len(plan.names) != len(columns):
             raise ProgrammingError(f"INSERT has {len(columns)} target columns but the query returns {len(plan.names)}")
         key = f"table/{source.uid}/{next(_table_ids)}"

@@ -72,7 +72,6 @@ class Source:
         fresh.written = self.written
         return fresh
 
-
     @property
     def rows(self) -> int:
         raise NotImplementedError
@@ -175,11 +174,11 @@ class ParquetSource(Source):
                 _refuse_repeated_names(name, path, self.schema.names)
             elif (theirs := duckdb_schema(md.schema)).names != self.schema.names:
                 raise ProgrammingError(f"table {name!r}: {path} has columns that differ from {paths[0]}")
-            elif differing := [(f.name, type_code(f.type), type_code(g.type)) for f, g in zip(self.schema, theirs, strict=True)
-                               if type_code(f.type) != type_code(g.type)]:
+            elif differing := [(f.name, mine, other) for f, g in zip(self.schema, theirs, strict=True)
+                               if (mine := type_code(f.type)) != (other := type_code(g.type))]:
                 # DuckDB reads both as the wider type; read apart, each task's rows had its file's
-                column, first_type, their_type = differing[0]
-                raise NotSupportedError(f"table {name!r}: column {column!r} of {path} is {their_type}, of {paths[0]} {first_type}: "
+                column, mine, other = differing[0]
+                raise NotSupportedError(f"table {name!r}: column {column!r} of {path} is {other}, of {paths[0]} {mine}: "
                                         "rewrite the files with one type")
             first = 0
             for i in range(md.num_row_groups):
@@ -209,7 +208,6 @@ class ParquetSource(Source):
     @property
     def rows(self) -> int:
         return self._rows
-
 
     def restricted(self, paths: set[str]) -> ParquetSource:
         """The table's files among ``paths`` only (those a partition filter keeps), splitting
@@ -371,7 +369,6 @@ class CsvSource(Source):
     def rows(self) -> int:
         return max(1, self._bytes // max(1, 8 * len(self.schema)))
 
-
     def splits(
         self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES, ranges: dict[str, tuple[int, int]] | None = None
     ) -> list[dict]:
@@ -383,10 +380,7 @@ def _reordered_headers(con: duckdb.DuckDBPyConnection, paths: list[str], dialect
     DuckDB matches a file's columns to the first file's by name, and read with the first file's
     ``columns`` option, such a file's values went to the wrong columns."""
     delimiter, quote, escape, _, _, skip = dialect[:6]
-
-    def text(value: str) -> str:
-        return string_literal("" if value == "(empty)" else value)
-
+    text = _sniffed_text
     duck_types = dict(zip(schema.names, types, strict=True))
     order = [n.lower() for n in schema.names]
     by_lower = {n.lower(): n for n in schema.names}
@@ -421,14 +415,17 @@ def _detected(con: duckdb.DuckDBPyConnection, reader: str) -> tuple[str, pa.Sche
     return f"columns = {{{named}}}", relation.to_arrow_table().schema, types
 
 
+def _sniffed_text(value: str) -> str:
+    """A value of sniff_csv()'s row as a SQL string, where '(empty)' stands for the empty string."""
+    return string_literal("" if value == "(empty)" else value)
+
+
 def _csv_read_options(dialect: tuple, columns: str) -> str:
     """read_csv()'s options, after the path, that read a file exactly as sniffed: ``dialect`` is
     sniff_csv()'s row (where '(empty)' stands for the empty string), ``columns`` the option
     ``_detected`` made over all the files."""
     delimiter, quote, escape, new_line, comment, skip, header, date_format, timestamp_format = dialect
-
-    def text(value: str) -> str:
-        return string_literal("" if value == "(empty)" else value)
+    text = _sniffed_text
 
     options = [
         "auto_detect = false", f"delim = {text(delimiter)}", f"quote = {text(quote)}", f"escape = {text(escape)}",
@@ -469,7 +466,6 @@ class JsonSource(Source):
     @property
     def rows(self) -> int:
         return max(1, self._bytes // max(1, 16 * len(self.schema)))
-
 
     def splits(
         self, workers: int, split_bytes: int = DEFAULT_SPLIT_BYTES, ranges: dict[str, tuple[int, int]] | None = None

@@ -18,6 +18,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from qengine.exchange.store import empty_table
 from qengine.sandbox.carried_types import untyped_null
 from qengine.sandbox.quoting import identifier
 
@@ -151,5 +152,5 @@ def split(table: pa.Table, ids: np.ndarray, partitions: int) -> list[pa.Table]:
     # An empty partition is one shared table of no rows, which holds no buffer of the output:
     # among many partitions most are empty, and a take of no rows costs as much as one of many.
     combined = table.combine_chunks()
-    empty = combined.schema.empty_table()
+    empty = empty_table(combined.schema)
     return [combined.take(r) if len(r) else empty for r in rows]

@@ -14,7 +14,7 @@ import sqlglot.expressions as exp
 
 from qengine.errors import NotSupportedError, ProgrammingError
 from qengine.planner.expressions import in_place_of
-from qengine.planner.frontend import unparen
+from qengine.planner.frontend import position, unparen
 from qengine.planner.logical import GROUPING_ID, Aggregate, Node, col
 from qengine.planner.scope import SourceScope
 
@@ -95,12 +95,12 @@ def grouping_sets(
     keys: list[exp.Expression] = []
 
     def index(e: exp.Expression) -> int:
+        number = position(e)
+        if number is not None:
+            if not 1 <= number <= len(outputs):
+                raise ProgrammingError(f"GROUP BY position {number} is not in the select list")
+            e = outputs[number - 1]
         e = unparen(e)
-        if isinstance(e, exp.Literal) and e.is_int:
-            position = int(e.name)
-            if not 1 <= position <= len(outputs):
-                raise ProgrammingError(f"GROUP BY position {position} is not in the select list")
-            e = unparen(outputs[position - 1])
         if e not in keys:
             keys.append(e)
         return keys.index(e)

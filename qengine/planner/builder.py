@@ -21,7 +21,7 @@ from qengine.errors import NotSupportedError, ProgrammingError
 from qengine.planner import estimates
 from qengine.planner.aggregation import AggregatePlanning
 from qengine.planner.expressions import and_all, calls_volatile, collect_aggregates, has_aggregate, in_place_of, window_operands
-from qengine.planner.frontend import unparen
+from qengine.planner.frontend import position, unparen
 from qengine.planner.joins import JoinPlanning
 from qengine.planner.logical import (
     Aggregate,
@@ -463,15 +463,14 @@ def _refuse_outer_references(exprs: list[exp.Expression], scopes: dict[str, Sour
 
 
 def _order_position(term: exp.Expression, items: int) -> int | None:
-    """The select item (from 1) an ORDER BY constant names by position; None for a term that
-    is not a constant. A constant that is not a position in the list is refused, as DuckDB
-    refuses it, rather than ordering nothing."""
-    literal = term.this if isinstance(term, exp.Neg) else term
-    if not isinstance(literal, exp.Literal):
+    """The select item (from 1) an ORDER BY constant names by position (``frontend.position``);
+    None for a term that is not a constant. A constant that is not a position in the list is
+    refused, as DuckDB refuses it, rather than ordering nothing."""
+    pos = position(term)
+    if pos is None:
+        if isinstance(term.this if isinstance(term, exp.Neg) else term, exp.Literal):
+            raise ProgrammingError(f"ORDER BY {term.sql()}: a constant that is not a select item's position orders nothing")
         return None
-    if not term.is_int:
-        raise ProgrammingError(f"ORDER BY {term.sql()}: a constant that is not a select item's position orders nothing")
-    pos = int(term.name) if term is literal else -int(literal.name)
     if not 1 <= pos <= items:
         raise ProgrammingError(f"ORDER BY position {pos} is not in the select list (1 to {items})")
     return pos

@@ -831,6 +831,17 @@ def subquery_conditions_in_parentheses(statement: exp.Expression) -> exp.Express
     return statement
 
 
+def position(term: exp.Expression) -> int | None:
+    """The number an integer constant in GROUP BY or ORDER BY (or inside ROLLUP, CUBE and
+    GROUPING SETS) stands for, a select item's position if it is in range; None for a term that
+    is no integer constant. Parentheses and a minus sign count: ``(2)`` is 2, ``-1`` is -1."""
+    term = unparen(term)
+    literal = term.this if isinstance(term, exp.Neg) else term
+    if not (isinstance(literal, exp.Literal) and literal.is_int):
+        return None
+    return int(literal.name) if term is literal else -int(literal.name)
+
+
 def unparen(e: exp.Expression) -> exp.Expression:
     """``e`` without enclosing parentheses (sqlglot's ``unnest`` would also open a subquery)."""
     while isinstance(e, exp.Paren):
@@ -935,14 +946,10 @@ def _check_positions(query: exp.Expression) -> None:
         for clause in ("group", "order"):
             holder = select.args.get(clause)
             for term in holder.expressions if holder is not None else []:
-                term = unparen(term.this if isinstance(term, exp.Ordered) else term)
-                literal = term.this if isinstance(term, exp.Neg) else term
-                if not (isinstance(literal, exp.Literal) and literal.is_int):
-                    continue
-                position = int(literal.name) * (-1 if term is not literal else 1)
-                if position < 1 or (count is not None and position > count):
+                number = position(term.this if isinstance(term, exp.Ordered) else term)
+                if number is not None and (number < 1 or (count is not None and number > count)):
                     within = f" (1 to {count})" if count is not None else ""
-                    raise ProgrammingError(f"{clause.upper()} BY position {position} is not in the select list{within}")
+                    raise ProgrammingError(f"{clause.upper()} BY position {number} is not in the select list{within}")
 
 
 _UNRESOLVED = re.compile(r"Column '(.+?)' could not be resolved(?: for table: '(.+?)')?\.(?: Line: (\d+), Col: (\d+))?")

@@ -36,19 +36,20 @@ class SourceScope:
 
     def has(self, name: str) -> bool:
         """Whether this item has a column ``name``, without making a scan read it."""
-        key = name.lower()
-        if self.fixed is not None:
-            return key in self.fixed
+        return name.lower() in self.fixed if self.fixed is not None else self._scanned(name) is not None
+
+    def _scanned(self, name: str) -> str | None:
+        """The scanned table's column ``name`` (any case) as the table spells it."""
         assert self.scan is not None
-        return any(f.name.lower() == key for f in self.scan.source.schema)
+        key = name.lower()
+        return next((f.name for f in self.scan.source.schema if f.name.lower() == key), None)
 
     def lookup(self, name: str) -> str | None:
-        key = name.lower()
         if self.fixed is not None:
-            return self.fixed.get(key)
+            return self.fixed.get(name.lower())
         assert self.scan is not None and self.builder is not None
         source = self.scan.source
-        actual = next((f.name for f in source.schema if f.name.lower() == key), None)
+        actual = self._scanned(name)
         if actual is None:
             return None
         if actual not in self.scan.column_map:

@@ -24,10 +24,10 @@ from qengine.sandbox.quoting import identifier
 
 
 def _as_text(field: pa.Field) -> bool:
+    """Whether DuckDB's CSV writer spells this column otherwise than Arrow's writes it, if at all."""
     t = field.type
-    return (pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) or pa.types.is_interval(t)
-            or pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_struct(t)
-            or pa.types.is_map(t))
+    return (pa.types.is_nested(t) or pa.types.is_interval(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
+            or pa.types.is_fixed_size_binary(t))
 
 
 def parquet_writer(sink: BinaryIO, schema: pa.Schema) -> pq.ParquetWriter:
@@ -59,22 +59,22 @@ class CsvWriter(Writer):
     otherwise written as DuckDB's text of them."""
 
     def __init__(self, sink: BinaryIO, schema: pa.Schema) -> None:
-        self._texts = [f.name for f in schema if _as_text(f)]
-        written = pa.schema([pa.field(f.name, pa.string()) if f.name in self._texts else f for f in schema])
-        self._writer = pacsv.CSVWriter(sink, written)
-        self._schema = written
+        texts = {f.name for f in schema if _as_text(f)}
+        self._schema = pa.schema([pa.field(f.name, pa.string()) if f.name in texts else f for f in schema])
+        self._writer = pacsv.CSVWriter(sink, self._schema)
+        # DuckDB's text of those columns, the same query for every batch (None: none to spell)
+        inner = restoring_query("__qengine_csv", schema) or "SELECT * FROM __qengine_csv"
+        items = ", ".join(f"CAST({identifier(n)} AS VARCHAR) AS {identifier(n)}" if n in texts else identifier(n) for n in schema.names)
+        self._spelling = f"SELECT {items} FROM ({inner})" if texts else None
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
-        self._writer.write(self._spelled(batch) if self._texts else batch)
+        self._writer.write(batch if self._spelling is None else self._spelled(batch))
 
     def _spelled(self, batch: pa.RecordBatch | pa.Table) -> pa.Table:
         con = scratch_connection()
         try:
             con.register("__qengine_csv", batch)
-            inner = restoring_query("__qengine_csv", batch.schema) or "SELECT * FROM __qengine_csv"
-            items = ", ".join(f"CAST({identifier(n)} AS VARCHAR) AS {identifier(n)}" if n in self._texts else identifier(n)
-                              for n in batch.schema.names)
-            return con.execute(f"SELECT {items} FROM ({inner})").to_arrow_table().cast(self._schema)
+            return con.execute(self._spelling).to_arrow_table().cast(self._schema)
         except duckdb.Error as e:
             raise DataError(f"cannot write CSV: {str(e).splitlines()[0]}") from e
         finally:
