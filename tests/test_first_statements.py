@@ -310,6 +310,29 @@ def test_copy_to_csv_spells_nested_and_binary_values_as_duckdb(con, duck, files,
     assert rows(mine) == rows(theirs)
 
 
+CARRIED = ("SELECT i, uuid '12345678-1234-5678-1234-567812345678' AS u, [uuid '12345678-1234-5678-1234-56781234567f'] AS lu, "
+           "CAST(i AS HUGEINT) * 170141183460469231731 AS h, {'a': CAST(i AS UHUGEINT)} AS sh, "
+           "CAST('{\"a\": ' || i || '}' AS JSON) AS j, NULL AS n FROM range(3) t(i)")
+
+
+@pytest.mark.parametrize(("fmt", "options"), [("parquet", ""), ("parquet", ", PER_THREAD_OUTPUT true"), ("parquet", ", PARTITION_BY (i)"),
+                                              ("json", "")])
+def test_copy_writes_carried_types_as_duckdb(con, duck, files, fmt: str, options: str) -> None:
+    # a UUID was written to Parquet as VARCHAR, a HUGEINT as DECIMAL(38,0) (DuckDB: DOUBLE), JSON
+    # as VARCHAR; JSON files held a JSON column as a string instead of nesting it
+    name = "carried" + fmt + "".join(filter(str.isalnum, options))
+    mine, theirs = (os.path.join(files["root"], f"{who}-{name}") for who in ("qengine", "duckdb"))
+    sql = f"COPY ({{}}) TO '{{}}' (FORMAT {fmt}{options})"
+    assert con.execute(sql.format(CARRIED, mine)).fetchall() == duck.execute(sql.format(CARRIED, theirs)).fetchall() == [(3,)]
+
+    def typed_rows(path: str) -> list[tuple]:
+        pattern = os.path.join(path, "**", f"*.{fmt}") if os.path.isdir(path) else path
+        hive = ", hive_partitioning = true" if "PARTITION_BY" in options else ""
+        return sorted(duckdb.sql(f"SELECT *, typeof(COLUMNS(*)) FROM read_{fmt}('{pattern}'{hive})").fetchall(), key=str)
+
+    assert typed_rows(mine) == typed_rows(theirs)
+
+
 def test_copy_of_an_interval_to_parquet_is_refused_by_name(con, files) -> None:
     with pytest.raises(qengine.NotSupportedError, match="INTERVAL column 'iv' cannot be written to Parquet"):
         con.execute(f"COPY (SELECT to_days(1) AS iv) TO '{os.path.join(files['root'], 'iv.parquet')}'")

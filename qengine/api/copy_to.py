@@ -35,7 +35,7 @@ from qengine.api.json_rows import json_rows
 from qengine.catalog.access import AccessPolicy
 from qengine.errors import NotSupportedError, OperationalError, ProgrammingError
 from qengine.sandbox.connection import scratch_connection
-from qengine.sandbox.file_writers import CsvWriter, Writer, parquet_writer
+from qengine.sandbox.file_writers import CsvWriter, ParquetWriter, Writer
 from qengine.sandbox.quoting import identifier
 
 FORMATS = ("parquet", "csv", "json")
@@ -194,7 +194,7 @@ def _writer(sink: BinaryIO, fmt: str, schema: pa.Schema) -> Any:
         return CsvWriter(sink, schema)
     if fmt == "json":
         return _JsonWriter(sink)
-    return parquet_writer(sink, schema)
+    return ParquetWriter(sink, schema)
 
 
 class _JsonWriter(Writer):

@@ -35,7 +35,7 @@ from qengine.runtime.faults import FaultPlan
 from qengine.runtime.peers import Peers
 from qengine.runtime.progress import ProgressBoard
 from qengine.sandbox.carried_types import stored_nulls_as_integers, tag_types
-from qengine.sandbox.file_writers import CsvWriter, parquet_writer
+from qengine.sandbox.file_writers import CsvWriter, ParquetWriter
 from qengine.sandbox.pool import ConnectionPool, Lease, filters_mishandle
 from qengine.sandbox.quoting import identifier
 from qengine.transport.rpc import ClientPool
@@ -746,7 +746,7 @@ def _write_file(
     rows = nbytes = 0
     try:
         # "x": a file that appeared since COPY claimed the directory is never overwritten.
-        with open(partial, "xb") as sink, CsvWriter(sink, schema) if fmt == "csv" else parquet_writer(sink, schema) as writer:
+        with open(partial, "xb") as sink, CsvWriter(sink, schema) if fmt == "csv" else ParquetWriter(sink, schema) as writer:
             for part in [result] if isinstance(result, pa.Table) else result:
                 part = part.rename_columns(names)
                 writer.write(part)

@@ -100,13 +100,19 @@ def untyped_null(field: pa.Field) -> bool:
     return (field.metadata or {}).get(TAG) == b"NULL"
 
 
+def carried_type(field: pa.Field) -> str:
+    """The DuckDB type ``field`` is tagged with ("NULL" for an untyped NULL column), or "" when
+    its Arrow type is its DuckDB type."""
+    return (field.metadata or {}).get(TAG, b"").decode()
+
+
 def restoring_query(name: str, schema: pa.Schema, typed: bool = True, nulls: bool = True) -> str | None:
     """A query reading Arrow input ``name`` with its tagged columns back in their DuckDB types
     (an untyped NULL column as the NULL literal), or None when it has none. ``typed`` and
     ``nulls`` say which of the two kinds are restored."""
     casts = []
     for f in schema:
-        tag = (f.metadata or {}).get(TAG, b"").decode()
+        tag = carried_type(f)
         if tag == "NULL" and nulls:
             casts.append(f"NULL AS {identifier(f.name)}")
         elif tag and tag != "NULL" and typed:
@@ -122,7 +128,7 @@ def python_values(column: pa.Array | pa.ChunkedArray, field: pa.Field) -> list:
     ``uuid.UUID``, an INTERVAL a ``timedelta``, not Arrow's ``MonthDayNano``, a MAP a ``dict``,
     not Arrow's list of pairs, an ARRAY a tuple, and so is a struct of unnamed fields (a ``row()``
     or ``list_zip`` pair, which Arrow cannot make a dict of)."""
-    tag = (field.metadata or {}).get(TAG, b"").decode()
+    tag = carried_type(field)
     if tag == "UUID":
         return [None if v is None else uuid.UUID(v) for v in column.to_pylist()]
     huge = bool(_HUGE.search(tag))

@@ -12,7 +12,9 @@ import threading
 import duckdb
 
 
-def safe_connection(threads: int = 1, readable: tuple[str, ...] = (), build_sides: bool = False) -> duckdb.DuckDBPyConnection:
+def safe_connection(
+    threads: int = 1, readable: tuple[str, ...] = (), build_sides: bool = False, lossless_arrow: bool = False
+) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection that cannot reach files, the network or extensions.
 
     ``readable`` names the only files it may read: the Parquet files of the registered tables,
@@ -24,6 +26,9 @@ def safe_connection(threads: int = 1, readable: tuple[str, ...] = (), build_side
     (duckdb/duckdb#25631), so it picks hash join build sides only with ``build_sides``, for
     fragments where that is about right (see ``Coordinator``'s task specs); otherwise the
     renderer's choice, made from actual input sizes, stands.
+
+    ``lossless_arrow`` hands results to Arrow with a UUID and JSON as Arrow's extension types of
+    them rather than strings, for writers of typed files; the setting is the whole database's.
     """
     con = duckdb.connect(
         config={
@@ -40,6 +45,8 @@ def safe_connection(threads: int = 1, readable: tuple[str, ...] = (), build_side
     con.execute("SET enable_progress_bar = true")
     con.execute("SET enable_progress_bar_print = false")
     con.execute("SET progress_bar_time = 0")
+    if lossless_arrow:
+        con.execute("SET arrow_lossless_conversion = true")
     if readable:
         con.execute("SET allowed_paths = $1", [list(readable)])
         con.execute("SET parquet_metadata_cache = true")
@@ -48,20 +55,20 @@ def safe_connection(threads: int = 1, readable: tuple[str, ...] = (), build_side
     return con
 
 
-_scratch: duckdb.DuckDBPyConnection | None = None
+_scratch: dict[bool, duckdb.DuckDBPyConnection] = {}
 _scratch_lock = threading.Lock()
 
 
-def scratch_connection() -> duckdb.DuckDBPyConnection:
+def scratch_connection(lossless_arrow: bool = False) -> duckdb.DuckDBPyConnection:
     """A connection of its own to one sandboxed in-memory database per process that reads no
     files, for short computations over Arrow data the caller registers (range predictions,
     sort orders, type checks); the caller closes it.
 
     It is a cursor of that database: it opens in a fraction of a millisecond, where a new
     database takes 10 to 20 ms, and what one cursor registers the others do not see.
+    ``lossless_arrow`` (see ``safe_connection``) is a database of its own.
     """
-    global _scratch
     with _scratch_lock:
-        if _scratch is None:
-            _scratch = safe_connection()
-        return _scratch.cursor()
+        if lossless_arrow not in _scratch:
+            _scratch[lossless_arrow] = safe_connection(lossless_arrow=lossless_arrow)
+        return _scratch[lossless_arrow].cursor()
