@@ -289,6 +289,20 @@ def test_read_json(con, oracle, roots: str, layout: str) -> None:
     same_frames(con.read_json(path, format=layout).df(), oracle.read_json(path, format=layout).df())
 
 
+@pytest.mark.parametrize("files", [("scalars", "objects"), ("objects", "scalars"), ("objects",), ("named",)])
+def test_read_json_reads_each_file_as_duckdb_reads_them_all(con, oracle, roots: str, files: tuple[str, ...]) -> None:
+    # beside a file of scalars, DuckDB reads a file of objects as values of one JSON column; each
+    # file read alone with the detected columns made its objects rows of NULLs
+    texts = {"scalars": "1\n2\n3\n", "objects": '{"a": "1"}\n{"a": 2}\n{"a": true}\n', "named": '{"json": 5}\n{"json": 6}\n'}
+    paths = []
+    for name in files:
+        paths.append(os.path.join(roots, f"mixed-{name}.json"))
+        with open(paths[-1], "w") as f:
+            f.write(texts[name])
+    sql = f"SELECT * FROM read_json({paths})"
+    assert sorted(con.execute(sql).fetchall(), key=str) == sorted(oracle.execute(sql).fetchall(), key=str)
+
+
 def test_read_parquet_stays_inside_the_roots(con, tmp_path_factory: pytest.TempPathFactory) -> None:
     outside = "/var/tmp/qengine_outside.parquet"  # not under the connection's roots
     pq.write_table(pa.table({"a": [1]}), outside)

@@ -415,6 +415,17 @@ def _detected(con: duckdb.DuckDBPyConnection, reader: str) -> tuple[str, pa.Sche
     return f"columns = {{{named}}}", relation.to_arrow_table().schema, types
 
 
+def _records(con: duckdb.DuckDBPyConnection, reader: str, columns: str) -> str:
+    """Whether DuckDB read the files as records (an object's keys are columns), as ``reader``, the
+    same files read with ``records = true``, tells: "true" or "false". DuckDB decides over all
+    the files, so a file of objects read alone must be told: beside a file of scalars, its
+    objects are values of one JSON column, not rows of columns named by their keys."""
+    try:
+        return "true" if _detected(con, reader)[0] == columns else "false"
+    except duckdb.Error:  # "expected records, but got non-record JSON"
+        return "false"
+
+
 def _sniffed_text(value: str) -> str:
     """A value of sniff_csv()'s row as a SQL string, where '(empty)' stands for the empty string."""
     return string_literal("" if value == "(empty)" else value)
@@ -456,11 +467,12 @@ class JsonSource(Source):
         con = safe_connection(readable=tuple(paths))
         try:
             columns, self.schema, _ = _detected(con, f"read_json({files}, {json_format})")
+            records = _records(con, f"read_json({files}, {json_format}, records = true)", columns)
         except duckdb.Error as e:
             raise ProgrammingError(f"cannot read JSON file {paths[0] if len(paths) == 1 else files}: {str(e).splitlines()[0]}") from e
         finally:
             con.close()
-        self.read_options = f"{columns}, {json_format}"
+        self.read_options = f"{columns}, {json_format}, records = {records}"
         self._bytes = sum(os.path.getsize(p) for p in paths)
 
     @property
