@@ -323,6 +323,15 @@ def test_qmark_parameters_bind_in_textual_order(default_engine, oracle) -> None:
     assert_same(default_engine, oracle, sql, params)
 
 
+@pytest.mark.parametrize(("sql", "runs"), [("SELECT ?, ? + 1, upper(?)", [[42, 1, "a"], [7, 2.5, None]]),
+                                         ("SELECT $1 AS x, $1 * 2, $2 || 'z'", [[3, "y"], [4, "w"]]),
+                                         ("SELECT $a, $a + $b", [{"a": 5, "b": 1}, {"a": 6, "b": 0.5}])])
+def test_unaliased_parameters_name_columns_as_duckdb(default_engine, oracle, sql: str, runs: list) -> None:
+    # the columns were named after each run's values ("(1 + 1)"), where DuckDB writes "($2 + 1)"
+    for params in runs:
+        assert [d[0] for d in default_engine.execute(sql, params).description] == [d[0] for d in oracle.execute(sql, params).description]
+
+
 def test_float_parameter_is_a_double(default_engine, oracle) -> None:
     sql = "SELECT ? AS x"
     got = default_engine.execute(sql, [1.5]).description[0][1]

@@ -42,7 +42,7 @@ from qengine.planner.eliminate_joins import eliminate_joins
 from qengine.planner.grouping_syntax import parse_tokens
 from qengine.planner.join_order import optimize_joins
 from qengine.planner.merge_derived import merge_subqueries
-from qengine.planner.parameters import OPERAND_END, QUESTION_MARKS, counted, numbered_placeholders
+from qengine.planner.parameters import OPERAND_END, PLACEHOLDER, QUESTION_MARKS, counted, numbered_placeholders
 from qengine.planner.unnest import unnest_subqueries
 from qengine.planner.unsupported import refuse_unmodelled
 
@@ -577,7 +577,8 @@ def _name_select_outputs(query: exp.Expression) -> None:
         if isinstance(e, exp.Count) and isinstance(e.this, exp.Star):
             name = "count_star()"
         else:
-            name = e.sql(dialect="duckdb", normalize_functions="lower")
+            shown = e.transform(lambda n: exp.Var(this=n.meta[PLACEHOLDER]) if n.meta and PLACEHOLDER in n.meta else n)
+            name = shown.sql(dialect="duckdb", normalize_functions="lower")
             if isinstance(e, exp.Binary):
                 name = f"({name})"
         e.replace(exp.alias_(e.copy(), name, quoted=True))

@@ -19,6 +19,9 @@ from qengine.errors import NotSupportedError, ProgrammingError
 from qengine.planner.templates import PARAMETER, compared
 
 QUESTION_MARKS = "qengine_question_marks"  # meta of a statement whose parameters were written ?
+# meta of a bound literal: its placeholder ($1 for the first ?, $name), which names an
+# unaliased result column as DuckDB names it ("($1 + 1)"), whatever the value
+PLACEHOLDER = "qengine_placeholder"
 
 
 # Tokens an operand ends with: a ``~`` after one is the binary regular expression match, not
@@ -122,6 +125,7 @@ def _bound(holder: exp.Expression, value: Any, index: int) -> exp.Expression:
     ``planner.templates`` to fill a later run's value in where it went."""
     node = literal(value, duckdb_width=not compared(holder))
     node.meta[PARAMETER] = index
+    node.meta[PLACEHOLDER] = holder.sql(dialect="duckdb")
     return node
 
 
