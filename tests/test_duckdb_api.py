@@ -303,6 +303,16 @@ def test_read_json_reads_each_file_as_duckdb_reads_them_all(con, oracle, roots: 
     assert sorted(con.execute(sql).fetchall(), key=str) == sorted(oracle.execute(sql).fetchall(), key=str)
 
 
+def test_a_json_column_read_from_json_files_stays_json(con, oracle, roots: str) -> None:
+    # it reached fragments as VARCHAR: typeof() said so, and DESCRIBE did too
+    path = os.path.join(roots, "typed.json")
+    with open(path, "w") as f:
+        f.write('{"id": 1, "v": {"x": 1}, "w": [1, "a"]}\n{"id": 2, "v": 5, "w": [2]}\n')
+    for sql in (f"SELECT id, v, typeof(v), typeof(w), w FROM read_json('{path}')", f"DESCRIBE SELECT * FROM read_json('{path}')",
+                f"SELECT v->>'$.x' AS x, typeof(v) FROM (SELECT v FROM read_json('{path}') ORDER BY id) s"):
+        assert sorted(con.execute(sql).fetchall(), key=str) == sorted(oracle.execute(sql).fetchall(), key=str)
+
+
 def test_read_parquet_stays_inside_the_roots(con, tmp_path_factory: pytest.TempPathFactory) -> None:
     outside = "/var/tmp/qengine_outside.parquet"  # not under the connection's roots
     pq.write_table(pa.table({"a": [1]}), outside)

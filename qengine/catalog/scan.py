@@ -24,6 +24,7 @@ from qengine.catalog import records
 from qengine.catalog.hive import constant_sql as hive_constant_sql
 from qengine.catalog.hive import constant_values as hive_constant_values
 from qengine.errors import DataError, OperationalError
+from qengine.sandbox.carried_types import tag_types
 from qengine.sandbox.connection import safe_connection
 from qengine.sandbox.quoting import identifier, string_literal
 from qengine.transport.wire import schema_from_hex, table_from_hex
@@ -318,7 +319,8 @@ def _read_by_duckdb(split: dict) -> pa.Table:
     path = split["path"]
     con = safe_connection(readable=(path,))
     try:
-        return con.execute(f"SELECT * FROM read_{split['kind']}({string_literal(path)}, {split['options']})").to_arrow_table()
+        relation = con.sql(f"SELECT * FROM read_{split['kind']}({string_literal(path)}, {split['options']})")
+        return tag_types(relation.to_arrow_table(), [str(t) for t in relation.types])  # a JSON column stays JSON
     except duckdb.Error as e:
         if split["kind"] == "csv":
             raise csv_error(path, e) from e

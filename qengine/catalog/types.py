@@ -14,7 +14,7 @@ import re
 import duckdb
 import pyarrow as pa
 
-from qengine.sandbox.carried_types import TAG
+from qengine.sandbox.carried_types import carried_type
 from qengine.sandbox.quoting import identifier
 
 
@@ -118,7 +118,7 @@ def column_type(field: pa.Field) -> str:
     """The DuckDB type a column holds: the type its field carries (``sandbox.carried_types``: a
     HUGEINT is decimal128 in Arrow), else its Arrow type's name. A column of untyped NULL
     (tagged NULL) is an INTEGER, as DuckDB's own result and its ``description`` type it."""
-    tag = (field.metadata or {}).get(TAG, b"").decode()
+    tag = carried_type(field)
     return type_code(field.type) if tag in ("", "NULL") else tag
 
 
