@@ -332,6 +332,20 @@ def test_unaliased_parameters_name_columns_as_duckdb(default_engine, oracle, sql
         assert [d[0] for d in default_engine.execute(sql, params).description] == [d[0] for d in oracle.execute(sql, params).description]
 
 
+@pytest.mark.parametrize(("sql", "clause"), [("SELECT sale_id, qty FROM sales ORDER BY ? LIMIT 3", "ORDER BY"),
+                                           ("SELECT sale_id FROM sales ORDER BY (?) DESC", "ORDER BY"),
+                                           ("SELECT qty, count(*) FROM sales GROUP BY qty, ?", "GROUP BY"),
+                                           ("SELECT count(*) FROM sales GROUP BY ROLLUP (?)", "GROUP BY")])
+def test_a_parameter_as_an_order_or_group_term_is_refused_as_in_duckdb(default_engine, oracle, sql: str, clause: str) -> None:
+    # bound, it became a column position: ORDER BY ? with 2 sorted by the second column
+    with pytest.raises(duckdb.Error, match=f"Parameter not supported in {clause}"):
+        oracle.execute(sql, [2])
+    with pytest.raises(qengine.ProgrammingError, match=f"not supported in the {clause} clause"):
+        default_engine.execute(sql, [2])
+    inside = sql.replace("?", "? + 0").replace(" LIMIT 3", "")  # inside an expression, a constant, as in DuckDB
+    assert_same(default_engine, oracle, inside, [2])
+
+
 def test_float_parameter_is_a_double(default_engine, oracle) -> None:
     sql = "SELECT ? AS x"
     got = default_engine.execute(sql, [1.5]).description[0][1]

@@ -28,6 +28,11 @@ REFUSED = [
     ("GROUP BY ALL with HAVING", "SELECT item_id % 2 AS odd, count(*) FROM items GROUP BY ALL HAVING item_id % 2 <> 5"),
     ("UNION BY NAME", "SELECT item_id, brand FROM items UNION ALL BY NAME SELECT item_id FROM items"),
     ("UNION BY NAME", "SELECT item_id FROM items UNION BY NAME SELECT brand AS item_id FROM items"),
+    # each task draws from its own worker's generator: random() did not repeat after it
+    ("setseed()", "SELECT setseed(0.5)"),
+    # DuckDB computes such a CTE at each reference; qengine computed it once (200 rows matched, not 0)
+    ("NOT MATERIALIZED", "WITH r AS NOT MATERIALIZED (SELECT item_id, random() AS x FROM items) "
+                         "SELECT count(*) FROM r a JOIN r b ON a.item_id = b.item_id WHERE a.x = b.x"),
 ]
 
 
@@ -47,6 +52,11 @@ def test_refusal_also_covers_explain(default_engine) -> None:
 def test_ordinary_semi_and_anti_joins_still_run(default_engine, oracle) -> None:
     for sql in ("SELECT count(*) FROM sales SEMI JOIN items USING (item_id)", "SELECT count(*) FROM sales ANTI JOIN items USING (item_id)"):
         assert default_engine.execute(sql).fetchall() == oracle.execute(sql).fetchall()
+
+
+def test_not_materialized_over_a_deterministic_cte_runs(default_engine, oracle) -> None:
+    sql = "WITH r AS NOT MATERIALIZED (SELECT item_id FROM items) SELECT count(*) FROM r a JOIN r b ON a.item_id = b.item_id"
+    assert default_engine.execute(sql).fetchall() == oracle.execute(sql).fetchall()
 
 
 def test_natural_join_is_modelled_and_runs(default_engine, oracle) -> None:

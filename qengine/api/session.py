@@ -34,6 +34,7 @@ from qengine.catalog.sources import CsvSource, MemorySource, Partition, RecordSo
 from qengine.catalog.types import column_type
 from qengine.errors import InputLostError, NotSupportedError, ProgrammingError, WorkerUnreachableError
 from qengine.planner import plan_query, table_sources
+from qengine.planner.clock import read_clock_once
 from qengine.planner.explain import explain_lines
 from qengine.planner.frontend import (
     deduplicated,
@@ -230,16 +231,19 @@ class Session:
             # terms, naming no slot, or plans after all (and is not kept).
             return shape, self._plan(query)
         holders = slot_holders(template)
-        self.templates.put(key, template, pinned, holders)
+        if not template.reads_clock:
+            self.templates.put(key, template, pinned, holders)
         return shape, instantiate(template, shape.values, dialect, holders)
 
     def _plan(self, query: exp.Expression) -> StagePlan:
         query = system_tables.inline(expand_sources(query, self.catalog, self.plan_options.dialect), self.catalog, self.plan_options.dialect)
         normalize_null_ordering(query, self.plan_options.dialect)
         name_outputs(query, self.plan_options.dialect)
+        reads_clock = read_clock_once(query)  # named first: now()'s column is "now()"
         written = written_aliases(query)
         spellings = spelled_names(query, self.catalog)
         plan = plan_query(query, self.catalog, self.plan_options)
+        plan.reads_clock = reads_clock
         plan.names = spelled([written[i] if written.get(i, "").lower() == n.lower() else n for i, n in enumerate(plan.names)], spellings)
         return plan
 

@@ -13,18 +13,20 @@ import collections
 import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from qengine.catalog import records
 from qengine.catalog.hive import constant_sql as hive_constant_sql
 from qengine.catalog.hive import constant_values as hive_constant_values
+from qengine.catalog.types import type_code
 from qengine.errors import DataError, OperationalError
-from qengine.sandbox.carried_types import tag_types
+from qengine.sandbox.carried_types import tag_types, tagged
 from qengine.sandbox.connection import safe_connection
 from qengine.sandbox.quoting import identifier, string_literal
 from qengine.transport.wire import schema_from_hex, table_from_hex
@@ -263,18 +265,55 @@ def duckdb_schema(schema: pq.ParquetSchema) -> pa.Schema:
     average ``avg(BLOB)``. pyarrow also follows the Arrow schema a writer stored: a duration,
     which DuckDB reads as the BIGINT it is stored as (an INTERVAL averaged to a timedelta where
     DuckDB averages numbers), a half float (which DuckDB cannot scan from Arrow, and reads as a
-    FLOAT), and timestamps in seconds or milliseconds (TIMESTAMP to DuckDB)."""
-    arrow = schema.to_arrow_schema()
+    FLOAT), and timestamps in seconds or milliseconds (TIMESTAMP to DuckDB). A UUID, at any
+    depth, pyarrow reads as its 16 bytes, which reached results as a BLOB: it is DuckDB's text of
+    the UUID, tagged as one (``sandbox.carried_types``), as DuckDB's own Arrow output carries it."""
+    arrow = _with_uuids(schema)
     intervals = set(_interval_columns(schema))
     for index, field in enumerate(arrow):
         kind = pa.month_day_nano_interval() if field.name in intervals else _as_duckdb_reads(field.type)
         if kind != field.type:
-            arrow = arrow.set(index, field.with_type(kind))
+            arrow = arrow.set(index, tagged(field.with_type(kind), type_code(field.type)) if _holds_uuid(field.type) else field.with_type(kind))
     return arrow
+
+
+def _with_uuids(schema: pq.ParquetSchema) -> pa.Schema:
+    """The file's Arrow schema, with its UUID columns (also inside lists, structs and maps) as
+    Arrow's UUID, as pyarrow reads them; the schema pyarrow derives from a footer has their
+    16 bytes. Parquet's leaf columns come in the order of a depth-first walk of the fields."""
+    arrow = schema.to_arrow_schema()
+    uuids = [schema.column(i).logical_type.type == "UUID" for i in range(len(schema))]
+    if not any(uuids):
+        return arrow
+    leaves = iter(uuids)
+    return pa.schema([f.with_type(_uuid_leaves(f.type, leaves)) for f in arrow], arrow.metadata)
+
+
+def _uuid_leaves(t: pa.DataType, leaves: Iterator[bool]) -> pa.DataType:
+    """``t`` with the leaves that ``leaves`` (one flag per leaf, in order) marks as UUID made Arrow's UUID."""
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(i).with_type(_uuid_leaves(t.field(i).type, leaves)) for i in range(t.num_fields)])
+    if pa.types.is_map(t):
+        key = _uuid_leaves(t.key_type, leaves)
+        return pa.map_(key, t.item_field.with_type(_uuid_leaves(t.item_type, leaves)))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(t.value_field.with_type(_uuid_leaves(t.value_type, leaves)), t.list_size)
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(_uuid_leaves(t.value_type, leaves)))
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_uuid_leaves(t.value_type, leaves)))
+    return pa.uuid() if next(leaves) and pa.types.is_fixed_size_binary(t) and t.byte_width == 16 else t
+
+
+def _holds_uuid(t: pa.DataType) -> bool:
+    """Whether ``t`` is a UUID or holds one."""
+    return isinstance(t, pa.UuidType) or any(_holds_uuid(t.field(i).type) for i in range(t.num_fields))
 
 
 def _as_duckdb_reads(t: pa.DataType) -> pa.DataType:
     """The Arrow type of a column pyarrow reads as ``t``, as DuckDB reads it (see :func:`duckdb_schema`)."""
+    if _holds_uuid(t):
+        return _uuids_as_strings(t)
     if pa.types.is_duration(t):
         return pa.int64()
     if pa.types.is_float16(t):
@@ -292,14 +331,71 @@ def _interval_columns(schema: pq.ParquetSchema) -> list[str]:
 def _as_duckdb_read(table: pa.Table, target: pa.Schema) -> pa.Table:
     """``table``, read by pyarrow, with its columns as DuckDB reads them (``target``, see
     :func:`duckdb_schema`). An INTERVAL's months, days and milliseconds, each a little-endian
-    32-bit integer, become Arrow's month-day-nanosecond interval; the other columns are cast."""
+    32-bit integer, become Arrow's month-day-nanosecond interval, a UUID its text; the other
+    columns are cast."""
     for index, field in enumerate(table.schema):
-        kind = target.field(field.name).type
-        if kind == field.type:
+        wanted = target.field(field.name)
+        if wanted.type == field.type:
             continue
-        column = _interval(table.column(index)) if pa.types.is_interval(kind) else table.column(index).cast(kind)
-        table = table.set_column(index, field.with_type(kind), column)
+        column = table.column(index)
+        if _holds_uuid(field.type):
+            column = pa.chunked_array([_uuid_texts(chunk) for chunk in column.chunks], wanted.type)
+        else:
+            column = _interval(column) if pa.types.is_interval(wanted.type) else column.cast(wanted.type)
+        table = table.set_column(index, wanted.with_name(field.name), column)
     return table
+
+
+def _uuids_as_strings(t: pa.DataType) -> pa.DataType:
+    """``t`` with each UUID in it a string (see :func:`_uuid_texts`)."""
+    if not _holds_uuid(t):
+        return t
+    if isinstance(t, pa.UuidType):
+        return pa.string()
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(i).with_type(_uuids_as_strings(t.field(i).type)) for i in range(t.num_fields)])
+    if pa.types.is_map(t):
+        return pa.map_(_uuids_as_strings(t.key_type), t.item_field.with_type(_uuids_as_strings(t.item_type)))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(t.value_field.with_type(_uuids_as_strings(t.value_type)), t.list_size)
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(_uuids_as_strings(t.value_type)))
+    return pa.list_(t.value_field.with_type(_uuids_as_strings(t.value_type)))
+
+
+_HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+_UUID_GROUPS = ((0, 8), (9, 13), (14, 18), (19, 23), (24, 36))  # where the 32 digits go among the 36 characters
+
+
+def _uuid_texts(array: pa.Array) -> pa.Array:
+    """``array`` with each UUID in it as DuckDB's text of it (8-4-4-4-12 lower-case hex digits)."""
+    t = array.type
+    if not _holds_uuid(t):
+        return array
+    if isinstance(t, pa.UuidType):
+        raw = array.storage
+        data = np.frombuffer(raw.buffers()[1], dtype=np.uint8)[16 * raw.offset:16 * (raw.offset + len(raw))].reshape(-1, 16)
+        digits = np.empty((len(raw), 32), dtype=np.uint8)
+        digits[:, 0::2], digits[:, 1::2] = _HEX_DIGITS[data >> 4], _HEX_DIGITS[data & 15]
+        text = np.full((len(raw), 36), ord("-"), dtype=np.uint8)
+        taken = 0
+        for start, end in _UUID_GROUPS:
+            text[:, start:end] = digits[:, taken:taken + end - start]
+            taken += end - start
+        offsets = pa.py_buffer(np.arange(0, 36 * (len(raw) + 1), 36, dtype=np.int32).tobytes())
+        strings = pa.StringArray.from_buffers(len(raw), offsets, pa.py_buffer(text.tobytes()))
+        return pc.if_else(raw.is_valid(), strings, pa.scalar(None, pa.string())) if raw.null_count else strings
+    mask = array.is_null() if array.null_count else None
+    if pa.types.is_struct(t):
+        children = array.flatten()
+        return pa.StructArray.from_arrays([_uuid_texts(c) for c in children], fields=list(_uuids_as_strings(t)), mask=mask)
+    if pa.types.is_map(t):
+        return pa.MapArray.from_arrays(array.offsets, _uuid_texts(array.keys), _uuid_texts(array.items), _uuids_as_strings(t), mask=mask)
+    if pa.types.is_fixed_size_list(t):
+        flat = array.flatten()
+        return pa.FixedSizeListArray.from_arrays(_uuid_texts(flat), type=_uuids_as_strings(t), mask=mask)
+    kind = pa.LargeListArray if pa.types.is_large_list(t) else pa.ListArray
+    return kind.from_arrays(array.offsets, _uuid_texts(array.values), type=_uuids_as_strings(t), mask=mask)
 
 
 def _interval(stored: pa.ChunkedArray) -> pa.Array:

@@ -55,6 +55,8 @@ def type_code(t: pa.DataType) -> str:
     """The name DuckDB gives an Arrow type, used as the DB-API ``type_code`` and wherever a
     column's type is spelled in SQL (a struct is ``STRUCT(a INTEGER)``, as DuckDB writes and
     reads it, not Arrow's ``struct<a: int32>``)."""
+    if isinstance(t, pa.UuidType):  # as a Parquet file's UUID column reads
+        return "UUID"
     if pa.types.is_boolean(t):
         return "BOOLEAN"
     if pa.types.is_integer(t):

@@ -72,6 +72,11 @@ def bind(statement: exp.Expression, params: Sequence[Any] | Mapping[str, Any] | 
     """Replace ``$n`` placeholders (``?`` is numbered by ``parse``) with literals, checking the
     count; with a mapping, ``$name`` placeholders by name."""
     holders = list(statement.find_all(exp.Placeholder, exp.Parameter))
+    for holder in holders:
+        if clause := _refused_clause(holder):
+            # bound, it would be a constant there: a column position (ORDER BY ? sorted by
+            # the column its value named), or a group of its own
+            raise ProgrammingError(f"a parameter is not supported in the {clause} clause, as in DuckDB")
     if isinstance(params, Mapping):
         return _bind_names(statement, holders, params)
     params = list(params or [])
@@ -94,6 +99,20 @@ def bind(statement: exp.Expression, params: Sequence[Any] | Mapping[str, Any] | 
     for holder, number in zip(holders, numbers, strict=True):
         holder.replace(_bound(holder, params[number - 1], number - 1))
     return statement
+
+
+def _refused_clause(holder: exp.Expression) -> str | None:
+    """"ORDER BY" or "GROUP BY" when ``holder`` is a whole term of the query's ORDER BY (not a
+    window's) or of its GROUP BY (also inside ROLLUP, CUBE and GROUPING SETS), else None."""
+    node = holder
+    while isinstance(node.parent, exp.Paren | exp.Tuple | exp.Rollup | exp.Cube | exp.GroupingSets):
+        node = node.parent
+    parent = node.parent
+    if isinstance(parent, exp.Group):
+        return "GROUP BY"
+    if isinstance(parent, exp.Ordered) and isinstance(parent.parent, exp.Order) and not isinstance(parent.parent.parent, exp.Window):
+        return "ORDER BY"
+    return None
 
 
 def _bind_names(statement: exp.Expression, holders: list[exp.Expression], params: Mapping[str, Any]) -> exp.Expression:

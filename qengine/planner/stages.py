@@ -88,6 +88,8 @@ class StagePlan:
     # what the user calls its internal columns, and what some compute (``logical.Names``), for EXPLAIN
     labels: dict[str, str] = field(default_factory=dict)
     origins: dict[str, exp.Expression] = field(default_factory=dict)
+    # whether it holds the instant its statement read the clock at (``planner.clock``): not a template
+    reads_clock: bool = False
 
     @property
     def result(self) -> Stage:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sqlglot.expressions as exp
 
 from qengine.errors import NotSupportedError
+from qengine.planner.expressions import calls_volatile
 
 # Join methods the planner models: none (an ordinary join), and NATURAL, which the optimizer's
 # qualification turns into an equi-join on the shared columns. Any other (ASOF, POSITIONAL, …)
@@ -52,6 +53,14 @@ def _construct(node: exp.Expression) -> str | None:
         return "CONNECT BY"
     if isinstance(node, exp.Explode | exp.Unnest) and any(_struct(a) for a in [node.this, *node.expressions] if a is not None):
         return _STRUCT_UNNEST
+    if isinstance(node, exp.Anonymous) and node.name.lower() == "setseed":
+        # each task draws from its own worker's generator: a seed set by one statement does
+        # not reach the next statement's tasks, and random() did not repeat after it
+        return "setseed()"
+    if isinstance(node, exp.CTE) and node.args.get("materialized") is False and calls_volatile(node.this):
+        # DuckDB computes such a CTE anew at each reference (a random() differs between them);
+        # qengine computes a CTE once
+        return "NOT MATERIALIZED on a CTE calling random(), uuid() or the like"
     if isinstance(node, exp.Collate):
         # a collation is the expression's own: the rows it makes cross exchanges as plain strings,
         # where partitions hash, sort and compare them byte by byte ('A' and 'a' hashed apart

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qengine.errors import NotSupportedError
+from qengine.sandbox.connection import scratch_connection
 from qengine.sandbox.quoting import identifier
 
 TAG = b"qengine.duckdb_type"
@@ -57,7 +58,7 @@ def tag_types(table: pa.Table, types: list[str], nulls: Collection[str] = ()) ->
                 "UHUGEINT values of 2^127 (170141183460469231731687303715884105728) or more are not supported "
                 "in a query's columns (cast them to VARCHAR)"
             )
-    fields = [f.with_metadata({**(f.metadata or {}), TAG: t.encode()}) if t else f for f, t in zip(table.schema, tags, strict=True)]
+    fields = [tagged(f, t) if t else f for f, t in zip(table.schema, tags, strict=True)]
     return table.cast(pa.schema(fields, table.schema.metadata))
 
 
@@ -100,6 +101,11 @@ def untyped_null(field: pa.Field) -> bool:
     return (field.metadata or {}).get(TAG) == b"NULL"
 
 
+def tagged(field: pa.Field, duckdb_type: str) -> pa.Field:
+    """``field`` tagged as holding ``duckdb_type``, which its Arrow type carries otherwise."""
+    return field.with_metadata({**(field.metadata or {}), TAG: duckdb_type.encode()})
+
+
 def carried_type(field: pa.Field) -> str:
     """The DuckDB type ``field`` is tagged with ("NULL" for an untyped NULL column), or "" when
     its Arrow type is its DuckDB type."""
@@ -131,12 +137,20 @@ def python_values(column: pa.Array | pa.ChunkedArray, field: pa.Field) -> list:
     tag = carried_type(field)
     if tag == "UUID":
         return [None if v is None else uuid.UUID(v) for v in column.to_pylist()]
+    if _UUID.search(tag):  # inside a list, struct or map: DuckDB's own values of the type
+        con = scratch_connection()
+        try:
+            con.register("__qengine_values", pa.table({"v": column}))
+            return [v for (v,) in con.execute(f"SELECT CAST(v AS {tag}) FROM __qengine_values").fetchall()]
+        finally:
+            con.close()
     huge = bool(_HUGE.search(tag))
     chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
     return [v for chunk in chunks for v in _python(chunk, huge)]
 
 
 _HUGE = re.compile(r"\bU?HUGEINT\b")
+_UUID = re.compile(r"\bUUID\b")
 
 
 def _beyond_python(column: pa.Array | pa.ChunkedArray, t: pa.DataType) -> list:
