@@ -4,9 +4,12 @@ Hash partitioning uses DuckDB's ``hash()``, which is unsalted and so gives the s
 every process (Python's ``hash()`` does not). Numeric keys are cast to DOUBLE first, so an
 INTEGER key on one side of a join and a BIGINT or DECIMAL key on the other land in the same
 partition. Dates and timestamps are cast to TIMESTAMP, so a DATE key meets the TIMESTAMP
-midnight it equals. Keys of other kinds hash as they are, so two inputs whose keys differ in
-kind (VARCHAR and BIGINT, INTEGER[] and DOUBLE[]) would not meet: :func:`key_class` tells the
-kinds apart, and the coordinator refuses such a pair before its reducers run. The fragment
+midnight it equals. An ENUM hashes as its label, which is what DuckDB compares two ENUMs of
+different labels by. Keys of other kinds hash as they are, so two inputs whose keys differ in
+kind (VARCHAR and BIGINT, UUID and VARCHAR, INTEGER[] and DOUBLE[]) would not meet, nor would
+a FLOAT and an integer or DECIMAL, which DuckDB compares as FLOATs (16777217 = 16777216.0):
+:func:`keys_meet` tells which kinds meet, and the coordinator refuses any other pair before
+its reducers run. The fragment
 itself computes the id (:func:`hash_sql`). Range partitioning places
 each row by its first sort key against sampled bounds; rows with equal keys always share a
 partition.
@@ -14,12 +17,14 @@ partition.
 
 from __future__ import annotations
 
+import re
+
 import duckdb
 import numpy as np
 import pyarrow as pa
 
 from qengine.exchange.store import empty_table
-from qengine.sandbox.carried_types import untyped_null
+from qengine.sandbox.carried_types import carried_type
 from qengine.sandbox.quoting import identifier
 
 # The column a fragment with a hash output adds for the partition id of each row.
@@ -27,6 +32,10 @@ PARTITION_COLUMN = "__qengine_partition"
 _NUMERIC = frozenset(
     ["TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE"]
 )
+# Exactly these type names, not a list or struct of them (``DECIMAL(5,2)[]`` is no DECIMAL)
+_DECIMAL = re.compile(r"DECIMAL\(\d+,\s*\d+\)")
+_DATES = frozenset(["DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS"])
+_ENUM = re.compile(r"ENUM\(.*\)", re.DOTALL)
 
 
 def hash_sql(types: dict[str, str], keys: list[str], partitions: int) -> str:
@@ -36,10 +45,13 @@ def hash_sql(types: dict[str, str], keys: list[str], partitions: int) -> str:
     parts = []
     for key in keys:
         quoted = identifier(key)
-        if types[key] in _NUMERIC or types[key].startswith("DECIMAL"):
+        kind = types[key]
+        if kind in _NUMERIC or _DECIMAL.fullmatch(kind):
             parts.append(f"CAST({quoted} AS DOUBLE)")
-        elif types[key] == "DATE" or types[key].startswith("TIMESTAMP"):
+        elif kind in _DATES:
             parts.append(f"CAST({quoted} AS TIMESTAMP)")
+        elif _ENUM.fullmatch(kind):
+            parts.append(f"CAST({quoted} AS VARCHAR)")
         else:
             parts.append(quoted)
     return f"CAST(hash({', '.join(parts)}) % {partitions} AS BIGINT)"
@@ -47,18 +59,41 @@ def hash_sql(types: dict[str, str], keys: list[str], partitions: int) -> str:
 
 def key_class(field: pa.Field) -> str:
     """The kind of hash key a column of an exchange's output is, as :func:`hash_sql` hashes it:
-    equal values of one kind land in one partition whatever their types within it. A column
-    of untyped NULLs (``planner.null_columns``) meets any kind."""
+    equal values of one kind land in one partition whatever their types within it (but see
+    :func:`keys_meet` for FLOAT). A column of untyped NULLs (``planner.null_columns``) meets any kind."""
     t = field.type
-    if untyped_null(field) or pa.types.is_null(t):
+    carried = carried_type(field)
+    if carried == "NULL" or pa.types.is_null(t):
         return "any"
-    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
-        return "number"
+    if _ENUM.fullmatch(carried):
+        return "ENUM"
+    if carried and not _HUGE.fullmatch(carried) and carried != "JSON":  # a UUID or nested HUGEINT hashes as itself
+        return carried
+    if pa.types.is_float32(t):
+        return "FLOAT"
+    if pa.types.is_float64(t):
+        return "DOUBLE"
+    if pa.types.is_integer(t) or pa.types.is_decimal(t):
+        return "integer or DECIMAL"
     if pa.types.is_date(t) or pa.types.is_timestamp(t):
         return "date or timestamp"
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return "string"
     return str(t)
+
+
+_HUGE = re.compile(r"U?HUGEINT")
+
+
+def keys_meet(a: str, b: str) -> bool:
+    """Whether equal keys of kinds ``a`` and ``b`` (:func:`key_class`) land in one partition.
+    DuckDB compares a FLOAT with an integer or DECIMAL as FLOATs, rounding the other side,
+    while both hash as DOUBLEs: such a pair does not meet. With a DOUBLE, a FLOAT is compared
+    as the DOUBLE it hashes as."""
+    if "any" in (a, b) or a == b:
+        return True
+    numbers = {"integer or DECIMAL", "DOUBLE", "FLOAT"}
+    return a in numbers and b in numbers and {a, b} != {"integer or DECIMAL", "FLOAT"}
 
 
 def range_ids(

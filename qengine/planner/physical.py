@@ -9,6 +9,7 @@ partitioned the right way get no exchange.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import sqlglot.expressions as exp
@@ -17,7 +18,7 @@ from qengine.catalog.sources import DEFAULT_SPLIT_BYTES
 from qengine.planner import estimates
 from qengine.planner import logical as lp
 from qengine.planner.logical import GROUPING_ID, Exchange, col, not_null_operand, plain_column
-from qengine.planner.static_types import expression_signature
+from qengine.planner.static_types import expression_signature, is_number
 from qengine.planner.templates import slot_kind, value_of
 
 _MAX_BIGINT = 2**63 - 1
@@ -83,10 +84,19 @@ def _summable(e: exp.Expression, child: lp.Node) -> bool:
     interval as far as the plan shows (``planner.static_types``). DuckDB has no sum of those
     (``avg(d + 1)`` of a DATE failed as "sum(DATE)"), and a function may make one of a number
     (``to_days(n)``): an average of anything else is not split."""
-    if any(not isinstance(node, _ARITHMETIC) for node in e.walk()):
-        return False
+    if any(not isinstance(node, _ARITHMETIC) for node in e.walk()) or isinstance(e, _BOOLEAN):
+        return False  # DuckDB has no avg() of a BOOLEAN, where it has a sum() of one
     kind = expression_signature(e, child)
-    return kind is not None and not any(word in kind for word in ("DATE", "TIME", "INTERVAL"))
+    if kind is None:
+        return False
+    if "=" not in kind:  # a type's name
+        return is_number(kind)
+    # the shape of what makes it (``static_types.signature``): arithmetic over numbers only; a
+    # column made by a function in a subquery (``to_seconds(id)``) is no number
+    shape = _READ.sub("", kind)
+    return set(_CALLED.findall(shape)) <= _ARITHMETIC_NAMES and all(is_number(t) for t in _READ.findall(kind)) and not any(
+        word in shape for word in ("DATE", "TIME", "INTERVAL", "BOOLEAN")
+    )
 
 
 # What an average's argument may be made of to be split into a sum and a count (``_summable``)
@@ -96,6 +106,11 @@ _ARITHMETIC = (
     exp.Case, exp.If, exp.Coalesce, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.And, exp.Or, exp.Not, exp.Is,
     exp.Boolean,
 )
+_BOOLEAN = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.And, exp.Or, exp.Not, exp.Is, exp.Boolean)
+# Var: a column, as its signature's <TYPE>; an aggregate of numbers (a CTE's sum) is a number
+_ARITHMETIC_NAMES = frozenset({kind.__name__ for kind in _ARITHMETIC} | {"Var", "Sum", "Count", "Min", "Max", "Avg", "Star", "Distinct"})
+_CALLED = re.compile(r"\b([A-Z][A-Za-z]*)\(")  # the node names in a signature (a tree's repr)
+_READ = re.compile(r"<([^<>]+)>")  # the types of the columns a signature reads
 
 
 class PhysicalPlanner:

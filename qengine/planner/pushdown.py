@@ -32,7 +32,7 @@ from qengine.planner import estimates
 from qengine.planner import logical as lp
 from qengine.planner.expressions import COMPARISONS, and_all, calls_volatile, conjuncts, in_place_of, null_rejecting
 from qengine.planner.logical import col
-from qengine.planner.static_types import same_type_in_every_input
+from qengine.planner.static_types import compared_exactly, same_type_in_every_input, signature
 from qengine.planner.templates import slot_kind, value_of
 
 
@@ -129,10 +129,12 @@ class _Pusher:
         node.kind = _without_null_rows(node.kind, preds, left_cols, right_cols)
         to_left, rest = _split(preds, lambda r: r <= left_cols and node.kind in ("inner", "cross", "left", "semi", "anti"))
         to_right, keep = _split(rest, lambda r: r <= right_cols and node.kind in ("inner", "cross", "right"))
+        # keys whose equality makes them one number: a fact about one holds for the other
         pairs = [
             (lk.name, rk.name)
             for lk, rk in zip(node.left_keys, node.right_keys, strict=True)
             if isinstance(lk, exp.Column) and isinstance(rk, exp.Column)
+            and compared_exactly(signature(node.left, lk.name), signature(node.right, rk.name))
         ]
         node.left = self.push(node.left, to_left)
         if node.kind in ("inner", "left", "semi", "anti"):
@@ -188,7 +190,7 @@ def _across(facts: list[exp.Expression], keys: dict[str, str], known: list[exp.E
     out = []
     for p in facts:
         (column,) = _refs(p)
-        if column in keys and _same_on_either_key(p):
+        if column in keys:
             copied = _substitute(p, {column: col(keys[column])})
             if copied.sql() not in have:
                 have.add(copied.sql())
@@ -199,7 +201,7 @@ def _across(facts: list[exp.Expression], keys: dict[str, str], known: list[exp.E
 def _copyable(p: exp.Expression) -> bool:
     """A comparison of one column with numeric constants: a candidate to restate on a join key
     of the other side (a string constant compared with a key of another type could fail to
-    cast); ``_same_on_either_key`` decides once it is a key."""
+    cast); it is copied to keys compared exactly with its column (``static_types.compared_exactly``)."""
     return _constants(p) is not None
 
 
@@ -217,21 +219,6 @@ def _constants(p: exp.Expression) -> list[exp.Expression] | None:
     else:
         return None
     return sides[1:] if isinstance(sides[0], exp.Column) and all(_numeric(s) for s in sides[1:]) else None
-
-
-def _same_on_either_key(p: exp.Expression) -> bool:
-    """Whether ``p`` holds for the other key of an equi-join whatever the keys' numeric types:
-    its constants are integers within ±2**24. A fraction compares differently with keys of
-    other types (FLOAT ``f = 0.1`` holds for 0.1f, whose DOUBLE partner 0.10000000149… is not
-    ``= 0.1``), and so does an integer past what a FLOAT holds exactly. A slot's value is read
-    here, so a plan that copied it holds for that value alone (``planner.templates``)."""
-    for constant in _constants(p) or []:
-        while isinstance(constant, exp.Neg):
-            constant = constant.this
-        text = value_of(constant).this
-        if not text.isdigit() or int(text) > 1 << 24:
-            return False
-    return True
 
 
 def _numeric(e: exp.Expression) -> bool:

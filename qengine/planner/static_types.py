@@ -11,6 +11,8 @@ None means the plan does not show it, and the rewrite is not made.
 
 from __future__ import annotations
 
+import re
+
 import sqlglot.expressions as exp
 
 from qengine.catalog.types import type_code
@@ -77,3 +79,42 @@ def expression_signature(e: exp.Expression, child: lp.Node, depth: int = 0) -> s
     for paren in list(shape.find_all(exp.Paren)):
         paren.replace(paren.this)
     return repr(shape.this if isinstance(shape, exp.Paren) else shape)
+
+
+# The exact DECIMAL each integer type fits in, as DuckDB widens it to compare with a DECIMAL
+_INTEGER_DIGITS = {"TINYINT": 3, "SMALLINT": 5, "INTEGER": 10, "BIGINT": 19, "HUGEINT": 38,
+                   "UTINYINT": 3, "USMALLINT": 5, "UINTEGER": 10, "UBIGINT": 20}
+_DECIMAL = re.compile(r"DECIMAL\((\d+),\s*(\d+)\)")
+
+
+_NUMBERS = frozenset(["FLOAT", "DOUBLE", "UHUGEINT", *_INTEGER_DIGITS])
+
+
+def is_number(t: str) -> bool:
+    """Whether ``t`` names a numeric type: an integer, a DECIMAL, FLOAT or DOUBLE."""
+    return t in _NUMBERS or bool(_DECIMAL.fullmatch(t))
+
+
+def compared_exactly(a: str | None, b: str | None) -> bool:
+    """Whether DuckDB compares values of the two signatures without rounding either: the same
+    type, or integers and decimals whose common DECIMAL holds both. Two such values that are
+    equal are then the same number, and any comparison with a constant holds for both or for
+    neither; an INTEGER compared with a FLOAT, or a DECIMAL with a DOUBLE, is rounded first
+    (16777217 = 16777216.0 as FLOATs), and one may be ``> 16777216`` while its partner is not."""
+    if a is None or b is None:
+        return False
+    if a == b:
+        return True
+    digits = [_digits(t) for t in (a, b)]
+    if None in digits:
+        return False
+    (whole_a, scale_a), (whole_b, scale_b) = digits
+    return max(whole_a, whole_b) + max(scale_a, scale_b) <= 38
+
+
+def _digits(t: str) -> tuple[int, int] | None:
+    """(digits before the point, digits after it) of an integer or DECIMAL type, else None."""
+    if t in _INTEGER_DIGITS:
+        return _INTEGER_DIGITS[t], 0
+    match = _DECIMAL.fullmatch(t)
+    return (int(match.group(1)) - int(match.group(2)), int(match.group(2))) if match else None

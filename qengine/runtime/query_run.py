@@ -892,7 +892,7 @@ class QueryRun:
 
 def _check_hash_keys_meet(state: QueryState, run: StageRun) -> None:
     """Refuse a stage that reads two hash exchanges partition by partition (a join, a set
-    operation) whose keys differ in kind (``partitioner.key_class``): equal values, hashed as
+    operation) whose keys' kinds do not meet (``partitioner.keys_meet``): equal values, hashed as
     they are, would sit in different partitions and never meet (a VARCHAR key against a BIGINT
     one matched a quarter of the rows DuckDB matches)."""
     reads = [r for r in run.partitioned_reads if r.kind == "hash"]
@@ -910,7 +910,7 @@ def _check_hash_keys_meet(state: QueryState, run: StageRun) -> None:
         kinds.append([partitioner.key_class(fields[k]) for k in producer.stage.output.keys])
     for other in kinds[1:]:
         for a, b in zip(kinds[0], other, strict=False):
-            if "any" not in (a, b) and a != b:
+            if not partitioner.keys_meet(a, b):
                 raise NotSupportedError(
                     f"a join or set operation that compares a {a} with a {b} is not supported across partitions: "
                     "cast one side to the other's type"

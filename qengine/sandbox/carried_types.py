@@ -37,8 +37,14 @@ TAG = b"qengine.duckdb_type"
 _RETYPED = re.compile(r"\bU?HUGEINT\b|\bUUID\b|\bENUM\(|\bJSON\b")
 # Types Arrow cannot hold at all, refused: a BIT as its inner bytes, which neither read back nor
 # print as DuckDB's '101'; a TIME WITH TIME ZONE as a time without its offset ('10:00:00+02'
-# came back as 10:00:00, a TIME).
-_REFUSED = {re.compile(r"\bBIT\b"): "the BIT type", re.compile(r"\bTIME WITH TIME ZONE\b"): "the TIME WITH TIME ZONE type"}
+# came back as 10:00:00, a TIME); a BIGNUM (or VARINT) as an opaque extension of its bytes,
+# which came back as a BLOB; a UNION as Arrow's sparse union, which fragments cannot read.
+_REFUSED = {
+    re.compile(r"\bBIT\b"): "the BIT type",
+    re.compile(r"\bTIME WITH TIME ZONE\b"): "the TIME WITH TIME ZONE type",
+    re.compile(r"\b(BIGNUM|VARINT)\b"): "the BIGNUM type",
+    re.compile(r"\bUNION\("): "the UNION type",
+}
 
 
 def tag_types(table: pa.Table, types: list[str], nulls: Collection[str] = ()) -> pa.Table:
