@@ -134,6 +134,9 @@ class QueryRun:
         # of tasks O(tasks²).
         self.ended: queue.SimpleQueue[Future] = queue.SimpleQueue()
         self.looked_at = 0.0  # when slow workers and stragglers were last looked for
+        # how long to wait between two looks: STRAGGLER_EVERY, or ten times what the last look
+        # took, so that it never takes more than a tenth of the loop (its cost grows with the tasks)
+        self.look_every = STRAGGLER_EVERY
 
     def cancel(self) -> None:
         """Ask the run to stop: it fails at its next look at its calls, as a failing task would."""
@@ -287,9 +290,10 @@ class QueryRun:
             self.dispatcher.dispatch()  # the slots these ends freed take their next tasks at once
             for run in runs:  # side work given up with a lost worker finishes stages too
                 self._maybe_finish(run)
-            if time.monotonic() - self.looked_at >= STRAGGLER_EVERY or not finished:
+            if time.monotonic() - self.looked_at >= self.look_every or not finished:
                 self.looked_at = time.monotonic()
                 self._speculate(self._find_slow())
+                self.look_every = max(STRAGGLER_EVERY, 10 * (time.monotonic() - self.looked_at))
 
     def _describe(self) -> str:
         """Each unfinished stage's tasks by state, for a report of a run that cannot go on."""
