@@ -128,9 +128,7 @@ def test_an_average_of_a_boolean_is_refused_as_in_duckdb(spread, duck) -> None:
         spread.execute(sql).fetchall()
 
 
-@pytest.mark.parametrize(("sql", "what"), [("SELECT id, (id - 10)::BIGNUM AS v FROM t", "BIGNUM"),
-                                           ("SELECT union_value(a := id) AS u FROM t", "UNION")])
-def test_types_arrow_cannot_carry_are_refused_by_name(spread, sql: str, what: str) -> None:
-    # a BIGNUM came back as its raw bytes, typed EXTENSION<ARROW.OPAQUE…>; a UNION as "sparse_union"
-    with pytest.raises(qengine.NotSupportedError, match=f"the {what} type is not supported"):
-        spread.execute(sql).fetchall()
+def test_a_bignum_is_refused_by_name(spread) -> None:
+    # it came back as its raw bytes, typed EXTENSION<ARROW.OPAQUE…>
+    with pytest.raises(qengine.NotSupportedError, match="the BIGNUM type is not supported"):
+        spread.execute("SELECT id, (id - 10)::BIGNUM AS v FROM t").fetchall()

@@ -24,6 +24,7 @@ import pyarrow as pa
 import sqlglot.expressions as exp
 
 from qengine.catalog.catalog import Catalog
+from qengine.catalog.types import column_type
 from qengine.errors import Error, NotSupportedError, ProgrammingError
 from qengine.planner.frontend import expand_sources
 from qengine.sandbox.carried_types import restoring_query
@@ -40,8 +41,7 @@ def ask(catalog: Catalog, dialect: str, sql: str, reads: exp.Expression | None =
     """The answer DuckDB gives ``sql`` over an empty mirror of ``catalog``; ``reads`` is the
     expanded query ``sql`` names, if any, whose hidden tables the mirror must also hold.
 
-    A table or view the mirror cannot hold (a view over a dropped table, a UNION column Arrow
-    cannot hand over) is left out, as DuckDB leaves a broken view out of everything but the
+    A table or view the mirror cannot hold (a view over a dropped table) is left out, as DuckDB leaves a broken view out of everything but the
     statements that name it: a statement that needs it finds it missing, and fails with what
     was wrong with it."""
     left_out: dict[str, Error] = {}
@@ -59,6 +59,11 @@ def ask(catalog: Catalog, dialect: str, sql: str, reads: exp.Expression | None =
             if key.startswith("__") and key not in needed:
                 continue
             try:
+                if any(pa.types.is_union(f.type) for f in source.schema):
+                    # DuckDB cannot scan the sparse union it hands Arrow: the table is declared
+                    columns = ", ".join(f"{identifier(f.name)} {column_type(f)}" for f in source.schema)
+                    con.execute(f"CREATE TABLE {identifier(source.name)} ({columns})")
+                    continue
                 con.register("__qengine_empty", source.schema.empty_table())
                 # in the DuckDB types the columns carry (a HUGEINT sum travels as a tagged decimal)
                 reading = restoring_query("__qengine_empty", source.schema) or "SELECT * FROM __qengine_empty"

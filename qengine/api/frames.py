@@ -6,10 +6,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 
-from qengine.errors import InterfaceError
-from qengine.sandbox.carried_types import restoring_query
+from qengine.errors import DataError, InterfaceError
+from qengine.sandbox.carried_types import restoring_query, tag_types
 from qengine.sandbox.connection import scratch_connection
 
 
@@ -24,22 +25,32 @@ def is_data(value: Any) -> bool:
 
 
 def arrow_table(data: Any) -> pa.Table | None:
-    """``data`` as an Arrow table, if it is data: an Arrow table, record batch or reader, a
-    pandas or polars DataFrame; None for anything else."""
-    if isinstance(data, pa.Table):
-        return data
-    if isinstance(data, pa.RecordBatchReader):
-        return data.read_all()
-    if isinstance(data, pa.RecordBatch):
-        return pa.Table.from_batches([data])
+    """``data`` as an Arrow table of DuckDB's types, if it is data: an Arrow table, record
+    batch or reader, a pandas or polars DataFrame; None for anything else.
+
+    DuckDB reads the data as its own ``from_df``/``from_arrow`` would, so a registered table
+    holds what DuckDB would hold: a pandas Categorical is an ENUM in its categories' order (it
+    sorted alphabetically as Arrow's dictionary), an object column of mixed values VARCHAR (it
+    failed in Arrow's conversion), a timestamp with a zone is in UTC, a large or dictionary
+    string a string, an Arrow null column an INTEGER; types Arrow does not carry are tagged
+    (``sandbox.carried_types``)."""
     import pandas as pd
 
-    if isinstance(data, pd.DataFrame):
-        return pa.Table.from_pandas(data, preserve_index=False)
     polars = sys.modules.get("polars")
-    if polars is not None and isinstance(data, polars.DataFrame):
-        return data.to_arrow()
-    return None
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    elif polars is not None and isinstance(data, polars.DataFrame):
+        data = data.to_arrow()
+    if not isinstance(data, pa.Table | pa.RecordBatchReader | pd.DataFrame):
+        return None
+    con = scratch_connection()
+    try:
+        relation = con.from_df(data) if isinstance(data, pd.DataFrame) else con.from_arrow(data)
+        return tag_types(relation.to_arrow_table(), [str(t) for t in relation.types])
+    except duckdb.Error as e:
+        raise DataError(f"cannot read the data: {str(e).splitlines()[0]}") from e
+    finally:
+        con.close()
 
 
 def pandas_frame(table: pa.Table) -> Any:

@@ -38,12 +38,11 @@ _RETYPED = re.compile(r"\bU?HUGEINT\b|\bUUID\b|\bENUM\(|\bJSON\b")
 # Types Arrow cannot hold at all, refused: a BIT as its inner bytes, which neither read back nor
 # print as DuckDB's '101'; a TIME WITH TIME ZONE as a time without its offset ('10:00:00+02'
 # came back as 10:00:00, a TIME); a BIGNUM (or VARINT) as an opaque extension of its bytes,
-# which came back as a BLOB; a UNION as Arrow's sparse union, which fragments cannot read.
+# which came back as a BLOB.
 _REFUSED = {
     re.compile(r"\bBIT\b"): "the BIT type",
     re.compile(r"\bTIME WITH TIME ZONE\b"): "the TIME WITH TIME ZONE type",
     re.compile(r"\b(BIGNUM|VARINT)\b"): "the BIGNUM type",
-    re.compile(r"\bUNION\("): "the UNION type",
 }
 
 
