@@ -1047,3 +1047,10 @@ def test_a_parquet_uuid_column_is_a_uuid(uuid_file: str, sql: str) -> None:
         got, expected = con.execute(sql).fetchall(), duckdb.sql(sql).fetchall()
         assert sorted(got, key=str) == sorted(expected, key=str)
         assert [d[1] for d in con.execute(sql).description] == [str(d[1]) for d in duckdb.sql(sql).description]
+
+
+@pytest.mark.parametrize("sql", ["SELECT MAP {}::MAP(VARCHAR, INTEGER) AS m", "SELECT cardinality(MAP {}) AS n, MAP {} AS m",
+                                 "SELECT k, MAP {}::MAP(VARCHAR, INTEGER) AS m FROM small"])
+def test_an_empty_map_literal_runs(con, duck, sql: str) -> None:
+    # cast to a type, sqlglot spelled it "MAP MAP()", a syntax error to DuckDB
+    assert sorted(con.execute(sql).fetchall(), key=str) == sorted(duck.execute(sql).fetchall(), key=str)

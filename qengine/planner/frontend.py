@@ -140,9 +140,18 @@ def parse(sql: str, dialect: str) -> list[exp.Expression]:
         refuse_unmodelled(statement)
         _keep_struct_key_case(statement)
         _within_group_as_ordered(statement)
+        _empty_maps_as_calls(statement)
         if question_marks:
             statement.meta[QUESTION_MARKS] = True
     return statements
+
+
+def _empty_maps_as_calls(statement: exp.Expression) -> None:
+    """``MAP {}`` as ``map()``, the same empty MAP: sqlglot spells the literal cast to a type
+    (``MAP {}::MAP(VARCHAR, INTEGER)``) as ``MAP MAP()``, which DuckDB cannot parse."""
+    for node in list(statement.find_all(exp.ToMap)):
+        if isinstance(node.this, exp.Struct) and not node.this.expressions:
+            node.replace(exp.Anonymous(this="map"))
 
 
 @contextlib.contextmanager
