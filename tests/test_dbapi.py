@@ -651,7 +651,7 @@ def test_fetchdf(default_engine, oracle) -> None:
 
 def test_sql_gives_a_relation(default_engine, oracle) -> None:
     sql = "SELECT city, count(cust_id) AS n FROM customers GROUP BY city"
-    got = default_engine.sql(sql).arrow()
+    got = default_engine.sql(sql).to_arrow_table()
     assert isinstance(got, pa.Table)
     same_table(got, oracle.execute(sql).to_arrow_table(), sql)
 

@@ -67,9 +67,14 @@ def same_table(got: pa.Table, expected: pa.Table, sql: str) -> None:
 def test_relation_results_are_duckdbs(con, oracle, sql: str) -> None:
     rel, expected = con.sql(sql), oracle.sql(sql)
     same_frames(rel.df(), expected.df())
-    got = rel.arrow()
+    got = rel.to_arrow_table()
     assert isinstance(got, pa.Table)
     assert got.schema == expected.arrow().read_all().schema
+    # arrow() is a reader, as in DuckDB 1.5 (it was a table): code written for DuckDB reads it
+    reader = rel.arrow()
+    assert isinstance(reader, pa.RecordBatchReader) and isinstance(expected.arrow(), pa.RecordBatchReader)
+    same_table(reader.read_all(), expected.arrow().read_all(), sql)
+    assert isinstance(con.execute(sql).arrow(), pa.RecordBatchReader) and isinstance(con.execute(sql).to_arrow_table(), pa.Table)
     same_table(got, expected.arrow().read_all(), sql)
     same_table(pa.Table.from_pylist([dict(zip(rel.columns, r, strict=True)) for r in rel.fetchall()]), expected.arrow().read_all(), sql)
     assert rel.columns == expected.columns
@@ -121,7 +126,7 @@ def test_query_names_the_relation(con, oracle) -> None:
     inner = "SELECT cust_id, city FROM customers WHERE segment = 'corp'"
     outer = "SELECT city, count(*) AS n FROM corp GROUP BY city"
     got = con.sql(inner).query("corp", outer)
-    same_table(got.arrow(), oracle.sql(inner).query("corp", outer).arrow().read_all(), outer)
+    same_table(got.to_arrow_table(), oracle.sql(inner).query("corp", outer).arrow().read_all(), outer)
     with pytest.raises(qengine.ProgrammingError, match="customers"):  # DuckDB would read the relation: refused
         con.sql(inner).query("customers", "SELECT * FROM customers")
 
@@ -155,7 +160,7 @@ def test_cursor_df_arrow_pl_are_duckdbs(con, oracle) -> None:
     sql = QUERIES[2]
     same_frames(con.execute(sql).df(), oracle.execute(sql).df())
     same_frames(con.execute(sql).fetchdf(), oracle.execute(sql).fetchdf())
-    got = con.execute(sql).arrow()
+    got = con.execute(sql).to_arrow_table()
     assert isinstance(got, pa.Table)
     same_table(got, oracle.execute(sql).to_arrow_table(), sql)
     ordered = sql + " ORDER BY sale_id"
@@ -164,7 +169,7 @@ def test_cursor_df_arrow_pl_are_duckdbs(con, oracle) -> None:
     assert isinstance(con.sql(ordered).pl(), polars.DataFrame)
     cur = con.execute(ordered)
     first = cur.fetchone()
-    assert cur.arrow().num_rows == len(oracle.execute(ordered).fetchall()) - 1 and first is not None  # the rest
+    assert cur.to_arrow_table().num_rows == len(oracle.execute(ordered).fetchall()) - 1 and first is not None  # the rest
 
 
 def test_pl_without_polars_says_how_to_get_it(con, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -185,12 +190,12 @@ def test_dataframes_in_variables_are_tables(con, oracle) -> None:
     sql = "SELECT p.tag, c.city, count(*) AS n, sum(p.weight) AS w FROM picks p JOIN customers c USING (cust_id) GROUP BY p.tag, c.city"
     tables_before = con.tables()
     expected = oracle.sql(sql).arrow().read_all()
-    same_table(con.sql(sql).arrow(), expected, sql)
+    same_table(con.sql(sql).to_arrow_table(), expected, sql)
     same_table(con.execute(sql).fetch_arrow_table(), expected, sql)
     same_table(con.cursor().execute(sql).fetch_arrow_table(), expected, sql)
     frame = pa.Table.from_pandas(picks)
     for picks in (frame, polars.from_arrow(frame), frame.to_batches()[0], frame.to_reader()):  # noqa: B007 - read by name
-        same_table(con.sql(sql).arrow(), expected, sql)
+        same_table(con.sql(sql).to_arrow_table(), expected, sql)
     # the data was a session table for each statement alone
     assert con.tables() == tables_before
     assert not [name for name in con.session.catalog.tables if name.startswith("__scan")]
@@ -211,7 +216,7 @@ def test_relations_in_variables_are_inlined(con, oracle) -> None:
     recent = oracle.sql(inner)
     expected = oracle.sql(outer).arrow().read_all()
     recent = con.sql(inner)  # noqa: F841
-    same_table(con.sql(outer).arrow(), expected, outer)
+    same_table(con.sql(outer).to_arrow_table(), expected, outer)
     same_table(con.execute(outer).fetch_arrow_table(), expected, outer)
 
     def made_in_a_function():

@@ -255,7 +255,9 @@ class Cursor:
         return pandas_frame(self._rest_table())
 
     df = fetchdf
-    arrow = fetch_arrow_table
+    # DuckDB 1.5's names: arrow() is a reader, to_arrow_table() a table
+    to_arrow_table = fetch_arrow_table
+    arrow = to_arrow_reader = fetch_record_batch
 
     @_user_errors
     def pl(self) -> Any:

@@ -167,7 +167,7 @@ class Relation(ScopedQuery):
         cursor, self._pending = self._pending or self._run(), None
         return cursor.fetchall()
 
-    def arrow(self) -> pa.Table:
+    def to_arrow_table(self) -> pa.Table:
         """The rows as an Arrow table."""
         return self._run().fetch_arrow_table()
 
@@ -177,14 +177,16 @@ class Relation(ScopedQuery):
 
     def pl(self) -> Any:
         """The rows as a polars DataFrame (polars must be installed)."""
-        return polars_frame(self.arrow())
+        return polars_frame(self.to_arrow_table())
 
     def fetch_record_batch(self, rows_per_batch: int = 1_000_000) -> pa.RecordBatchReader:
         """The rows as an Arrow record batch reader, read from the cluster as it is read."""
         return self._run().fetch_record_batch(rows_per_batch)
 
     fetchdf = to_df = df
-    fetch_arrow_table = to_arrow_table = arrow
+    fetch_arrow_table = to_arrow_table
+    # as DuckDB 1.5 has them: arrow() is a reader
+    arrow = to_arrow_reader = fetch_record_batch
 
     # ---- what it holds ---------------------------------------------------------------------
 
@@ -212,7 +214,7 @@ class Relation(ScopedQuery):
     @property
     def shape(self) -> tuple[int, int]:
         """(rows, columns); the rows are counted by running it."""
-        rows = self.arrow().num_rows if self._explains else self._run_over(exp.select("count(*)")).fetchone()[0]
+        rows = self.to_arrow_table().num_rows if self._explains else self._run_over(exp.select("count(*)")).fetchone()[0]
         return rows, len(self.columns)
 
     def query(self, name: str, sql: str) -> Relation | None:
