@@ -333,6 +333,22 @@ def test_copy_writes_carried_types_as_duckdb(con, duck, files, fmt: str, options
     assert typed_rows(mine) == typed_rows(theirs)
 
 
+CSV_TEXTS = ("SELECT i, TIMESTAMPTZ '2026-11-27 11:15:57.619074+00' AS t, TIMESTAMP '2026-11-27 11:15:57' AS ts, TIME '01:02:03.5' AS tm, "
+             "-0.0::DOUBLE AS z, 1.0e-7::DOUBLE AS small, 'a\"b' AS q, 'x,y' AS c, 'a\nb' AS nl, ' lead' AS sp, '' AS empty, NULL AS n, "
+             "'NULL' AS word, [i, NULL] AS l, 'x'::ENUM('x', 'y') AS e, CAST(i AS HUGEINT) * 10000000000000000000 AS h, "
+             "'2021-01-02 03:04:05.123456789'::TIMESTAMP_NS AS tns, 'é' AS \"a,b\" FROM range(3) t(i)")
+
+
+def test_copy_to_csv_writes_duckdbs_bytes(con, duck, files) -> None:
+    # Arrow's writer quoted every string and the header, and spelled timestamps (+0000, .000000),
+    # times (.500000) and negative zero (-0) its own way
+    mine, theirs = (os.path.join(files["root"], f"{who}-texts.csv") for who in ("qengine", "duckdb"))
+    con.execute(f"COPY ({CSV_TEXTS}) TO '{mine}'")
+    duck.execute(f"COPY ({CSV_TEXTS}) TO '{theirs}'")
+    with open(mine, "rb") as a, open(theirs, "rb") as b:
+        assert a.read() == b.read()
+
+
 def test_copy_of_an_interval_to_parquet_is_refused_by_name(con, files) -> None:
     with pytest.raises(qengine.NotSupportedError, match="INTERVAL column 'iv' cannot be written to Parquet"):
         con.execute(f"COPY (SELECT to_days(1) AS iv) TO '{os.path.join(files['root'], 'iv.parquet')}'")

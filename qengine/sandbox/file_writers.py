@@ -1,10 +1,10 @@
 """The files COPY writes, Parquet and CSV, as DuckDB's COPY writes them where Arrow's writers
 would not.
 
-Arrow's CSV writer refuses lists, structs, maps, fixed-size arrays and intervals, and writes a
-BLOB's raw bytes where DuckDB writes ``\\x01\\x02``. Such columns are turned into DuckDB's own
-text of them (its cast to VARCHAR, which its CSV writer uses) before they reach the writer;
-every other column goes through as it is.
+CSV is written as DuckDB's writer writes it: each value DuckDB's text of it (its cast to
+VARCHAR, which its CSV writer uses: lists and structs as ``[1, 2]``, a BLOB as ``\\x01\\x02``),
+quoted only where needed. Arrow's CSV writer refuses lists, structs, maps and intervals,
+writes a BLOB's raw bytes and quotes every string.
 
 Arrow's Parquet writer has no INTERVAL: such a column is refused by name rather than failing
 inside Arrow. Columns whose DuckDB type Arrow holds as another (``carried_types``) are written
@@ -18,21 +18,15 @@ import re
 from typing import BinaryIO
 
 import duckdb
+import numpy as np
 import pyarrow as pa
-import pyarrow.csv as pacsv
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from qengine.errors import DataError, NotSupportedError
 from qengine.sandbox.carried_types import carried_type, restoring_query
 from qengine.sandbox.connection import scratch_connection
 from qengine.sandbox.quoting import identifier
-
-
-def _as_text(field: pa.Field) -> bool:
-    """Whether DuckDB's CSV writer spells this column otherwise than Arrow's writes it, if at all."""
-    t = field.type
-    return (pa.types.is_nested(t) or pa.types.is_interval(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
-            or pa.types.is_fixed_size_binary(t))
 
 
 class Writer:
@@ -52,33 +46,72 @@ class Writer:
 
 
 class CsvWriter(Writer):
-    """Arrow's CSV writer over ``sink`` for batches of ``schema``, with the columns DuckDB spells
-    otherwise written as DuckDB's text of them."""
+    """CSV over ``sink`` for batches of ``schema``, as DuckDB's COPY writes it by default: each
+    value DuckDB's own text of it (its cast to VARCHAR: ``2020-01-01 10:00:00+00``, ``-0.0``,
+    ``01:02:03.5``), quoted only where it holds a comma, a quote or a line break, or is empty,
+    NULL as nothing, and a header of the names quoted alike. Arrow's writer quotes every string
+    and spells timestamps, times and negative zero its own way."""
 
     def __init__(self, sink: BinaryIO, schema: pa.Schema) -> None:
-        texts = {f.name for f in schema if _as_text(f)}
-        self._schema = pa.schema([pa.field(f.name, pa.string()) if f.name in texts else f for f in schema])
-        self._writer = pacsv.CSVWriter(sink, self._schema)
-        # DuckDB's text of those columns, the same query for every batch (None: none to spell)
+        self._sink = sink
+        # The columns whose text Arrow spells as DuckDB does are cast by Arrow; DuckDB spells the
+        # others (floats, timestamps, times, nested values…), read by position: a result may
+        # repeat a name.
+        self._by_duckdb = [i for i, f in enumerate(schema) if not _spelled_alike(f)]
         inner = restoring_query("__qengine_csv", schema) or "SELECT * FROM __qengine_csv"
-        items = ", ".join(f"CAST({identifier(n)} AS VARCHAR) AS {identifier(n)}" if n in texts else identifier(n) for n in schema.names)
-        self._spelling = f"SELECT {items} FROM ({inner})" if texts else None
+        items = ", ".join(f"CAST(#{i + 1} AS VARCHAR)" for i in self._by_duckdb)
+        self._spelling = f"SELECT {items} FROM ({inner})" if self._by_duckdb else None
+        if schema.names:
+            _write_lines(sink, _csv_fields([pa.array([name], pa.string()) for name in schema.names]))
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
-        self._writer.write(batch if self._spelling is None else self._spelled(batch))
-
-    def _spelled(self, batch: pa.RecordBatch | pa.Table) -> pa.Table:
-        con = scratch_connection()
-        try:
-            con.register("__qengine_csv", batch)
-            return con.execute(self._spelling).to_arrow_table().cast(self._schema)
-        except duckdb.Error as e:
-            raise DataError(f"cannot write CSV: {str(e).splitlines()[0]}") from e
-        finally:
-            con.close()
+        if not batch.num_rows or not batch.num_columns:
+            return
+        table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+        duckdbs = set(self._by_duckdb)
+        texts = [None if i in duckdbs else column.combine_chunks().cast(pa.string()) for i, column in enumerate(table.columns)]
+        if self._spelling is not None:
+            con = scratch_connection()
+            try:
+                con.register("__qengine_csv", table)
+                spelled = con.execute(self._spelling).to_arrow_table()
+            except duckdb.Error as e:
+                raise DataError(f"cannot write CSV: {str(e).splitlines()[0]}") from e
+            finally:
+                con.close()
+            for i, column in zip(self._by_duckdb, spelled.columns, strict=True):
+                texts[i] = column.combine_chunks()
+        _write_lines(self._sink, _csv_fields(texts))
 
     def close(self) -> None:
-        self._writer.close()
+        self._sink.flush()
+
+
+def _spelled_alike(field: pa.Field) -> bool:
+    """Whether Arrow's text of this column's values is DuckDB's: integers, booleans, strings,
+    dates and decimals (not a float: Arrow writes 1e-7 and -0 where DuckDB writes 1e-07 and -0.0)."""
+    t = field.type
+    return not carried_type(field) and (
+        pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+        or pa.types.is_date32(t) or pa.types.is_decimal(t)
+    )
+
+
+def _write_lines(sink: BinaryIO, lines: pa.Array) -> None:
+    """The text of ``lines``, one after another, as the string array holds it."""
+    _, offsets, data = lines.buffers()
+    first, last = np.frombuffer(offsets, dtype=np.int32)[[lines.offset, lines.offset + len(lines)]]
+    sink.write(memoryview(data)[first:last])
+
+
+def _csv_fields(columns: list[pa.Array]) -> pa.Array:
+    """One line of CSV text (ending in a line break) per row of ``columns``, strings all."""
+    fields = []
+    for column in columns:
+        needs_quotes = pc.or_(pc.match_substring_regex(column, '[,"\n\r]'), pc.equal(column, ""))
+        quoted = pc.binary_join_element_wise('"', pc.replace_substring(column, '"', '""'), '"', "")
+        fields.append(pc.fill_null(pc.if_else(needs_quotes, quoted, column), ""))
+    return pc.binary_join_element_wise(pc.binary_join_element_wise(*fields, ","), "\n", "")
 
 
 class ParquetWriter(Writer):
