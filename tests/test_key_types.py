@@ -132,3 +132,30 @@ def test_a_bignum_is_refused_by_name(spread) -> None:
     # it came back as its raw bytes, typed EXTENSION<ARROW.OPAQUE…>
     with pytest.raises(qengine.NotSupportedError, match="the BIGNUM type is not supported"):
         spread.execute("SELECT id, (id - 10)::BIGNUM AS v FROM t").fetchall()
+
+
+ENUM_ROWS = "SELECT id, CAST(['c', 'a', 'b'][1 + id % 3] AS ENUM('c', 'b', 'a')) AS en FROM range(600) r(id)"
+
+
+@pytest.fixture(scope="module")
+def enums(spread, duck):
+    for engine in (spread, duck):
+        engine.execute(f"CREATE TABLE enums AS {ENUM_ROWS}")
+        engine.execute(f"CREATE TABLE enum_lists AS SELECT id, [en, NULL] AS le FROM ({ENUM_ROWS}) s")
+    yield
+    for engine in (spread, duck):
+        engine.execute("DROP TABLE enums")
+        engine.execute("DROP TABLE enum_lists")
+
+
+@pytest.mark.parametrize("sql", [
+    # range bounds ordered the labels alphabetically: a, b, c where the ENUM says c, b, a
+    "SELECT en, id FROM enums ORDER BY en, id",
+    "SELECT en, count(*) FROM enums GROUP BY en ORDER BY en",
+    "SELECT [en] AS l, id FROM enums ORDER BY l, id",
+    "SELECT {'a': en} AS s, id FROM enums ORDER BY s DESC, id",
+    # a list of ENUM with NULLs in it corrupted DuckDB's heap when scanned from Arrow
+    "SELECT le, id FROM enum_lists ORDER BY le, id",
+])
+def test_enum_sort_keys_sort_in_the_declared_order(spread, duck, enums, sql: str) -> None:
+    assert spread.execute(sql).fetchall() == duck.execute(sql).fetchall()

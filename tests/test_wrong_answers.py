@@ -1054,3 +1054,22 @@ def test_a_parquet_uuid_column_is_a_uuid(uuid_file: str, sql: str) -> None:
 def test_an_empty_map_literal_runs(con, duck, sql: str) -> None:
     # cast to a type, sqlglot spelled it "MAP MAP()", a syntax error to DuckDB
     assert sorted(con.execute(sql).fetchall(), key=str) == sorted(duck.execute(sql).fetchall(), key=str)
+
+
+@pytest.mark.parametrize("literal", ["'1 day 02:00:00'", "'3 days 04:05:06'", "'1 day ago'", "'-1 day 02:00'", "'1 year 2 months'",
+                                     "'02:00:00'", "'2' DAY", "'1.5' DAYS", "4 HOUR"])
+def test_interval_literals_keep_every_part(con, duck, literal: str) -> None:
+    # sqlglot read INTERVAL '1 day 02:00:00' as INTERVAL '1' DAY, and '1 day ago' as +1 day
+    sql = f"SELECT INTERVAL {literal} AS i, TIMESTAMP '2024-01-10' + INTERVAL {literal} AS t, count(*) AS n FROM small"
+    assert con.execute(sql).fetchall() == duck.execute(sql).fetchall()
+
+
+@pytest.mark.parametrize("value", ["'-infinity'::DATE", "'infinity'::DATE", "TIMESTAMP '0044-03-15 (BC) 10:00:00'", "'-infinity'::TIMESTAMP",
+                                   "'-infinity'::TIMESTAMPTZ"])
+def test_parquet_dates_python_cannot_hold_are_read(tmp_path, value: str) -> None:
+    # the footer's statistics failed to convert: registering the file raised an OverflowError
+    path = str(tmp_path / "dates.parquet")
+    duckdb.sql(f"COPY (SELECT 1 AS id, {value} AS x UNION ALL SELECT 2, NULL) TO '{path}'")
+    sql = f"SELECT id, x::VARCHAR AS x FROM read_parquet('{path}') ORDER BY id"
+    with qengine.connect(workers=2, allowed_roots=[str(tmp_path)]) as con:
+        assert con.execute(sql).fetchall() == duckdb.sql(sql).fetchall()

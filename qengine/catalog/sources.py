@@ -191,10 +191,8 @@ class ParquetSource(Source):
                     cc = rg.column(c)
                     top = cc.path_in_schema.split(".")[0]
                     widths[top] = widths.get(top, 0) + cc.total_uncompressed_size
-                    st = cc.statistics
-                    integer = cc.physical_type in ("INT32", "INT64")
-                    if integer and st is not None and st.has_min_max and isinstance(st.min, int) and isinstance(st.max, int):
-                        group.ranges[top] = (st.min, st.max)
+                    if cc.physical_type in ("INT32", "INT64") and (bounds := _integer_bounds(cc.statistics)) is not None:
+                        group.ranges[top] = bounds
                 if hive is not None:
                     _partition_ranges(group, hive)
             self._file_rows[path] = first
@@ -426,6 +424,19 @@ def _records(con: duckdb.DuckDBPyConnection, reader: str, columns: str) -> str:
         return "true" if _detected(con, reader)[0] == columns else "false"
     except duckdb.Error:  # "expected records, but got non-record JSON"
         return "false"
+
+
+def _integer_bounds(st: pq.Statistics | None) -> tuple[int, int] | None:
+    """A column chunk's integer minimum and maximum, or None where its statistics hold none:
+    also a DATE or TIMESTAMP Python cannot hold (-infinity, a year before 1), which pyarrow
+    fails to convert."""
+    if st is None or not st.has_min_max:
+        return None
+    try:
+        low, high = st.min, st.max
+    except (OverflowError, ValueError):
+        return None
+    return (low, high) if isinstance(low, int) and isinstance(high, int) else None
 
 
 def _sniffed_text(value: str) -> str:

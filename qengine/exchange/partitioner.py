@@ -36,6 +36,7 @@ _NUMERIC = frozenset(
 _DECIMAL = re.compile(r"DECIMAL\(\d+,\s*\d+\)")
 _DATES = frozenset(["DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS"])
 _ENUM = re.compile(r"ENUM\(.*\)", re.DOTALL)
+_HOLDS_ENUM = re.compile(r"\bENUM\(")
 
 
 def hash_sql(types: dict[str, str], keys: list[str], partitions: int) -> str:
@@ -111,9 +112,10 @@ def range_ids(
     go first or last as the ORDER BY says.
     """
     partitions = len(bounds) + 1
-    if partitions == 1 or table.num_rows == 0 or _ENUM.fullmatch(carried_type(table.schema.field(key))):
-        # An ENUM travels as its labels, which the sampled bounds order alphabetically where
-        # DuckDB orders the ENUM's declared order: such a sort stays in one partition.
+    if partitions == 1 or table.num_rows == 0 or _HOLDS_ENUM.search(carried_type(table.schema.field(key))):
+        # An ENUM (also in a list or struct) travels as its labels, which the sampled bounds
+        # order alphabetically where DuckDB orders the ENUM's declared order: such a sort stays
+        # in one partition.
         return np.zeros(table.num_rows, dtype=np.int64)
     column = table.column(key)
     keys = byte_keys(column)

@@ -129,6 +129,7 @@ def parse(sql: str, dialect: str) -> list[exp.Expression]:
     numbered = numbered_placeholders(tokens)
     question_marks, tokens = numbered is not tokens, numbered
     tokens = _bracket_typed_literals(tokens, reader)
+    tokens = _interval_strings_as_casts(tokens)
     try:
         statements = [s for s in parse_tokens(reader, tokens, sql) if s is not None]
     except sqlglot.errors.ParseError as e:
@@ -534,6 +535,41 @@ def _bracket_typed_literals(tokens: list[Token], reader: Dialect) -> list[Token]
         out.append(t)
         if i - 1 in starts:
             out.append(Token(TokenType.R_PAREN, ")", t.line, t.col, t.end, t.end))
+    return out
+
+
+# An interval string sqlglot reads whole: a number and at most a unit ('2', '3 days')
+_SIMPLE_INTERVAL = re.compile(r"\s*[+-]?\d+(\.\d*)?\s*[A-Za-z]*\s*")
+_INTERVAL_UNITS = frozenset(
+    u + s for u in ("YEAR", "MONTH", "WEEK", "DAY", "HOUR", "MINUTE", "SECOND", "MILLISECOND", "MICROSECOND", "QUARTER", "DECADE")
+    for s in ("", "S")
+) | {"CENTURY", "CENTURIES", "MILLENNIUM", "MILLENNIA"}
+
+
+def _interval_strings_as_casts(tokens: list[Token]) -> list[Token]:
+    """``INTERVAL '1 day 02:00:00'`` as ``CAST('1 day 02:00:00' AS INTERVAL)``, which is what
+    DuckDB reads it as: sqlglot keeps only the string's first number and unit (``INTERVAL '1'
+    DAY``), dropping the hours, and the sign of ``'1 day ago'``."""
+    if not any(t.token_type == TokenType.INTERVAL for t in tokens):
+        return tokens
+    out: list[Token] = []
+    skip = False
+    for i, t in enumerate(tokens):
+        if skip:
+            skip = False
+            continue
+        after = tokens[i + 2] if i + 2 < len(tokens) else None
+        if (t.token_type == TokenType.INTERVAL and i + 1 < len(tokens) and tokens[i + 1].token_type == TokenType.STRING
+                and not _SIMPLE_INTERVAL.fullmatch(tokens[i + 1].text)
+                and not (after is not None and after.token_type == TokenType.VAR and after.text.upper() in _INTERVAL_UNITS)):
+            text = tokens[i + 1]
+            out += [Token(TokenType.VAR, "CAST", t.line, t.col, t.start, t.end), Token(TokenType.L_PAREN, "(", t.line, t.col, t.end, t.end),
+                    text, Token(TokenType.ALIAS, "AS", text.line, text.col, text.end, text.end),
+                    Token(TokenType.INTERVAL, "INTERVAL", text.line, text.col, text.end, text.end),
+                    Token(TokenType.R_PAREN, ")", text.line, text.col, text.end, text.end)]
+            skip = True
+            continue
+        out.append(t)
     return out
 
 

@@ -63,8 +63,26 @@ def tag_types(table: pa.Table, types: list[str], nulls: Collection[str] = ()) ->
                 "UHUGEINT values of 2^127 (170141183460469231731687303715884105728) or more are not supported "
                 "in a query's columns (cast them to VARCHAR)"
             )
-    fields = [tagged(f, t) if t else f for f, t in zip(table.schema, tags, strict=True)]
+    # an ENUM inside a list, struct or map travels as its labels: DuckDB's scan of a nested
+    # dictionary with NULLs in it corrupted its heap (workers died of "free(): invalid next size")
+    fields = [tagged(f.with_type(_decoded(f.type)), t) if t else f for f, t in zip(table.schema, tags, strict=True)]
     return table.cast(pa.schema(fields, table.schema.metadata))
+
+
+def _decoded(t: pa.DataType, nested: bool = False) -> pa.DataType:
+    """``t`` with every dictionary below its top level as the values' type (one at the top stays)."""
+    if pa.types.is_dictionary(t):
+        return t.value_type if nested else t
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(i).with_type(_decoded(t.field(i).type, True)) for i in range(t.num_fields)])
+    if pa.types.is_map(t):
+        return pa.map_(_decoded(t.key_type, True), t.item_field.with_type(_decoded(t.item_type, True)))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(t.value_field.with_type(_decoded(t.value_type, True)), t.list_size)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        kind = pa.large_list if pa.types.is_large_list(t) else pa.list_
+        return kind(t.value_field.with_type(_decoded(t.value_type, True)))
+    return t
 
 
 _UNSIGNED_HUGE = re.compile(r"\bUHUGEINT\b")
