@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import decimal
 import re
+from collections.abc import Callable
 
 import sqlglot.expressions as exp
 
@@ -129,19 +130,22 @@ class _Pusher:
         node.kind = _without_null_rows(node.kind, preds, left_cols, right_cols)
         to_left, rest = _split(preds, lambda r: r <= left_cols and node.kind in ("inner", "cross", "left", "semi", "anti"))
         to_right, keep = _split(rest, lambda r: r <= right_cols and node.kind in ("inner", "cross", "right"))
-        # keys whose equality makes them one number: a fact about one holds for the other
         pairs = [
             (lk.name, rk.name)
             for lk, rk in zip(node.left_keys, node.right_keys, strict=True)
             if isinstance(lk, exp.Column) and isinstance(rk, exp.Column)
-            and compared_exactly(signature(node.left, lk.name), signature(node.right, rk.name))
         ]
+
+        def exact(left: str, right: str) -> bool:
+            """Whether equal keys are one number: a fact about one then holds for the other."""
+            return compared_exactly(signature(node.left, left), signature(node.right, right))
+
         node.left = self.push(node.left, to_left)
         if node.kind in ("inner", "left", "semi", "anti"):
-            to_right += _across(implied(node.left), dict(pairs), implied(node.right))
+            to_right += _across(implied(node.left), dict(pairs), implied(node.right), exact)
         node.right = self.push(node.right, to_right)
         if node.kind in ("inner", "right"):
-            derived = _across(implied(node.right), {r: left for left, r in pairs}, implied(node.left))
+            derived = _across(implied(node.right), {r: left for left, r in pairs}, implied(node.left), lambda r, left: exact(left, r))
             if derived:
                 node.left = self.push(node.left, derived)
         return _wrap(node, keep)
@@ -183,14 +187,16 @@ def implied(node: lp.Node) -> list[exp.Expression]:
     return []
 
 
-def _across(facts: list[exp.Expression], keys: dict[str, str], known: list[exp.Expression]) -> list[exp.Expression]:
-    """``facts`` about join keys, restated on the other side's keys (``keys`` maps them), less
-    the ones that side already has."""
+def _across(
+    facts: list[exp.Expression], keys: dict[str, str], known: list[exp.Expression], exact: Callable[[str, str], bool]
+) -> list[exp.Expression]:
+    """``facts`` about join keys, restated on the other side's keys (``keys`` maps them) where
+    ``exact(key, other)`` says equal keys are one value, less the ones that side already has."""
     have = {p.sql() for p in known}
     out = []
     for p in facts:
         (column,) = _refs(p)
-        if column in keys:
+        if column in keys and exact(column, keys[column]):
             copied = _substitute(p, {column: col(keys[column])})
             if copied.sql() not in have:
                 have.add(copied.sql())
