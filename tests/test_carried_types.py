@@ -89,3 +89,14 @@ def test_uhugeint_of_2_127_or_more_is_refused(engine, sql: str) -> None:
 def test_uhugeint_below_2_127_is_answered(engine, oracle) -> None:
     assert_same(engine, oracle, "SELECT max(h), min(h), count(DISTINCT h) FROM (SELECT (i * 3)::UHUGEINT "
                 "+ 170141183460469231731687303715884105700::UHUGEINT AS h FROM range(9) t(i))")
+
+
+@pytest.mark.parametrize("tag", ["INTEGER) AS x FROM t; ATTACH '/tmp/x' AS z; SELECT CAST(1 AS INTEGER", "INTEGER), (SELECT 42",
+                                 "INTEGER) FROM read_csv('/etc/passwd') --"])
+def test_a_tag_that_is_not_one_type_is_refused(tag: str) -> None:
+    # a tag is spliced into SQL as a type, and blocks may be pushed to a worker from outside
+    field = pa.field("c", pa.string()).with_metadata({TAG: tag.encode()})
+    with pytest.raises(qengine.DataError, match="is not a DuckDB type"):
+        restoring_query("t", pa.schema([field]))
+    fine = pa.field("c", pa.string()).with_metadata({TAG: b"ENUM('x FROM y', 'b''c')[]"})
+    assert "ENUM('x FROM y', 'b''c')[]" in restoring_query("t", pa.schema([fine]))

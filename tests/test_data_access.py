@@ -193,12 +193,29 @@ def test_standalone_cluster_confines_reads_and_writes(tmp_path, layout) -> None:
                         "split": {"kind": "csv", "path": str(layout["outside"] / "secret.csv")}}],
             "access": {"read": ["/"], "write": ["/"]}, "output": {"kind": "result", "key": "q/result"},
         }
-        events = [e for message in Client(worker, c.token).stream("run_tasks", {"query": "q", "slots": 1, "tasks": [spec]})
-                  for e in message]
-        assert [e["event"] for e in events] == ["started", "failed"]
-        error = remote_error(events[-1]["error"])
-        assert isinstance(error, qengine.ProgrammingError) and "outside the data roots" in str(error)
-        assert SECRET not in str(error)
+        inside = str(layout["data"] / "t.parquet")
+        scan = {"name": "s", "kind": "scan", "columns": [["k", "c0"]],
+                "split": {"kind": "parquet", "pieces": [[inside, [0]]], "runs": [[inside, 0, None]], "rows": 3, "schema_path": inside}}
+        secret, written = str(layout["outside"] / "secret.csv"), str(layout["outside"] / "written.csv")
+        attacks = [
+            (spec, "outside the data roots"),
+            # the files DuckDB may open came with the task, unchecked: the secret was read
+            (dict(spec, sql=f"SELECT * FROM read_csv('{secret}')", inputs=[scan], readable=[inside, secret], build_sides=True),
+             "outside the data roots"),
+            # several statements ran: the second wrote outside every root
+            (dict(spec, sql=f"SELECT 1 AS x; COPY (SELECT 'pwned' AS p) TO '{written}'", inputs=[scan], readable=[inside, written],
+                  build_sides=True), "outside the data roots"),
+            (dict(spec, sql=f"SELECT 1 AS x; COPY (SELECT 'pwned' AS p) TO '{written}'", inputs=[scan], readable=[inside],
+                  build_sides=True), "single SELECT"),
+        ]
+        for attack, refusal in attacks:
+            events = [e for message in Client(worker, c.token).stream("run_tasks", {"query": "q", "slots": 1, "tasks": [attack]})
+                      for e in message]
+            assert [e["event"] for e in events] == ["started", "failed"]
+            error = remote_error(events[-1]["error"])
+            assert isinstance(error, qengine.ProgrammingError) and refusal in str(error)
+            assert SECRET not in str(error)
+        assert not os.path.exists(written)
 
 
 def test_standalone_cluster_without_output_roots_refuses_copy(tmp_path, layout) -> None:

@@ -27,7 +27,7 @@ from qengine.catalog.hive import constant_values as hive_constant_values
 from qengine.catalog.types import type_code
 from qengine.errors import DataError, OperationalError
 from qengine.sandbox.carried_types import tag_types, tagged
-from qengine.sandbox.connection import safe_connection
+from qengine.sandbox.connection import one_select, safe_connection
 from qengine.sandbox.quoting import identifier, string_literal
 from qengine.transport.wire import schema_from_hex, table_from_hex
 
@@ -415,7 +415,9 @@ def _read_by_duckdb(split: dict) -> pa.Table:
     path = split["path"]
     con = safe_connection(readable=(path,))
     try:
-        relation = con.sql(f"SELECT * FROM read_{split['kind']}({string_literal(path)}, {split['options']})")
+        sql = f"SELECT * FROM read_{split['kind']}({string_literal(path)}, {split['options']})"
+        one_select(sql)  # the options come with the task
+        relation = con.sql(sql)
         return tag_types(relation.to_arrow_table(), [str(t) for t in relation.types])  # a JSON column stays JSON
     except duckdb.Error as e:
         if split["kind"] == "csv":

@@ -55,7 +55,7 @@ def hash_sql(types: dict[str, str], keys: list[str], partitions: int) -> str:
             parts.append(f"CAST({quoted} AS VARCHAR)")
         else:
             parts.append(quoted)
-    return f"CAST(hash({', '.join(parts)}) % {partitions} AS BIGINT)"
+    return f"CAST(hash({', '.join(parts)}) % {int(partitions)} AS BIGINT)"
 
 
 def key_class(field: pa.Field) -> str:

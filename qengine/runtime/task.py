@@ -24,7 +24,15 @@ import pyarrow.compute as pc
 from qengine.catalog import scan
 from qengine.catalog.access import MARKER, AccessPolicy, attempt_file, check_opened
 from qengine.catalog.types import column_type, type_code
-from qengine.errors import DataError, Error, InputLostError, OperationalError, first_line, input_lost, lost_input
+from qengine.errors import (
+    DataError,
+    Error,
+    InputLostError,
+    OperationalError,
+    first_line,
+    input_lost,
+    lost_input,
+)
 from qengine.exchange import partitioner
 from qengine.exchange.push_schedule import Piece, PushLimiter, destination_order, pieces, push_all
 from qengine.exchange.sampling import sample_keys
@@ -35,6 +43,7 @@ from qengine.runtime.faults import FaultPlan
 from qengine.runtime.peers import Peers
 from qengine.runtime.progress import ProgressBoard
 from qengine.sandbox.carried_types import stored_nulls_as_integers, tag_types
+from qengine.sandbox.connection import one_select
 from qengine.sandbox.file_writers import CsvWriter, ParquetWriter
 from qengine.sandbox.pool import ConnectionPool, Lease, filters_mishandle
 from qengine.sandbox.quoting import identifier
@@ -116,6 +125,8 @@ class TaskRunner:
         self.cancellations = Cancellations()
         self.peers = Peers(pool)  # fetches and pushes give up on a peer declared lost
         self.progress = ProgressBoard()  # how far each running attempt has got (LATE)
+        self._readable_checked: set[tuple] = set()  # (query, files, policies) found inside the roots
+        self._checked_lock = threading.Lock()  # tasks run on several threads
         # Two pools: loading a task's inputs waits on per-source fetches, so they must not share one.
         self._inputs = ThreadPoolExecutor(max_workers=8, thread_name_prefix="input")
         self._fetches = ThreadPoolExecutor(max_workers=16, thread_name_prefix="fetch")
@@ -243,6 +254,23 @@ class TaskRunner:
         own = AccessPolicy.from_json(spec.get("access") or {})
         return [own] if self.ceiling is None else [own, self.ceiling]
 
+    def _readable(self, spec: dict, policies: list[AccessPolicy]) -> tuple[str, ...]:
+        """The files DuckDB may open for this task (its query's Parquet files), each checked as a
+        split's file is: the list comes with the task, and a task sent to the worker directly
+        named any file there for DuckDB to read. Checked once a query: a query's tasks share it."""
+        readable = tuple(spec.get("readable") or ())
+        key = (spec.get("query"), readable, tuple(policies))
+        with self._checked_lock:
+            known = key in self._readable_checked
+        if not known:
+            for path in readable:
+                check_opened(path, policies)
+            with self._checked_lock:
+                if len(self._readable_checked) > 256:
+                    self._readable_checked.clear()
+                self._readable_checked.add(key)
+        return readable
+
     def _reached(self, phase: str) -> None:
         if self.faults is not None:
             self.faults.reached(phase, self.worker_id)
@@ -277,7 +305,7 @@ class TaskRunner:
         }
         splits = [inp["split"] for inp in spec["inputs"] if inp["name"] in scans]
         inputs = [inp for inp in spec["inputs"] if inp["name"] not in scans]
-        readable = tuple(spec.get("readable") or ()) if scans else ()
+        readable = self._readable(spec, policies) if scans else ()
         threads = self.host_threads if spec.get("alone") else None  # None: the pool's own
         with (
             self.connections.connection(readable, bool(spec.get("build_sides")), threads) as lease,
@@ -688,9 +716,12 @@ def _run_fragment(
     """
     if scans:
         sql = "WITH " + ", ".join(f'"{name}" AS ({query})' for name, query in scans.items()) + " " + sql
+    one_select(sql)  # before anything runs it: the partition ids' types are read by running it
 
     def execute() -> pa.Table:
-        relation = lease.con.sql(sql if partition_ids is None else partition_ids(lease.con, sql))
+        query = sql if partition_ids is None else partition_ids(lease.con, sql)
+        one_select(query)  # the partition id's expression is spliced in too
+        relation = lease.con.sql(query)
         return tag_types(relation.to_arrow_table(), [str(t) for t in relation.types], nulls)
 
     copied = {

@@ -18,6 +18,7 @@ HUGEINT is a Python int, as DuckDB gives it.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 import uuid
 from collections.abc import Collection
@@ -26,7 +27,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from qengine.errors import NotSupportedError
+from qengine.errors import DataError, NotSupportedError
 from qengine.sandbox.connection import scratch_connection
 from qengine.sandbox.quoting import identifier
 
@@ -131,8 +132,25 @@ def tagged(field: pa.Field, duckdb_type: str) -> pa.Field:
 
 def carried_type(field: pa.Field) -> str:
     """The DuckDB type ``field`` is tagged with ("NULL" for an untyped NULL column), or "" when
-    its Arrow type is its DuckDB type."""
-    return (field.metadata or {}).get(TAG, b"").decode()
+    its Arrow type is its DuckDB type. A tag is spliced into SQL as a type, and blocks can come
+    from outside (a push to a worker): one that is not a single type name is refused."""
+    tag = (field.metadata or {}).get(TAG, b"").decode()
+    if tag and not _a_type(tag):
+        raise DataError(f"column {field.name!r} carries {tag!r}, which is not a DuckDB type")
+    return tag
+
+
+@functools.lru_cache(maxsize=1024)
+def _a_type(text: str) -> bool:
+    """Whether ``text`` is the untyped NULL's tag or one type as DuckDB's type parser reads it
+    (checked once a tag), nothing more: ``INTEGER) AS x, (SELECT …`` is none."""
+    if text == "NULL":
+        return True
+    try:
+        duckdb.sqltype(text)
+    except (duckdb.Error, ValueError):
+        return False
+    return True
 
 
 def restoring_query(name: str, schema: pa.Schema, typed: bool = True, nulls: bool = True) -> str | None:

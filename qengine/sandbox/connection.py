@@ -7,9 +7,12 @@ expressions (tasks, range partitioning, size prediction) comes from here.
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import duckdb
+
+from qengine.errors import ProgrammingError
 
 
 def safe_connection(
@@ -72,3 +75,20 @@ def scratch_connection(lossless_arrow: bool = False) -> duckdb.DuckDBPyConnectio
         if lossless_arrow not in _scratch:
             _scratch[lossless_arrow] = safe_connection(lossless_arrow=lossless_arrow)
         return _scratch[lossless_arrow].cursor()
+
+
+def one_select(sql: str) -> None:
+    """Refuse SQL that is not exactly one SELECT before a worker runs it. A task's SQL and
+    options come with the task, and ``SELECT 1; COPY (…) TO '/anywhere'`` sent to a worker
+    directly ran both statements, writing outside every root."""
+    if not _is_one_select(sql):
+        raise ProgrammingError("a task may run a single SELECT statement only")
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_one_select(sql: str) -> bool:
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error:
+        return True  # DuckDB cannot parse it: running it fails with DuckDB's own message
+    return len(statements) == 1 and statements[0].type == duckdb.StatementType.SELECT
