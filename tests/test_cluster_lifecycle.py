@@ -414,3 +414,13 @@ def test_local_workers_are_out_of_reach_of_the_terminals_ctrl_c(data_paths) -> N
         time.sleep(0.5)
         assert all(w.alive() for w in con._cluster.workers)
         assert con.execute("SELECT count(*) FROM sales").fetchone() == before
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0:7777", "0.0.0.00:7777", "0:7777", "[::]:7777", "[::0]:7777", "[0::0]:7777"])
+def test_every_spelling_of_the_any_address_is_refused(listen: str) -> None:
+    # only 0.0.0.0, :: and [::] were refused; 0.0.0.00 and [::0] served every interface
+    from qengine.cli.cluster import parse_listen
+
+    with pytest.raises(qengine.ProgrammingError, match="listen on a concrete address"):
+        parse_listen(listen)
+    assert parse_listen("127.0.0.1:7777") == ("127.0.0.1", 7777)

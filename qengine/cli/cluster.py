@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import ipaddress
 import logging
 import os
 import signal
+import socket
 import threading
 from typing import Any
 
@@ -35,9 +37,22 @@ def parse_listen(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit():
         raise ProgrammingError(f"cannot read {text!r} as HOST:PORT (e.g. 127.0.0.1:7777)")
-    if host in ("0.0.0.0", "::", "[::]"):
+    if _unspecified(host):
         raise ProgrammingError(f"listen on a concrete address, not {host}: it is also the address others use to reach this process")
     return host, int(port)
+
+
+def _unspecified(host: str) -> bool:
+    """Whether ``host`` is the any-address in some spelling (``0.0.0.0``, ``0.0.0.00``, ``0``,
+    ``[::0]``), which binds every interface: the C resolver reads IPv4 leniently."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        pass
+    try:
+        return socket.inet_aton(host) == bytes(4)
+    except OSError:
+        return False  # a host name
 
 
 def read_pem(path: str) -> bytes:
