@@ -75,6 +75,20 @@ def test_local_reads_stay_inside_the_roots(local, layout) -> None:
         local.register_csv("pw", "/etc/passwd", delimiter=":", header=False)
 
 
+def test_refusals_tell_nothing_of_what_lies_outside_the_roots(local, layout) -> None:
+    # a glob or directory outside was listed first, and the refusal named the first file found
+    # there; a missing file and a present one were refused in different words
+    outside = layout["outside"]
+    refusals = {sql: str(_error(local, sql)) for sql in (
+        f"SELECT * FROM read_csv('{outside}/*')", f"SELECT * FROM read_csv('{outside}')", f"SELECT * FROM read_csv('{outside}/*.csv')",
+        f"SELECT * FROM read_csv('{outside / 'secret.csv'}')", f"SELECT * FROM read_csv('{outside / 'no-such.csv'}')")}
+    for sql, message in refusals.items():
+        assert "outside the data roots" in message, (sql, message)
+        assert "secret.csv" not in message or "secret.csv" in sql, (sql, message)
+    with pytest.raises(qengine.NotSupportedError, match="not URLs"):
+        local.execute("SELECT * FROM read_parquet('https://example.com/a.parquet')")
+
+
 def test_a_link_out_of_the_roots_is_refused(local, layout) -> None:
     data = layout["data"]
     _refused(local, f"SELECT * FROM read_csv('{data / 'link.csv'}')", "which leads to")

@@ -220,6 +220,9 @@ def test_unreadable_path_is_named(tmp_path):
         worker = c.members()[0]["address"]
         missing = str(tmp_path / "nowhere.parquet")
         assert Client(worker, c.token).action("check_paths", {"paths": [missing]})["unreadable"] == [missing]
+        # outside its roots a file is unreadable to it, whether or not it exists: the answer told which did
+        outside = [sys.executable, "/no/such/file"]
+        assert Client(worker, c.token).action("check_paths", {"paths": outside})["unreadable"] == outside
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")

@@ -62,7 +62,7 @@ class AccessPolicy:
         resolved = real(path)
         roots = (*self.read_roots, *extra_roots)
         if not inside(resolved, roots):
-            raise ProgrammingError(f"{_shown(path, resolved)} is outside the data roots {list(roots)}")
+            raise ProgrammingError(f"{_shown(path, resolved, roots)} is outside the data roots {list(roots)}")
         return resolved
 
     def check_write(self, directory: str) -> str:
@@ -72,14 +72,15 @@ class AccessPolicy:
             raise ProgrammingError("this cluster has no output roots, so COPY cannot write anywhere "
                                    "(start the coordinator with --output-root DIR)")
         if not inside(resolved, self.write_roots):
-            raise ProgrammingError(f"{_shown(directory, resolved)} is outside the output roots {list(self.write_roots)}")
+            raise ProgrammingError(f"{_shown(directory, resolved, self.write_roots)} is outside the output roots {list(self.write_roots)}")
         return resolved
 
 
-def _shown(path: str, resolved: str) -> str:
-    """How to name a refused path: as given, and where it really leads if that differs."""
+def _shown(path: str, resolved: str, roots: Iterable[str]) -> str:
+    """How to name a refused path: as given, and where it really leads if that differs and the
+    link lies inside the roots (outside them, where links lead is not the user's to learn)."""
     given = os.path.abspath(os.path.expanduser(path))
-    return given if given == resolved else f"{given} (which leads to {resolved})"
+    return given if given == resolved or not inside(given, roots) else f"{given} (which leads to {resolved})"
 
 
 def check_opened(path: str, policies: Iterable[AccessPolicy], write: bool = False) -> None:

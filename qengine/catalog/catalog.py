@@ -18,7 +18,7 @@ import sqlglot.expressions as exp
 
 from qengine.catalog.access import AccessPolicy, real
 from qengine.catalog.sources import ParquetSource, Source, file_signature
-from qengine.errors import Error, OperationalError, ProgrammingError
+from qengine.errors import Error, NotSupportedError, OperationalError, ProgrammingError
 
 
 @dataclass
@@ -96,6 +96,10 @@ class Catalog:
         """:meth:`resolve_paths`, each resolved file with its path as ``spec`` spells it: where
         hive partitions are read from (``catalog.hive``), as DuckDB reads them."""
         spec = os.path.expanduser(spec)
+        if "://" in spec:
+            raise NotSupportedError(f"{spec}: qengine reads files under its data roots, not URLs")
+        if from_sql:
+            self._check_base(spec)
         if os.path.isdir(spec):
             found = [
                 os.path.join(d, f)
@@ -127,6 +131,17 @@ class Catalog:
             if not os.access(p, os.R_OK):
                 raise ProgrammingError(f"{p} is not readable")
         return sorted(resolved.items())
+
+    def _check_base(self, spec: str) -> None:
+        """Refuse a path, directory or glob named in SQL whose fixed part (up to its first
+        wildcard) lies outside the roots, before anything there is looked at: such a directory
+        was listed first, and the refusal named the first file found in it, and told a file
+        that exists from one that does not."""
+        parts = pathlib.PurePath(spec).parts
+        fixed = next((i for i, part in enumerate(parts) if any(ch in part for ch in "*?[")), len(parts))
+        with self._lock:
+            extra = tuple(self.registered_roots)
+        self.policy.check_read(str(pathlib.PurePath(*parts[:fixed])) if fixed else ".", extra)
 
     def parquet_files(self) -> tuple[str, ...]:
         """Every Parquet file of a registered table: what a fragment's connection may read.

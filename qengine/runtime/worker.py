@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from qengine.catalog.access import AccessPolicy
+from qengine.catalog.access import AccessPolicy, inside
 from qengine.errors import Error, input_lost
 from qengine.exchange.store import BlockStore, MissingBlocksError
 from qengine.runtime.collector_pace import RARE
@@ -107,7 +107,10 @@ class WorkerServer(ActionServer):
                 "spill_dir": self.store.spill_dir,
             }
         if name == "check_paths":
-            return {"unreadable": [p for p in body["paths"] if not os.access(p, os.R_OK)]}
+            # only inside the worker's roots: it answered whether any file at all could be read
+            ceiling = self.runner.ceiling
+            return {"unreadable": [p for p in body["paths"]
+                                   if (ceiling is not None and not inside(os.path.realpath(p), ceiling.read_roots)) or not os.access(p, os.R_OK)]}
         if name == "shutdown":
             threading.Thread(target=self.shutdown, daemon=True).start()
             return {"ok": True}
