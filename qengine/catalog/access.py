@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -148,8 +149,11 @@ def _listed(directory: str) -> list[str]:
 
 
 def _write_marker(directory: str, files: list[str]) -> None:
+    """Write the marker through a file of its own: created here, never followed (a link planted
+    at its name made ``open`` overwrite the file it led to, outside every root)."""
     path = os.path.join(directory, MARKER)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
+    tmp = f"{path}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as f:
         json.dump({"writer": "qengine COPY", "files": files}, f)
     os.replace(tmp, path)
