@@ -278,3 +278,14 @@ def test_the_ui_serves_https_with_the_clusters_certificate(tmp_path) -> None:
         conn.close()
     finally:
         ui.stop()
+
+
+def test_a_base64_token_typed_into_the_address_logs_in() -> None:
+    # the "+" of a base64 token arrives as a space unless the user encodes it: the login failed
+    from qengine.ui.server import create_app
+
+    token = "ab+cd/ef=="
+    app = create_app(None, token)
+    assert app.test_client().get("/?token=ab+cd/ef==").status_code == 303
+    assert app.test_client().get("/?token=ab%2Bcd/ef==").status_code == 303
+    assert app.test_client().get("/?token=ab+cd/ef=x").status_code == 401

@@ -73,6 +73,8 @@ def create_app(cluster: Any, token: str, waiting: Callable[[], list[dict]] | Non
         if request.endpoint == "login":
             return None
         given = request.args.get("token")
+        if given is not None:  # a base64 token's "+" arrives as a space unless the user encoded it
+            given = given.replace(" ", "+")
         if given is not None and request.method == "GET" and hmac.compare_digest(given.encode(), token.encode()):
             # The token leaves the address bar; "/" + the path without its leading slashes, so
             # that a path such as //host/ is not taken for another site.
