@@ -75,7 +75,7 @@ def key_class(field: pa.Field) -> str:
     if pa.types.is_float64(t):
         return "DOUBLE"
     if pa.types.is_integer(t) or pa.types.is_decimal(t):
-        return "integer or DECIMAL"
+        return "number"  # an integer or DECIMAL
     if pa.types.is_date(t) or pa.types.is_timestamp(t):
         return "date or timestamp"
     if pa.types.is_string(t) or pa.types.is_large_string(t):
@@ -93,8 +93,8 @@ def keys_meet(a: str, b: str) -> bool:
     as the DOUBLE it hashes as."""
     if "any" in (a, b) or a == b:
         return True
-    numbers = {"integer or DECIMAL", "DOUBLE", "FLOAT"}
-    return a in numbers and b in numbers and {a, b} != {"integer or DECIMAL", "FLOAT"}
+    numbers = {"number", "DOUBLE", "FLOAT"}
+    return a in numbers and b in numbers and {a, b} != {"number", "FLOAT"}
 
 
 def range_ids(
