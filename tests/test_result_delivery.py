@@ -180,3 +180,19 @@ def test_a_reader_and_the_cursor_it_came_from_never_hand_out_a_row_twice(streami
     between += cur.fetchall()  # what the cursor took and had not handed out yet
     got = head + [tuple(r.values()) for r in first + rest] + between
     assert sorted(got) == sorted(_rows(oracle, BIG))
+
+
+def test_a_reader_reads_its_own_result_after_the_cursor_moves_on(streaming, oracle) -> None:
+    # the reader looked the cursor's result up when first read: it handed out the next
+    # statement's rows, and the cursor's fetchall() then gave none
+    cur = streaming.cursor()
+    cur.execute("SELECT i AS x FROM range(5) t(i)")
+    reader = cur.arrow()
+    cur.execute("SELECT i * 100 AS x FROM range(3) t(i)")
+    assert reader.read_all().num_rows == 0  # its result was closed, as DuckDB closes it
+    assert sorted(cur.fetchall()) == [(0,), (100,), (200,)]
+    ours = oracle.cursor()
+    ours.execute("SELECT i AS x FROM range(5) t(i)")
+    theirs = ours.arrow()
+    ours.execute("SELECT i * 100 AS x FROM range(3) t(i)")
+    assert theirs.read_all().num_rows == 0

@@ -234,9 +234,10 @@ class Cursor:
             raise InterfaceError(f"rows_per_batch must be a positive integer, not {rows_per_batch!r}")
         schema = self._stream().schema
         plain = untagged_schema(schema)
+        rest = self._rest()  # this result's rows, taken now: the cursor may run another statement before they are read
 
         def batches() -> Iterator[pa.RecordBatch]:
-            for batch in self._rest():
+            for batch in rest:
                 for start in range(0, batch.num_rows, rows_per_batch):
                     part = batch.slice(start, rows_per_batch)
                     yield part if plain == schema else part.cast(plain)
