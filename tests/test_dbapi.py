@@ -893,3 +893,33 @@ def test_connection_executemany_and_unregister_as_duckdb_has_them(default_engine
         default_engine.unregister("reg_df")  # gone already: nothing to do, as in DuckDB
     finally:
         default_engine.execute("DROP TABLE many_t")
+
+
+def test_concurrent_creates_of_one_name_leave_one_table_and_no_data_behind() -> None:
+    # every CREATE TABLE of one name from three threads succeeded, and the tables replaced kept
+    # their rows on the workers; DuckDB, run in any order, fails all but the first
+    import threading
+
+    with qengine.connect(workers=2) as con:
+        def held() -> int:
+            return sum(con._cluster.pool.get(a).action("ping")["bytes"] for a in con._cluster.addresses)
+
+        outcome: dict[int, str] = {}
+
+        def create(k: int) -> None:
+            try:
+                con.execute(f"CREATE TABLE x AS SELECT {k} AS k, i FROM range(200000) r(i)")
+                outcome[k] = "created"
+            except qengine.ProgrammingError as e:
+                outcome[k] = str(e)
+
+        threads = [threading.Thread(target=create, args=(k,)) for k in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        made = [k for k, what in outcome.items() if what == "created"]
+        assert len(made) == 1 and all("already exists" in what for k, what in outcome.items() if k not in made)
+        assert con.execute("SELECT k, count(*) FROM x GROUP BY k").fetchall() == [(made[0], 200000)]
+        con.execute("DROP TABLE x")
+        assert held() == 0

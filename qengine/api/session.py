@@ -356,9 +356,14 @@ class Session:
             source = MemorySource(name, _schema_of(target), next(_table_ids))
         else:
             raise ProgrammingError("CREATE TABLE needs a column list or AS SELECT …")
-        if replace and exists:
-            self._forget(name, "TABLE" if name.lower() in self.catalog.tables else "VIEW", True)
-        self.catalog.add_table(source, replace=True)
+        try:
+            replaced = self.catalog.add_table(source, replace=replace)
+        except ProgrammingError:  # a table of that name was made meanwhile (another thread's CREATE)
+            if isinstance(source, MemorySource):
+                self.coordinator.release(f"table/{source.uid}/")
+            raise
+        if isinstance(replaced, MemorySource):
+            self.coordinator.release(f"table/{replaced.uid}/")
         return Result(None, source.rows, stats)
 
     def _materialize(

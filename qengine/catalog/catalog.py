@@ -160,15 +160,19 @@ class Catalog:
         with self._lock:
             return [s for key, s in self.tables.items() if not key.startswith("__")]
 
-    def add_table(self, source: Source, replace: bool = True) -> None:
+    def add_table(self, source: Source, replace: bool = True) -> Source | View | None:
+        """Add ``source`` under its name, in one step with the check that the name is free (or
+        ``replace``): two CREATE TABLEs of one name from two threads both succeeded. Returns
+        the table or view it replaced, whose data the caller frees."""
         key = source.name.lower()
         with self._lock:
             if not replace and (key in self.tables or key in self.views):
                 raise ProgrammingError(f"table {source.name!r} already exists")
-            self.views.pop(key, None)
+            replaced = self.views.pop(key, None) or self.tables.get(key)
             self._unreadable.pop(key, None)
             self.tables[key] = source
             self.version += 1
+            return replaced
 
     def add_view(self, view: View, replace: bool) -> None:
         key = view.name.lower()
