@@ -94,3 +94,26 @@ def test_a_client_that_goes_away_cancels_its_query(tmp_path, data_paths, oracle)
         with c.connect() as con:
             register(con, data_paths)
             assert_same(con, oracle, CHECK)
+
+
+def test_closing_the_connection_under_a_running_statement_says_so() -> None:
+    # the statement failed as an InternalError: "RuntimeError: cannot schedule new futures after shutdown"
+    import threading
+    import time
+
+    con = qengine.connect(workers=2)
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            con.execute("SELECT sum(a.i * b.i) FROM range(60000) a(i), range(60000) b(i)").fetchall()
+        except BaseException as e:
+            outcome.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    time.sleep(2)
+    con.close()
+    thread.join(60)
+    assert not thread.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], qengine.InterfaceError | qengine.OperationalError), repr(outcome)

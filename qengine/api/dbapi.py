@@ -54,6 +54,11 @@ def _user_errors(fn: Callable) -> Callable:
         except (KeyboardInterrupt, SystemExit):
             raise
         except Exception as e:
+            # Closed by another thread while this ran: its executors refuse new work ("cannot
+            # schedule new futures after shutdown"), which is the closing, not a bug.
+            connection = getattr(args[0], "connection", args[0]) if args else None
+            if getattr(connection, "_closed", False):
+                raise InterfaceError("the connection was closed while the statement ran") from e
             raise InternalError(f"{type(e).__name__}: {e}") from e
 
     return wrapper
