@@ -51,6 +51,8 @@ from qengine.transport.rpc import ClientPool
 from qengine.transport.wire import schema_from_hex, schema_to_hex, table_from_hex, table_to_hex
 
 # A result partition of at most this many bytes travels in its task's answer, not as a block.
+# What a worker answers for a key it holds no blocks of (``worker.WorkerServer.do_get``)
+NO_BLOCKS = "holds no blocks of"
 INLINE_RESULT_BYTES = 16 << 10
 # A task's shuffle inputs up to this many bytes in all stay in its worker's store until its
 # fragment has run; larger ones go once loaded (``TaskRunner._drop_loaded``).
@@ -180,13 +182,19 @@ class TaskRunner:
         if local is not None:
             return local
         error: Error = OperationalError(f"session table block {split['key']} is not on worker {self.address}, its only holder")
-        for holder in split["replicas"]:
-            if holder == self.address:  # not here after all: the store said so
-                continue
+        answered = 0  # holders that answered they hold none of it
+        holders = [h for h in split["replicas"] if h != self.address]  # not here after all: the store said so
+        for holder in holders:
             try:
                 return self.fetch(split["key"], 0, [holder], schema)
             except Error as e:
                 error = e
+                answered += NO_BLOCKS in str(e)
+        if holders and answered == len(holders):
+            # released everywhere, not lost: retried as a lost input, the statement waited on
+            # it for a minute or more
+            raise OperationalError(f"session table block {split['key']} is held by none of its holders: "
+                                   "the table was dropped or replaced while the statement read it") from error
         raise error
 
     def _load(self, spec: dict) -> pa.Table:

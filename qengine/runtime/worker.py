@@ -29,7 +29,7 @@ from qengine.exchange.store import BlockStore, MissingBlocksError
 from qengine.runtime.collector_pace import RARE
 from qengine.runtime.fair_queue import ShareTerms
 from qengine.runtime.faults import FaultPlan
-from qengine.runtime.task import TaskRunner
+from qengine.runtime.task import NO_BLOCKS, TaskRunner
 from qengine.runtime.task_queue import TaskQueue
 from qengine.transport.rpc import ActionServer, Client, ClientPool, Streamed, server_error
 from qengine.transport.wire import load_converters
@@ -123,7 +123,7 @@ class WorkerServer(ActionServer):
         except MissingBlocksError as e:
             raise server_error(input_lost(self.address, spec["key"], e.lost(), str(e))) from e
         if table is None:
-            raise server_error(KeyError(f"worker {self.worker_id} holds no blocks of {spec['key']}"))
+            raise server_error(KeyError(f"worker {self.worker_id} {NO_BLOCKS} {spec['key']}"))
         return flight.RecordBatchStream(table)
 
     def do_put(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor, reader, writer) -> None:
