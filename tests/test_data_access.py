@@ -4,6 +4,7 @@ planning, COPY beside files it did not write, and a coordinator started without 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -136,6 +137,25 @@ def test_partition_names_cannot_lead_out_of_the_output_root(local, layout) -> No
     assert os.listdir(out / "..%2F..%2Foutside%2Fvictim=1") == ["a%2Fb=2"]
     assert pq.read_table(out / "..%2F..%2Foutside%2Fvictim=1" / "a%2Fb=2" / "data_0.parquet").to_pydict() == {"v": [3]}
     assert sorted(os.listdir(layout["root"])) == ["data", "out", "outside"]
+    _intact(layout)
+
+
+def test_the_copy_marker_never_writes_through_a_planted_link(local, layout, monkeypatch) -> None:
+    # the marker was written to "<marker>.tmp" with open(), which followed a link planted there:
+    # the file it led to, outside every root, was overwritten with the marker's JSON
+    import secrets
+
+    from qengine.catalog import access
+
+    target = layout["out"] / "claimed"
+    target.mkdir()
+    victim = layout["outside"] / "victim" / "part-important.txt"
+    monkeypatch.setattr(secrets, "token_hex", lambda n=None: "fixed")
+    for name in (f"{access.MARKER}.tmp", f"{access.MARKER}.fixed.tmp"):  # planted while COPY ran
+        (target / name).symlink_to(victim)
+    with contextlib.suppress(OSError):
+        access._write_marker(str(target), ["part-00000.csv"])
+    assert victim.read_text() == "keep me"
     _intact(layout)
 
 
