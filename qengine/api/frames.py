@@ -10,7 +10,7 @@ import duckdb
 import pyarrow as pa
 
 from qengine.errors import DataError, InterfaceError
-from qengine.sandbox.carried_types import restoring_query, tag_types
+from qengine.sandbox.carried_types import restoring_query, tagged_result
 from qengine.sandbox.connection import scratch_connection
 
 
@@ -46,7 +46,7 @@ def arrow_table(data: Any) -> pa.Table | None:
     con = scratch_connection()
     try:
         relation = con.from_df(data) if isinstance(data, pd.DataFrame) else con.from_arrow(data)
-        return tag_types(relation.to_arrow_table(), [str(t) for t in relation.types])
+        return tagged_result(relation)
     except duckdb.Error as e:
         raise DataError(f"cannot read the data: {str(e).splitlines()[0]}") from e
     finally:

@@ -53,7 +53,7 @@ from qengine.planner.unsupported import struct_unnest_refused
 from qengine.runtime.coordinator import Coordinator
 from qengine.runtime.query_state import ExecutionOptions
 from qengine.runtime.stats import QueryStats
-from qengine.sandbox.carried_types import tag_types
+from qengine.sandbox.carried_types import tagged_result
 from qengine.sandbox.connection import scratch_connection
 from qengine.transport.wire import schema_from_hex, schema_to_hex
 
@@ -684,7 +684,7 @@ def _schema_of(schema: exp.Schema) -> pa.Schema:
         try:
             relation = con.sql(f"SELECT {casts} LIMIT 0")
             # HUGEINT columns tagged as a query's are: as decimal128 alone, they divided as DECIMAL
-            return tag_types(relation.to_arrow_table(), [str(t) for t in relation.types]).schema
+            return tagged_result(relation).schema
         finally:
             con.close()
     except duckdb.Error as e:

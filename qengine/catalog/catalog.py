@@ -137,11 +137,10 @@ class Catalog:
         wildcard) lies outside the roots, before anything there is looked at: such a directory
         was listed first, and the refusal named the first file found in it, and told a file
         that exists from one that does not."""
-        parts = pathlib.PurePath(spec).parts
-        fixed = next((i for i, part in enumerate(parts) if any(ch in part for ch in "*?[")), len(parts))
+        fixed, _ = _split_at_wildcard(spec)
         with self._lock:
             extra = tuple(self.registered_roots)
-        self.policy.check_read(str(pathlib.PurePath(*parts[:fixed])) if fixed else ".", extra)
+        self.policy.check_read(str(fixed), extra)
 
     def parquet_files(self) -> tuple[str, ...]:
         """Every Parquet file of a registered table: what a fragment's connection may read.
@@ -269,8 +268,14 @@ def _glob(spec: str) -> list[str]:
     expand without end. Names starting with a dot are left out, as ``glob`` leaves them."""
     if "**" not in spec:
         return glob.glob(spec)
+    fixed, pattern = _split_at_wildcard(spec)
+    base = pathlib.Path(fixed)
+    return [str(p) for p in base.glob(str(pattern)) if not any(part.startswith(".") for part in p.relative_to(base).parts)]
+
+
+def _split_at_wildcard(spec: str) -> tuple[pathlib.PurePath, pathlib.PurePath]:
+    """``spec`` as its fixed directories and the pattern from its first part with a wildcard on
+    (the pattern empty when there is none)."""
     parts = pathlib.PurePath(spec).parts
-    first = next(i for i, part in enumerate(parts) if any(ch in part for ch in "*?["))
-    base = pathlib.Path(*parts[:first])
-    return [str(p) for p in base.glob(str(pathlib.PurePath(*parts[first:])))
-            if not any(part.startswith(".") for part in p.relative_to(base).parts)]
+    first = next((i for i, part in enumerate(parts) if any(ch in part for ch in "*?[")), len(parts))
+    return pathlib.PurePath(*parts[:first]), pathlib.PurePath(*parts[first:])

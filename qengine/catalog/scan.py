@@ -26,7 +26,7 @@ from qengine.catalog.hive import constant_sql as hive_constant_sql
 from qengine.catalog.hive import constant_values as hive_constant_values
 from qengine.catalog.types import type_code
 from qengine.errors import DataError, OperationalError
-from qengine.sandbox.carried_types import tag_types, tagged
+from qengine.sandbox.carried_types import tagged, tagged_result, with_child_types
 from qengine.sandbox.connection import one_select, safe_connection
 from qengine.sandbox.quoting import identifier, string_literal
 from qengine.transport.wire import schema_from_hex, table_from_hex
@@ -291,17 +291,8 @@ def _with_uuids(schema: pq.ParquetSchema) -> pa.Schema:
 
 def _uuid_leaves(t: pa.DataType, leaves: Iterator[bool]) -> pa.DataType:
     """``t`` with the leaves that ``leaves`` (one flag per leaf, in order) marks as UUID made Arrow's UUID."""
-    if pa.types.is_struct(t):
-        return pa.struct([t.field(i).with_type(_uuid_leaves(t.field(i).type, leaves)) for i in range(t.num_fields)])
-    if pa.types.is_map(t):
-        key = _uuid_leaves(t.key_type, leaves)
-        return pa.map_(key, t.item_field.with_type(_uuid_leaves(t.item_type, leaves)))
-    if pa.types.is_fixed_size_list(t):
-        return pa.list_(t.value_field.with_type(_uuid_leaves(t.value_type, leaves)), t.list_size)
-    if pa.types.is_large_list(t):
-        return pa.large_list(t.value_field.with_type(_uuid_leaves(t.value_type, leaves)))
-    if pa.types.is_list(t):
-        return pa.list_(t.value_field.with_type(_uuid_leaves(t.value_type, leaves)))
+    if pa.types.is_struct(t) or pa.types.is_map(t) or pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return with_child_types(t, lambda child: _uuid_leaves(child, leaves))
     return pa.uuid() if next(leaves) and pa.types.is_fixed_size_binary(t) and t.byte_width == 16 else t
 
 
@@ -350,17 +341,7 @@ def _uuids_as_strings(t: pa.DataType) -> pa.DataType:
     """``t`` with each UUID in it a string (see :func:`_uuid_texts`)."""
     if not _holds_uuid(t):
         return t
-    if isinstance(t, pa.UuidType):
-        return pa.string()
-    if pa.types.is_struct(t):
-        return pa.struct([t.field(i).with_type(_uuids_as_strings(t.field(i).type)) for i in range(t.num_fields)])
-    if pa.types.is_map(t):
-        return pa.map_(_uuids_as_strings(t.key_type), t.item_field.with_type(_uuids_as_strings(t.item_type)))
-    if pa.types.is_fixed_size_list(t):
-        return pa.list_(t.value_field.with_type(_uuids_as_strings(t.value_type)), t.list_size)
-    if pa.types.is_large_list(t):
-        return pa.large_list(t.value_field.with_type(_uuids_as_strings(t.value_type)))
-    return pa.list_(t.value_field.with_type(_uuids_as_strings(t.value_type)))
+    return pa.string() if isinstance(t, pa.UuidType) else with_child_types(t, _uuids_as_strings)
 
 
 _HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
@@ -418,7 +399,7 @@ def _read_by_duckdb(split: dict) -> pa.Table:
         sql = f"SELECT * FROM read_{split['kind']}({string_literal(path)}, {split['options']})"
         one_select(sql)  # the options come with the task
         relation = con.sql(sql)
-        return tag_types(relation.to_arrow_table(), [str(t) for t in relation.types])  # a JSON column stays JSON
+        return tagged_result(relation)  # a JSON column stays JSON
     except duckdb.Error as e:
         if split["kind"] == "csv":
             raise csv_error(path, e) from e

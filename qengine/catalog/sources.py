@@ -24,7 +24,7 @@ from qengine.catalog.hive import detect as detect_partitions
 from qengine.catalog.scan import csv_error, duckdb_schema
 from qengine.catalog.types import PLAIN_NAME, type_code
 from qengine.errors import NotSupportedError, OperationalError, ProgrammingError
-from qengine.sandbox.carried_types import tag_types
+from qengine.sandbox.carried_types import tagged_result
 from qengine.sandbox.connection import safe_connection
 from qengine.sandbox.quoting import identifier, string_literal
 from qengine.transport.wire import schema_to_hex, table_to_hex
@@ -412,7 +412,7 @@ def _detected(con: duckdb.DuckDBPyConnection, reader: str) -> tuple[str, pa.Sche
     relation = con.sql(f"SELECT * FROM {reader} LIMIT 0")
     types = [str(t) for t in relation.types]
     named = ", ".join(f"{string_literal(c)}: {string_literal(t)}" for c, t in zip(relation.columns, types, strict=True))
-    return f"columns = {{{named}}}", tag_types(relation.to_arrow_table(), types).schema, types
+    return f"columns = {{{named}}}", tagged_result(relation).schema, types
 
 
 def _records(con: duckdb.DuckDBPyConnection, reader: str, columns: str) -> str:

@@ -116,6 +116,18 @@ def _keywords() -> frozenset[str]:
         return frozenset(row[0] for row in con.execute("SELECT keyword_name FROM duckdb_keywords()").fetchall())
 
 
+_NUMBERS = frozenset(
+    ["TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE"]
+)
+_DECIMAL = re.compile(r"DECIMAL\(\d+,\s*\d+\)")
+
+
+def is_number(t: str) -> bool:
+    """Whether the DuckDB type name ``t`` is a number's: an integer, a DECIMAL, FLOAT or DOUBLE
+    (not a list or struct of them: ``DECIMAL(5,2)[]`` is none)."""
+    return t in _NUMBERS or bool(_DECIMAL.fullmatch(t))
+
+
 def column_type(field: pa.Field) -> str:
     """The DuckDB type a column holds: the type its field carries (``sandbox.carried_types``: a
     HUGEINT is decimal128 in Arrow), else its Arrow type's name. A column of untyped NULL

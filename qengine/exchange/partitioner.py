@@ -23,17 +23,14 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from qengine.catalog.types import is_number
 from qengine.exchange.store import empty_table
-from qengine.sandbox.carried_types import carried_type
+from qengine.sandbox.carried_types import HUGEINT, carried_type
 from qengine.sandbox.quoting import identifier
 
 # The column a fragment with a hash output adds for the partition id of each row.
 PARTITION_COLUMN = "__qengine_partition"
-_NUMERIC = frozenset(
-    ["TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE"]
-)
-# Exactly these type names, not a list or struct of them (``DECIMAL(5,2)[]`` is no DECIMAL)
-_DECIMAL = re.compile(r"DECIMAL\(\d+,\s*\d+\)")
+# Dates and timestamps by their exact names (a list of them is no date)
 _DATES = frozenset(["DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS"])
 _ENUM = re.compile(r"ENUM\(.*\)", re.DOTALL)
 _HOLDS_ENUM = re.compile(r"\bENUM\(")
@@ -47,7 +44,7 @@ def hash_sql(types: dict[str, str], keys: list[str], partitions: int) -> str:
     for key in keys:
         quoted = identifier(key)
         kind = types[key]
-        if kind in _NUMERIC or _DECIMAL.fullmatch(kind):
+        if is_number(kind):
             parts.append(f"CAST({quoted} AS DOUBLE)")
         elif kind in _DATES:
             parts.append(f"CAST({quoted} AS TIMESTAMP)")
@@ -68,7 +65,7 @@ def key_class(field: pa.Field) -> str:
         return "any"
     if _ENUM.fullmatch(carried):
         return "ENUM"
-    if carried and not _HUGE.fullmatch(carried) and carried != "JSON":  # a UUID or nested HUGEINT hashes as itself
+    if carried and not HUGEINT.fullmatch(carried) and carried != "JSON":  # a UUID or nested HUGEINT hashes as itself
         return carried
     if pa.types.is_float32(t):
         return "FLOAT"
@@ -83,7 +80,6 @@ def key_class(field: pa.Field) -> str:
     return str(t)
 
 
-_HUGE = re.compile(r"U?HUGEINT")
 
 
 def keys_meet(a: str, b: str) -> bool:

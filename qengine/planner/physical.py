@@ -15,10 +15,11 @@ from dataclasses import dataclass
 import sqlglot.expressions as exp
 
 from qengine.catalog.sources import DEFAULT_SPLIT_BYTES
+from qengine.catalog.types import is_number
 from qengine.planner import estimates
 from qengine.planner import logical as lp
 from qengine.planner.logical import GROUPING_ID, Exchange, col, not_null_operand, plain_column
-from qengine.planner.static_types import expression_signature, is_number
+from qengine.planner.static_types import expression_signature
 from qengine.planner.templates import slot_kind, value_of
 
 _MAX_BIGINT = 2**63 - 1

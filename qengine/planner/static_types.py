@@ -87,14 +87,6 @@ _INTEGER_DIGITS = {"TINYINT": 3, "SMALLINT": 5, "INTEGER": 10, "BIGINT": 19, "HU
 _DECIMAL = re.compile(r"DECIMAL\((\d+),\s*(\d+)\)")
 
 
-_NUMBERS = frozenset(["FLOAT", "DOUBLE", "UHUGEINT", *_INTEGER_DIGITS])
-
-
-def is_number(t: str) -> bool:
-    """Whether ``t`` names a numeric type: an integer, a DECIMAL, FLOAT or DOUBLE."""
-    return t in _NUMBERS or bool(_DECIMAL.fullmatch(t))
-
-
 def compared_exactly(a: str | None, b: str | None) -> bool:
     """Whether DuckDB compares values of the two signatures without rounding either: the same
     type, or integers and decimals whose common DECIMAL holds both. Two such values that are

@@ -26,7 +26,7 @@ from qengine.runtime.query_run import QueryRun
 from qengine.runtime.query_state import Cluster, ExecutionOptions, release_blocks
 from qengine.runtime.slow_workers import PaceMemory
 from qengine.runtime.stats import QueryStats, StageStats
-from qengine.sandbox.carried_types import tag_types
+from qengine.sandbox.carried_types import tagged_result
 from qengine.sandbox.connection import scratch_connection
 from qengine.transport.wire import schema_from_hex, table_from_hex
 
@@ -113,7 +113,7 @@ class Coordinator:
         con = scratch_connection()
         try:
             relation = con.sql(render(stage.root))
-            table = tag_types(relation.to_arrow_table(), [str(t) for t in relation.types], null_columns(stage.root, {}))
+            table = tagged_result(relation, null_columns(stage.root, {}))
         except (duckdb.Error, pa.ArrowException) as e:
             raise error_class(type(e).__name__)(with_user_columns(first_line(str(e)), plan)) from e
         finally:

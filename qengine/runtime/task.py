@@ -42,7 +42,7 @@ from qengine.runtime.empty_results import EmptyResults
 from qengine.runtime.faults import FaultPlan
 from qengine.runtime.peers import Peers
 from qengine.runtime.progress import ProgressBoard
-from qengine.sandbox.carried_types import stored_nulls_as_integers, tag_types
+from qengine.sandbox.carried_types import stored_nulls_as_integers, tagged_result
 from qengine.sandbox.connection import one_select
 from qengine.sandbox.file_writers import CsvWriter, ParquetWriter
 from qengine.sandbox.pool import ConnectionPool, Lease, filters_mishandle
@@ -724,13 +724,13 @@ def _run_fragment(
     """
     if scans:
         sql = "WITH " + ", ".join(f'"{name}" AS ({query})' for name, query in scans.items()) + " " + sql
-    one_select(sql)  # before anything runs it: the partition ids' types are read by running it
+    # before anything runs it (the partition ids' types are read by running it); what wraps it
+    # for a hash output adds only quoted names and integers (``partitioner.hash_sql``)
+    one_select(sql)
 
     def execute() -> pa.Table:
-        query = sql if partition_ids is None else partition_ids(lease.con, sql)
-        one_select(query)  # the partition id's expression is spliced in too
-        relation = lease.con.sql(query)
-        return tag_types(relation.to_arrow_table(), [str(t) for t in relation.types], nulls)
+        relation = lease.con.sql(sql if partition_ids is None else partition_ids(lease.con, sql))
+        return tagged_result(relation, nulls)
 
     copied = {
         name for name, table in inputs.items() if (scans and table.num_rows == 0) or filters_mishandle(table, sql)

@@ -21,7 +21,7 @@ import datetime as dt
 import functools
 import re
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 import duckdb
 import pyarrow as pa
@@ -74,19 +74,32 @@ def _decoded(t: pa.DataType, nested: bool = False) -> pa.DataType:
     """``t`` with every dictionary below its top level as the values' type (one at the top stays)."""
     if pa.types.is_dictionary(t):
         return t.value_type if nested else t
+    return with_child_types(t, lambda child: _decoded(child, True))
+
+
+def with_child_types(t: pa.DataType, change: Callable[[pa.DataType], pa.DataType]) -> pa.DataType:
+    """``t`` rebuilt with ``change`` made to each type directly inside it, in order: a struct's
+    fields, a map's key then item, a list's values; any other type as it is."""
     if pa.types.is_struct(t):
-        return pa.struct([t.field(i).with_type(_decoded(t.field(i).type, True)) for i in range(t.num_fields)])
+        return pa.struct([t.field(i).with_type(change(t.field(i).type)) for i in range(t.num_fields)])
     if pa.types.is_map(t):
-        return pa.map_(_decoded(t.key_type, True), t.item_field.with_type(_decoded(t.item_type, True)))
+        key = change(t.key_type)
+        return pa.map_(key, t.item_field.with_type(change(t.item_type)))
     if pa.types.is_fixed_size_list(t):
-        return pa.list_(t.value_field.with_type(_decoded(t.value_type, True)), t.list_size)
+        return pa.list_(t.value_field.with_type(change(t.value_type)), t.list_size)
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         kind = pa.large_list if pa.types.is_large_list(t) else pa.list_
-        return kind(t.value_field.with_type(_decoded(t.value_type, True)))
+        return kind(t.value_field.with_type(change(t.value_type)))
     return t
 
 
 _UNSIGNED_HUGE = re.compile(r"\bUHUGEINT\b")
+
+
+def tagged_result(relation: duckdb.DuckDBPyRelation, nulls: Collection[str] = ()) -> pa.Table:
+    """A DuckDB relation's rows as Arrow, its columns of types Arrow does not carry tagged
+    (:func:`tag_types`)."""
+    return tag_types(relation.to_arrow_table(), [str(t) for t in relation.types], nulls)
 
 
 def _decimal_leaves(column: pa.ChunkedArray | pa.Array) -> list[pa.Array]:
@@ -185,12 +198,12 @@ def python_values(column: pa.Array | pa.ChunkedArray, field: pa.Field) -> list:
             return [v for (v,) in con.execute(f"SELECT CAST(v AS {tag}) FROM __qengine_values").fetchall()]
         finally:
             con.close()
-    huge = bool(_HUGE.search(tag))
+    huge = bool(HUGEINT.search(tag))
     chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
     return [v for chunk in chunks for v in _python(chunk, huge)]
 
 
-_HUGE = re.compile(r"\bU?HUGEINT\b")
+HUGEINT = re.compile(r"\bU?HUGEINT\b")  # a HUGEINT or UHUGEINT, at any depth of a type
 _UUID = re.compile(r"\bUUID\b")
 
 

@@ -14,7 +14,6 @@ UHUGEINT as DOUBLE, at any depth of nesting.
 
 from __future__ import annotations
 
-import re
 from typing import BinaryIO
 
 import duckdb
@@ -24,7 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from qengine.errors import DataError, NotSupportedError
-from qengine.sandbox.carried_types import carried_type, restoring_query
+from qengine.sandbox.carried_types import HUGEINT, carried_type, restoring_query
 from qengine.sandbox.connection import scratch_connection
 from qengine.sandbox.quoting import identifier
 
@@ -71,20 +70,26 @@ class CsvWriter(Writer):
         duckdbs = set(self._by_duckdb)
         texts = [None if i in duckdbs else column.combine_chunks().cast(pa.string()) for i, column in enumerate(table.columns)]
         if self._spelling is not None:
-            con = scratch_connection()
-            try:
-                con.register("__qengine_csv", table)
-                spelled = con.execute(self._spelling).to_arrow_table()
-            except duckdb.Error as e:
-                raise DataError(f"cannot write CSV: {str(e).splitlines()[0]}") from e
-            finally:
-                con.close()
+            spelled = _over(table, "__qengine_csv", self._spelling, "CSV")
             for i, column in zip(self._by_duckdb, spelled.columns, strict=True):
                 texts[i] = column.combine_chunks()
         _write_lines(self._sink, _csv_fields(texts))
 
     def close(self) -> None:
         self._sink.flush()
+
+
+def _over(table: pa.Table, name: str, sql: str, what: str, lossless_arrow: bool = False) -> pa.Table:
+    """``sql``'s answer over ``table`` registered as ``name``, on a scratch connection; a value
+    DuckDB cannot turn is the file's error (``what`` it is)."""
+    con = scratch_connection(lossless_arrow)
+    try:
+        con.register(name, table)
+        return con.execute(sql).to_arrow_table()
+    except duckdb.Error as e:
+        raise DataError(f"cannot write {what}: {str(e).splitlines()[0]}") from e
+    finally:
+        con.close()
 
 
 def _spelled_alike(field: pa.Field) -> bool:
@@ -123,7 +128,8 @@ class ParquetWriter(Writer):
         interval = next((f.name for f in schema if pa.types.is_interval(f.type)), None)
         if interval is not None:
             raise NotSupportedError(f"the INTERVAL column {interval!r} cannot be written to Parquet: cast it to VARCHAR, or write CSV")
-        retyped = {f.name: _HUGE.sub("DOUBLE", carried_type(f)) for f in schema if carried_type(f) not in ("", "NULL")}
+        # DuckDB's COPY writes a HUGEINT or UHUGEINT to Parquet as DOUBLE
+        retyped = {f.name: HUGEINT.sub("DOUBLE", carried_type(f)) for f in schema if carried_type(f) not in ("", "NULL")}
         items = ", ".join(f"CAST({identifier(n)} AS {t}) AS {identifier(n)}" for n, t in retyped.items())
         self._retyping = f"SELECT {items} FROM __qengine_parquet" if retyped else None
         if self._retyping is not None:
@@ -142,18 +148,9 @@ class ParquetWriter(Writer):
         self._writer.write_table(pa.Table.from_arrays(columns, schema=self._schema))
 
     def _retyped(self, table: pa.Table) -> pa.Table:
-        con = scratch_connection(lossless_arrow=True)
-        try:
-            con.register("__qengine_parquet", table)
-            return con.execute(self._retyping).to_arrow_table()
-        except duckdb.Error as e:
-            raise DataError(f"cannot write Parquet: {str(e).splitlines()[0]}") from e
-        finally:
-            con.close()
+        return _over(table, "__qengine_parquet", self._retyping, "Parquet", lossless_arrow=True)
 
     def close(self) -> None:
         self._writer.close()
 
 
-# DuckDB's COPY writes HUGEINT and UHUGEINT to Parquet as DOUBLE.
-_HUGE = re.compile(r"\bU?HUGEINT\b")
