@@ -239,3 +239,59 @@ def test_tls_with_a_self_signed_certificate(tmp_path, data_paths, oracle):
             assert_same(con, oracle, JOIN_SQL)
         with pytest.raises(qengine.OperationalError):
             qengine.connect(f"qengine://{c.address}", token=c.token)  # plaintext to a TLS server
+
+
+SESSION_TIMEOUT = 1.5  # seconds, for the session lease tests
+_CLIENT = """
+import sys, qengine
+con = qengine.connect("qengine://{address}", token={token!r})
+con.register_parquet("sales", {sales!r})
+con.execute("CREATE TABLE kept AS SELECT * FROM sales")
+print("ready", flush=True)
+sys.stdin.readline()
+try:
+    print(con.execute("SELECT count(*) FROM kept").fetchall()[0][0], flush=True)
+except qengine.Error as e:
+    print(type(e).__name__, e, flush=True)
+"""
+
+
+def _held_bytes(c: Cluster) -> int:
+    return sum(c.client(m["address"]).action("ping", timeout=10)["bytes"] for m in c.members())
+
+
+def _client_process(c: Cluster, data_paths: dict[str, str]) -> subprocess.Popen:
+    script = _CLIENT.format(address=c.address, token=c.token, sales=data_paths["sales"])
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    c.procs.append(proc)  # stopped with the cluster, whatever the test's outcome
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def test_sessions_of_killed_and_silent_clients_are_closed_and_idle_ones_kept(tmp_path, data_paths, oracle):
+    """A client killed with SIGKILL never closes its session: the coordinator drops it, and
+    what it stored on the workers, once it has not been heard from for --session-timeout. A
+    connected client, however idle, keeps its session; one that was silent (suspended) is told
+    its session was closed."""
+    args = ["--session-timeout", str(SESSION_TIMEOUT)]
+    with cluster(tmp_path, 2, data_roots=data_root(data_paths), coordinator_args=args) as c:
+        expected = str(oracle.execute("SELECT count(*) FROM sales").fetchone()[0])
+        killed = _client_process(c, data_paths)
+        held = _held_bytes(c)
+        assert held > 0, "the session table is not held on the workers"
+        idle = _client_process(c, data_paths)
+        stopped = _client_process(c, data_paths)
+        assert _held_bytes(c) == 3 * held
+        killed.kill()
+        killed.wait()
+        stopped.send_signal(signal.SIGSTOP)  # its keepalives stop, as a suspended laptop's do
+        wait_until(lambda: _held_bytes(c) == held, HANG_BOUND, "the killed and the silent clients' tables to be dropped")
+        stopped.send_signal(signal.SIGCONT)
+        assert "its client was not heard from" in c.coordinator_log()
+        idle.stdin.write("\n")
+        idle.stdin.flush()
+        assert idle.stdout.readline().strip() == expected
+        stopped.stdin.write("\n")
+        stopped.stdin.flush()
+        answer = stopped.stdout.readline()
+        assert answer.startswith("OperationalError") and "--session-timeout" in answer, answer

@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -27,6 +29,8 @@ from qengine.transport.rpc import Client
 from qengine.transport.wire import schema_from_hex, table_to_hex
 
 CANCEL_TIMEOUT = 10.0  # seconds the coordinator has to take, and carry out, a cancel
+
+log = logging.getLogger("qengine.api.remote")
 
 
 def parse_target(target: str) -> str:
@@ -50,6 +54,18 @@ class RemoteSession:
         reply = self._client.action("open_session", body, timeout=30)
         self._id = reply["session"]
         self.dialect = settings.dialect  # what the statements are read in
+        # The coordinator closes a session it has not heard from for a while (a killed client
+        # never says goodbye); an open connection says it is there, however idle.
+        self._closed = threading.Event()
+        every = float(reply.get("keepalive") or 15.0)
+        threading.Thread(target=self._keep_alive, args=(every,), name="qengine-keepalive", daemon=True).start()
+
+    def _keep_alive(self, every: float) -> None:
+        while not self._closed.wait(every):
+            try:
+                self._client.action("keepalive", {"session": self._id}, timeout=every)
+            except Error as e:  # the next statement says what went wrong, in the user's thread
+                log.debug("keepalive failed: %s", e)
 
     def _call(self, name: str, body: dict | None = None) -> Any:
         return self._client.action(name, {"session": self._id, **(body or {})})
@@ -129,6 +145,7 @@ class RemoteSession:
         return schema_from_hex(self._call("table_schema", {"name": name})["schema"])
 
     def close(self) -> None:
+        self._closed.set()
         try:
             self._call("close_session")
         finally:

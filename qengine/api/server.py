@@ -27,6 +27,7 @@ from qengine.api.flight_sql import FlightSqlError, FlightSqlService, flight_erro
 from qengine.api.options import SessionSettings
 from qengine.api.result_stream import ResultStream
 from qengine.api.session import Result, Session
+from qengine.api.session_leases import DEFAULT_SESSION_TIMEOUT, SessionLeases
 from qengine.api.statements import new_statement_id
 from qengine.catalog.access import AccessPolicy
 from qengine.catalog.catalog import Catalog
@@ -58,10 +59,13 @@ class CoordinatorServer(ActionServer):
         max_queries_per_user: int | None = None,
         shares: Shares | None = None,
         served_tables: list[tuple[str, str, str]] | None = None,
+        session_timeout: float = DEFAULT_SESSION_TIMEOUT,
     ) -> None:
         """``shares`` is how the workers' slots are shared between users' queries
         (``runtime.shares``; by default fairly, every user weighing the same).
-        ``served_tables`` (name, kind, path) are the tables Flight SQL clients find."""
+        ``served_tables`` (name, kind, path) are the tables Flight SQL clients find.
+        ``session_timeout``: seconds a client may go unheard before its session is closed
+        (``api.session_leases``)."""
         super().__init__(host, port, token, tls)
         load_converters()
         # Where every session may read and write; none given, nothing at all.
@@ -80,15 +84,47 @@ class CoordinatorServer(ActionServer):
         # cancelling, listing and releasing statements reach it as they reach theirs.
         self._flight_sql_id = secrets.token_hex(16)
         self._flight_sql_lock = threading.Lock()
+        self.leases = SessionLeases(session_timeout)
+        self._stopping = threading.Event()
+        self._reaper = threading.Thread(target=self._expire_sessions, name="session-leases", daemon=True)
+        self._reaper.start()
 
     # ---- actions ------------------------------------------------------------------------------
 
     def _session(self, body: dict) -> Session:
+        sid = str(body.get("session"))
         with self._lock:
-            session = self._sessions.get(str(body.get("session")))
+            session = self._sessions.get(sid)
         if session is None:
+            if self.leases.expired(sid):
+                raise OperationalError(
+                    f"this connection's session was closed: the coordinator heard nothing from it for "
+                    f"{self.leases.timeout:g} s (its --session-timeout), so its tables and results are gone; connect again"
+                )
             raise ProgrammingError("unknown or closed session")
+        self.leases.touch(sid)
         return session
+
+    def _close_session(self, sid: str) -> None:
+        """Close a session and drop its unread results: what it stored on the workers goes."""
+        with self._lock:
+            session = self._sessions.pop(sid, None)
+            unread = [rid for rid, (owner, _) in self._results.items() if owner == sid]
+            streams = [self._results.pop(rid)[1] for rid in unread]
+        for stream in streams:
+            stream.close()
+        if session is not None:
+            session.close()
+
+    def _expire_sessions(self) -> None:
+        """Close the sessions whose clients went quiet (killed, or their host lost)."""
+        while not self._stopping.wait(min(1.0, self.leases.timeout / 4)):
+            for sid in self.leases.expire():
+                log.warning("closing session %s: its client was not heard from for %g s", sid, self.leases.timeout)
+                try:
+                    self._close_session(sid)
+                except Exception:  # a worker may be gone; the other sessions still expire
+                    log.exception("closing an expired session failed")
 
     def _handle(self, name: str, body: dict) -> Any:
         if name == "register":
@@ -109,20 +145,20 @@ class CoordinatorServer(ActionServer):
             sid = secrets.token_hex(8)
             with self._lock:
                 self._sessions[sid] = session
-            return {"session": sid, "workers": len(self.registry.addresses)}
+            self.leases.touch(sid)
+            return {"session": sid, "workers": len(self.registry.addresses), "keepalive": self.leases.timeout / 4}
         if name == "close_session":
             sid = str(body.get("session"))
-            with self._lock:
-                session = self._sessions.pop(sid, None)
-                unread = [rid for rid, (owner, _) in self._results.items() if owner == sid]
-                streams = [self._results.pop(rid)[1] for rid in unread]
-            for stream in streams:
-                stream.close()
-            if session is not None:
-                session.close()
+            self.leases.forget(sid)
+            self._close_session(sid)
+            return {"ok": True}
+        if name == "keepalive":
+            self._session(body)
             return {"ok": True}
         if name == "execute":
-            return self._execute(self._session(body), body)
+            session = self._session(body)
+            with self.leases.call(str(body["session"])):
+                return self._execute(session, body)
         if name == "cancel":
             self._session(body).cancel()
             return {"ok": True}
@@ -294,6 +330,7 @@ class CoordinatorServer(ActionServer):
     def release(self) -> None:
         """Close every session and stop the workers that joined (a clean coordinator shutdown
         leaves no worker behind). Safe to call twice."""
+        self._stopping.set()
         self.flight_sql.close()
         with self._lock:
             sessions = list(self._sessions.values())

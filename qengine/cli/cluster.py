@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 from qengine.api.options import parse_size
+from qengine.api.session_leases import DEFAULT_SESSION_TIMEOUT
 from qengine.catalog.access import AccessPolicy
 from qengine.errors import ProgrammingError
 from qengine.runtime.fair_queue import POLICIES
@@ -141,7 +142,8 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     shares = Shares(args.scheduling, dict(args.user_weight or []), nass=args.nass, samp=args.samp)
     tables = [table for directory in args.data or [] for table in directory_tables(directory)]
     server = CoordinatorServer(
-        host, port, token, args.heartbeat_timeout, pair, root, policy, args.max_queries_per_user, shares, served_tables=tables
+        host, port, token, args.heartbeat_timeout, pair, root, policy, args.max_queries_per_user, shares, served_tables=tables,
+        session_timeout=args.session_timeout,
     )
     stop_on_sigterm(server.shutdown)  # before saying so: a SIGTERM sent once it listens must stop it
     print(f"qengine coordinator listening on {server.address}", flush=True)
@@ -221,6 +223,23 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def positive_seconds(text: str) -> float:
+    """A timeout option's value: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, not {text!r}")
+    return value
+
+
+def add_session_timeout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--session-timeout", type=positive_seconds, default=DEFAULT_SESSION_TIMEOUT, metavar="SECONDS",
+                        help="close a client's session, and drop its tables, once the client has not been heard from "
+                             f"for this long (a connected client says it is there every quarter of it; default {DEFAULT_SESSION_TIMEOUT:g})")
+
+
 def _user_weight(text: str) -> tuple[str, float]:
     user, _, weight = text.partition("=")
     try:
@@ -235,7 +254,7 @@ def _user_weight(text: str) -> tuple[str, float]:
 def add_parsers(sub: Any) -> None:
     co = sub.add_parser("coordinator", help="run a standalone coordinator that workers join")
     co.add_argument("--listen", default="127.0.0.1:7777", help="HOST:PORT to serve on (default 127.0.0.1:7777)")
-    co.add_argument("--heartbeat-timeout", type=float, default=DEFAULT_HEARTBEAT_TIMEOUT,
+    co.add_argument("--heartbeat-timeout", type=positive_seconds, default=DEFAULT_HEARTBEAT_TIMEOUT,
                     help=f"seconds without a heartbeat before a worker is marked dead (default {DEFAULT_HEARTBEAT_TIMEOUT:g})")
     co.add_argument("--data-root", action="append", metavar="DIR",
                     help="a directory sessions may read tables from (repeatable; required: / allows every file)")
@@ -259,6 +278,7 @@ def add_parsers(sub: Any) -> None:
     co.add_argument("--ui", nargs="?", const="127.0.0.1:0", metavar="HOST:PORT",
                     help="serve the web UI (queries, their stage DAGs and timelines, workers) here; it takes the cluster "
                          "token (default 127.0.0.1, a free port; HTTPS with --tls-cert)")
+    add_session_timeout(co)
     add_security_arguments(co)
     co.set_defaults(func=cmd_coordinator)
 

@@ -22,6 +22,7 @@ from qengine.api.options import DEFAULT_WORKERS
 from qengine.cli.cluster import (
     access_policy,
     add_security_arguments,
+    add_session_timeout,
     health_endpoint,
     parse_listen,
     read_token,
@@ -81,7 +82,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     data = [os.path.abspath(d) for d in (args.data or [os.getcwd()])]
     tables = [table for directory in data for table in directory_tables(directory)]
     policy = access_policy(data, args.output_root)
-    server = CoordinatorServer(host, port, token, DEFAULT_HEARTBEAT_TIMEOUT, pair, root, policy, served_tables=tables)
+    server = CoordinatorServer(
+        host, port, token, DEFAULT_HEARTBEAT_TIMEOUT, pair, root, policy, served_tables=tables, session_timeout=args.session_timeout
+    )
     procs: list[subprocess.Popen] = []
     health = None
     try:
@@ -123,5 +126,6 @@ def add_parser(sub: Any) -> None:
     sv.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help=f"worker processes to start (default {DEFAULT_WORKERS})")
     sv.add_argument("--output-root", action="append", metavar="DIR", help="a directory COPY may write below (repeatable; default none)")
     sv.add_argument("--memory-budget", default=None, help="each worker's shuffle memory budget, e.g. 4GB")
+    add_session_timeout(sv)
     add_security_arguments(sv, token_required=False)
     sv.set_defaults(func=cmd_serve)
