@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from qengine.errors import DataError
+from qengine.errors import DataError, OperationalError
 from qengine.runtime.task_queue import TaskQueue
 from qengine.runtime.task_specs import split_template
 from qengine.transport.rpc import RemoteTaskError, remote_error
@@ -138,3 +138,28 @@ def test_tasks_not_started_can_be_taken_back_and_end_withdrawn() -> None:
     assert {e["task"] for e in events if e["event"] == "done"} == {0, 1}
     assert sorted(ran) == [0, 1]
     assert queue.withdraw("q", {(3, 1, 0)}) == []  # the query has nothing queued any more
+
+
+def test_cancelling_a_query_ends_its_queued_tasks_at_once_and_spares_other_queries() -> None:
+    """A cancelled query's tasks that wait unstarted end with its error at once: they are not
+    started one by one only to be refused, which held the call open for seconds."""
+    release = threading.Event()
+    started: list[tuple[str, int]] = []
+
+    def run(spec: dict) -> dict:
+        started.append((spec["query"], spec["task"]))
+        release.wait(10)
+        return {}
+
+    queue = TaskQueue(run)
+    stream = queue.run("q", 1, [{"query": "q", "stage": 0, "task": i, "attempt": 0} for i in range(50)])
+    other = queue.run("other", 1, [{"query": "other", "stage": 0, "task": 0, "attempt": 0}])
+    assert queue.cancel("q", OperationalError("query q was cancelled")) == 49  # all but the running one
+    assert queue.cancel("absent", OperationalError("query absent was cancelled")) == 0
+    release.set()
+    ends = {e["task"]: e for e in events_of(stream) if e["event"] != "started"}
+    assert ends[0]["event"] == "done" and started.count(("q", 0)) == 1
+    assert all(ends[i]["event"] == "failed" for i in range(1, 50))
+    assert "cancelled" in str(remote_error(ends[1]["error"]))
+    assert [(q, t) for q, t in started if q == "q"] == [("q", 0)]
+    assert [e["event"] for e in events_of(other)] == ["started", "done"]

@@ -105,6 +105,7 @@ class QueryRun:
         self.moved_off: set[int] = set()  # slow workers whose waiting reducers were placed elsewhere since found slow
         prune_plan(plan)
         for stage, (splits, tasks) in zip(plan.stages, plan.scan_tasks(state.workers, options.split_bytes), strict=True):
+            self._stop_if_cancelled()  # a stage of 100,000s of scan tasks takes seconds to set up
             kind = stage.output.kind if stage.output is not None else (output or {}).get("kind", "result")
             pruned = [n.pruned for n in lp.walk(stage.root) if isinstance(n, lp.Scan) and n.pruned is not None]
             stats = StageStats(
@@ -211,8 +212,7 @@ class QueryRun:
         runs = state.runs
         started = time.perf_counter()
         try:
-            if self.cancelled.is_set():  # before it started
-                raise OperationalError("query cancelled")
+            self._stop_if_cancelled()  # before it started
             self._find_slow()  # the first stages are placed by what earlier queries saw
             with self.cluster.shares.claim(state.query_id, state.options.user):
                 self._keep_to_hosts()
@@ -275,8 +275,7 @@ class QueryRun:
             if not self.futures:
                 raise InternalError(f"query stalled, nothing runs (a qengine bug): {self._describe()}")
             finished = self._wait()
-            if self.cancelled.is_set():
-                raise OperationalError("query cancelled")
+            self._stop_if_cancelled()
             self._note_started()  # before the ends: an attempt's start comes first
             for fut in finished:
                 entry = self.futures.pop(fut, None)
@@ -425,7 +424,14 @@ class QueryRun:
         run.sql = early[1] if early is not None and early[0] == join_sides(run.stage.root) else render(run.stage.root)
         run.form = None if hashed else direct.plan(run.stage.root)
         for index in range(run.tasks):
+            if index % 4096 == 4095:
+                self._stop_if_cancelled()
             self._launch(run, index, where=run.placement[index])
+
+    def _stop_if_cancelled(self) -> None:
+        """End the run if its statement was cancelled, in the loops that can take seconds."""
+        if self.cancelled.is_set():
+            raise OperationalError("query cancelled")
 
     def _launch(
         self, run: StageRun, index: int, where: int | None = None, speculative: bool = False, avoid: int | None = None

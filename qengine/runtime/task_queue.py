@@ -90,6 +90,23 @@ class TaskQueue:
             channel.put({"event": "withdrawn", "stage": stage, "task": task, "attempt": attempt})
         return [_names(spec) for spec, _ in taken]
 
+    def cancel(self, query: str, error: BaseException) -> int:
+        """End the tasks of ``query`` that wait here unstarted, each failing with ``error`` (the
+        query was cancelled). Left queued, they were started one at a time only to be refused,
+        which held their calls, and the coordinator's record of them, open for seconds, and a
+        worker draining thousands of them answered nothing else. Returns how many ended."""
+        with self._lock:
+            mine = self._queries.get(query)
+            if mine is None:
+                return 0
+            dropped, mine.pending = mine.pending, deque()
+            self._drop_if_idle(query, mine)
+        payload = error_payload(error)
+        for spec, channel in dropped:
+            stage, task, attempt = _names(spec)
+            channel.put({"event": "failed", "stage": stage, "task": task, "attempt": attempt, "error": payload})
+        return len(dropped)
+
     @staticmethod
     def _events(channel: queue.SimpleQueue, count: int) -> Iterator[list[dict]]:
         left = count

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from qengine.catalog.access import AccessPolicy, inside
-from qengine.errors import Error, input_lost
+from qengine.errors import Error, OperationalError, input_lost
 from qengine.exchange.store import BlockStore, MissingBlocksError
 from qengine.runtime.collector_pace import RARE
 from qengine.runtime.fair_queue import ShareTerms
@@ -83,6 +83,8 @@ class WorkerServer(ActionServer):
             return {"ok": True}
         if name == "cancel":
             self.runner.cancellations.cancel(body["query"])
+            if "/" not in body["query"]:  # a whole query, not one task attempt: its queue goes too
+                self.queue.cancel(body["query"], OperationalError(f"query {body['query']} was cancelled"))
             return {"ok": True}
         if name == "forget":  # a peer declared lost: the query's calls to it fail, now and later
             self.runner.peers.lost(body["query"], body["address"])
