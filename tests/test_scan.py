@@ -257,3 +257,42 @@ def test_files_of_one_table_with_a_column_of_two_types_are_refused(tmp_path) -> 
     with (qengine.connect(workers=1, allowed_roots=[str(tmp_path)], lazy_start=True) as con,
           pytest.raises(qengine.NotSupportedError, match="column 'a' of .*f2.parquet is INTEGER, of .*f1.parquet BIGINT")):
         con.register_parquet("t", str(tmp_path))
+
+
+def test_times_finer_than_duckdb_keeps_and_zoned_timestamps_read_as_duckdb_reads_them(tmp_path) -> None:
+    """DuckDB reads a zoned timestamp of any unit as TIMESTAMPTZ (microseconds, in its own
+    zone) and a time of day of any unit as TIME (microseconds), cutting finer values toward
+    zero, also inside lists and structs. Scans qengine answers in Arrow, without DuckDB (a sort,
+    a projection), returned the file's nanoseconds and zones: rows tied to the microsecond
+    sorted apart, and a table made from them held TIME_NS."""
+    rows = 4000
+    ids = np.arange(rows, dtype=np.int64)
+    ns = (ids // 2) * 1_000_000_000 + (ids % 2) * 500 - 10_000_000_000  # pairs a nanosecond apart, some before 1970
+    path = str(tmp_path / "t.parquet")
+    pq.write_table(pa.table({
+        "id": pa.array(ids),
+        "z": pa.array(ns, pa.timestamp("ns", "America/New_York")),
+        "zms": pa.array(ids, pa.timestamp("ms", "UTC")),
+        "t32": pa.array(ids.astype(np.int32), pa.time32("ms")),
+        "t64": pa.array(ids * 1_000_123, pa.time64("ns")),
+        "nested": pa.array([{"t": i * 1_000_123, "z": [int(v)]} for i, v in zip(ids, ns, strict=True)],
+                           pa.struct([("t", pa.time64("ns")), ("z", pa.list_(pa.timestamp("ns", "UTC")))])),
+    }), path, row_group_size=500)
+    oracle = duckdb.connect()
+    oracle.execute(f"CREATE VIEW t AS SELECT * FROM read_parquet('{path}')")
+    queries = [
+        "SELECT id FROM t ORDER BY z, id DESC",
+        "SELECT * FROM t ORDER BY id DESC LIMIT 50",
+        "SELECT * FROM t WHERE id % 9 = 2 ORDER BY t64 DESC, id",
+        "SELECT typeof(z), typeof(zms), typeof(t32), typeof(t64), typeof(nested) FROM t LIMIT 1",
+    ]
+    with qengine.connect(workers=2, split_size="16KB", allowed_roots=[str(tmp_path)]) as con:
+        con.register_parquet("t", path)
+        for sql in queries:
+            ours, theirs = con.execute(sql).to_arrow_table(), oracle.execute(sql).to_arrow_table()
+            assert ours.schema.types == theirs.schema.types, sql
+            assert ours.to_pylist() == theirs.to_pylist(), sql
+        assert con.execute("DESCRIBE t").fetchall() == oracle.execute("DESCRIBE t").fetchall()
+        con.execute("CREATE TABLE kept AS SELECT * FROM t ORDER BY id")
+        con.execute("INSERT INTO kept SELECT * FROM t WHERE id < 3")
+        assert con.execute("SELECT typeof(t64), count(*) FROM kept GROUP BY 1").fetchall() == [("TIME", rows + 3)]

@@ -10,6 +10,7 @@ connection may read the registered tables' Parquet files and nothing else
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import re
 import threading
@@ -27,7 +28,7 @@ from qengine.catalog.hive import constant_values as hive_constant_values
 from qengine.catalog.types import type_code
 from qengine.errors import DataError, OperationalError
 from qengine.sandbox.carried_types import tagged, tagged_result, with_child_types
-from qengine.sandbox.connection import one_select, safe_connection
+from qengine.sandbox.connection import one_select, safe_connection, scratch_connection
 from qengine.sandbox.quoting import identifier, string_literal
 from qengine.transport.wire import schema_from_hex, table_from_hex
 
@@ -305,13 +306,30 @@ def _as_duckdb_reads(t: pa.DataType) -> pa.DataType:
     """The Arrow type of a column pyarrow reads as ``t``, as DuckDB reads it (see :func:`duckdb_schema`)."""
     if _holds_uuid(t):
         return _uuids_as_strings(t)
+    if pa.types.is_nested(t):  # DuckDB reads the values inside as it reads them outside
+        return with_child_types(t, _as_duckdb_reads)
     if pa.types.is_duration(t):
         return pa.int64()
     if pa.types.is_float16(t):
         return pa.float32()
+    if pa.types.is_timestamp(t) and t.tz is not None:  # a TIMESTAMPTZ, in microseconds and DuckDB's zone
+        return pa.timestamp("us", _duckdb_time_zone())
     if pa.types.is_timestamp(t) and t.unit in ("s", "ms"):
-        return pa.timestamp("us", t.tz)
+        return pa.timestamp("us")
+    if pa.types.is_time(t):  # every TIME, of seconds to nanoseconds, is DuckDB's TIME, of microseconds
+        return pa.time64("us")
     return t
+
+
+@functools.cache
+def _duckdb_time_zone() -> str:
+    """The zone DuckDB gives its TIMESTAMPTZ results in Arrow: its TimeZone setting, which
+    follows this host's (``TZ``), whatever zone a file's column was written with."""
+    con = scratch_connection()
+    try:
+        return con.execute("SELECT current_setting('TimeZone')").fetchone()[0]
+    finally:
+        con.close()
 
 
 def _interval_columns(schema: pq.ParquetSchema) -> list[str]:
@@ -332,9 +350,15 @@ def _as_duckdb_read(table: pa.Table, target: pa.Schema) -> pa.Table:
         if _holds_uuid(field.type):
             column = pa.chunked_array([_uuid_texts(chunk) for chunk in column.chunks], wanted.type)
         else:
-            column = _interval(column) if pa.types.is_interval(wanted.type) else column.cast(wanted.type)
+            # A finer time than DuckDB keeps is cut to its microseconds, toward zero, as DuckDB cuts it.
+            column = _interval(column) if pa.types.is_interval(wanted.type) else pc.cast(column, wanted.type, safe=not _holds_time(wanted.type))
         table = table.set_column(index, wanted.with_name(field.name), column)
     return table
+
+
+def _holds_time(t: pa.DataType) -> bool:
+    """Whether ``t`` is, or holds, a timestamp or a time of day."""
+    return pa.types.is_timestamp(t) or pa.types.is_time(t) or any(_holds_time(t.field(i).type) for i in range(t.num_fields))
 
 
 def _uuids_as_strings(t: pa.DataType) -> pa.DataType:
