@@ -346,6 +346,35 @@ def test_a_parameter_as_an_order_or_group_term_is_refused_as_in_duckdb(default_e
     assert_same(default_engine, oracle, inside, [2])
 
 
+D = decimal.Decimal
+NESTED_PARAMETERS = [
+    [D("1.5"), D("12345.678")], [[D("1.5")], [D("22.25")]], [{"x": D("1.5")}, {"x": D("2.125")}],
+    {"key": [1, 2], "value": [D("1.5"), D("2.25")]}, {"a": D("1.23456789012345678901")}, [None, D("3.1")],
+    [2**63, -1], [1, "a"], [True, 1], [1, 2.5], [float("nan"), 1.0], {}, [], [None], {"Ab": [1, 2], "c d": "x"},
+    [dt.date(2020, 1, 1), dt.datetime(2020, 1, 2, 3)], ["it's", "a,b", "[x]"], [[]],
+]
+
+
+@pytest.mark.parametrize("value", NESTED_PARAMETERS, ids=repr)
+def test_a_list_or_dict_parameter_is_typed_as_duckdb_types_it(default_engine, oracle, value) -> None:
+    """DuckDB types a list's values (and a struct's, a map's) together: each was typed alone,
+    and the list's own rules rounded [1.5, 12345.678] to [1.5, 12345.7]."""
+    for sql in ("SELECT typeof(?) AS t, ? AS v", "SELECT count(*) FROM sales WHERE CAST(amount AS DECIMAL(9,3)) IN (SELECT unnest(?))"):
+        params = [value] * sql.count("?")
+        if "unnest" in sql and not (isinstance(value, list) and value and all(isinstance(v, D) for v in value if v is not None)):
+            continue
+        assert repr(default_engine.execute(sql, params).fetchall()) == repr(oracle.execute(sql, params).fetchall())
+
+
+def test_an_integer_beyond_128_bits_is_refused_as_duckdb_refuses_it(default_engine, oracle) -> None:
+    for value in (1 << 128, -(1 << 127) - 1):
+        with pytest.raises(duckdb.Error, match="too large"):
+            oracle.execute("SELECT ?", [value])
+        with pytest.raises(qengine.ProgrammingError, match="128 bits"):
+            default_engine.execute("SELECT ?", [value])  # it was a DOUBLE
+    assert default_engine.execute("SELECT typeof(?)", [(1 << 128) - 1]).fetchall() == [("UHUGEINT",)]
+
+
 def test_float_parameter_is_a_double(default_engine, oracle) -> None:
     sql = "SELECT ? AS x"
     got = default_engine.execute(sql, [1.5]).description[0][1]

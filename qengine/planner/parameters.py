@@ -8,15 +8,18 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import itertools
+import math
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import duckdb
 import sqlglot.expressions as exp
 from sqlglot.tokens import Token, TokenType
 
-from qengine.errors import NotSupportedError, ProgrammingError
+from qengine.errors import NotSupportedError, ProgrammingError, first_line
 from qengine.planner.templates import PARAMETER, compared
+from qengine.sandbox.connection import scratch_connection
 
 QUESTION_MARKS = "qengine_question_marks"  # meta of a statement whose parameters were written ?
 # meta of a bound literal: its placeholder ($1 for the first ?, $name), which names an
@@ -164,6 +167,8 @@ def literal(value: Any, duckdb_width: bool = False) -> exp.Expression:
     if isinstance(value, bool):
         return exp.Boolean(this=value)
     if isinstance(value, int):
+        if not -(1 << 127) <= value < 1 << 128:  # DuckDB refuses it too, where a number literal would be a DOUBLE
+            raise ProgrammingError(f"cannot bind the integer {value}: it does not fit in 128 bits")
         if 1 << 63 <= value < 1 << 64:  # DuckDB's binding: beyond BIGINT, a UBIGINT while one holds it
             return exp.cast(exp.Literal.number(value), exp.DataType.build("UBIGINT", dialect="duckdb"))
         return exp.Literal.number(value)
@@ -195,19 +200,50 @@ def literal(value: Any, duckdb_width: bool = False) -> exp.Expression:
         return exp.cast(exp.Literal.string(f"{value.days} days {value.seconds * 1_000_000 + value.microseconds} microseconds"), "INTERVAL")
     if isinstance(value, uuid.UUID):
         return exp.cast(exp.Literal.string(str(value)), "UUID")
-    if isinstance(value, list | tuple):
-        return exp.Array(expressions=[literal(v) for v in value])
-    if isinstance(value, dict):
-        # DuckDB's Python binding: {"key": [...], "value": [...]} is a MAP, any other dict a STRUCT
-        if value.keys() == {"key", "value"} and all(isinstance(v, list | tuple) for v in value.values()) and len(value["key"]) == len(value["value"]):
-            return exp.Map(keys=literal(value["key"]), values=literal(value["value"]))
-        fields = []
-        for k, v in value.items():
-            key = exp.to_identifier(str(k))
-            key.meta["case_sensitive"] = True  # a struct's field names keep their case (frontend)
-            fields.append(exp.PropertyEQ(this=key, expression=literal(v)))
-        return exp.Struct(expressions=fields)
+    if isinstance(value, list | tuple | dict):
+        return _nested_literal(value, _duckdb_type(value))
     raise ProgrammingError(f"cannot bind a parameter of type {type(value).__name__}")
+
+
+def _duckdb_type(value: list | tuple | dict) -> duckdb.DuckDBPyType:
+    """The type DuckDB binds a list or dict parameter as. Its values are of one type, which
+    DuckDB works out from all of them: ``[Decimal('1.5'), Decimal('12345.678')]`` is a
+    DECIMAL(8,3)[], ``[1, 'a']`` a VARCHAR[], ``[2**63, 1]`` a HUGEINT[]. Typing each value alone
+    left the list's own rules to pick, and it rounded 12345.678 to 12345.7."""
+    con = scratch_connection()
+    try:
+        return duckdb.sqltype(con.execute("SELECT typeof($1)", [value]).fetchone()[0])
+    except (duckdb.Error, TypeError, ValueError, OverflowError) as e:
+        raise ProgrammingError(f"cannot bind this {type(value).__name__} as a parameter: {first_line(str(e))}") from e
+    finally:
+        con.close()
+
+
+def _nested_literal(value: Any, kind: duckdb.DuckDBPyType) -> exp.Expression:
+    """``value`` as a literal of DuckDB's type ``kind`` for it (:func:`_duckdb_type`): a list,
+    struct or map built of its values, each cast to the type DuckDB gives the values there. A
+    NaN inside a list or struct is NULL, as DuckDB binds it."""
+    if value is None or type(value).__name__ in _PANDAS_MISSING or (isinstance(value, float) and math.isnan(value)):
+        return exp.Null()
+    children = dict(kind.children) if kind.id in ("list", "struct", "map") else {}
+    if kind.id == "list":
+        return exp.Array(expressions=[_nested_literal(v, children["child"]) for v in value])
+    if kind.id == "map":  # DuckDB's Python binding: {"key": [...], "value": [...]} is a MAP, {} an empty one
+        return exp.Map(
+            keys=exp.Array(expressions=[_nested_literal(k, children["key"]) for k in value.get("key", ())]),
+            values=exp.Array(expressions=[_nested_literal(v, children["value"]) for v in value.get("value", ())]),
+        )
+    if kind.id == "struct":
+        fields = []
+        for name, child in kind.children:
+            key = exp.to_identifier(name)
+            key.meta["case_sensitive"] = True  # a struct's field names keep their case (frontend)
+            fields.append(exp.PropertyEQ(this=key, expression=_nested_literal(value.get(name), child)))
+        return exp.Struct(expressions=fields)
+    if str(kind) == '"NULL"':
+        return exp.Null()
+    # a Cast of its own: sqlglot's cast() keeps a DECIMAL(38,1) as it is for a DECIMAL(8,3)
+    return exp.Cast(this=literal(value), to=exp.DataType.build(str(kind), dialect="duckdb"))
 
 
 def _decimal_literal(value: decimal.Decimal, duckdb_width: bool) -> exp.Expression:
