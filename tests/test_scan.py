@@ -296,3 +296,21 @@ def test_times_finer_than_duckdb_keeps_and_zoned_timestamps_read_as_duckdb_reads
         con.execute("CREATE TABLE kept AS SELECT * FROM t ORDER BY id")
         con.execute("INSERT INTO kept SELECT * FROM t WHERE id < 3")
         assert con.execute("SELECT typeof(t64), count(*) FROM kept GROUP BY 1").fetchall() == [("TIME", rows + 3)]
+
+
+def test_a_parquet_time_with_time_zone_is_described_as_one_and_refused_when_read(tmp_path) -> None:
+    """pyarrow reads DuckDB's TIME WITH TIME ZONE (a Parquet TIME adjusted to UTC) as a plain
+    time: the column was DESCRIBEd as TIME and its values came back without their offset."""
+    path = str(tmp_path / "t.parquet")
+    oracle = duckdb.connect()
+    oracle.execute(f"COPY (SELECT i AS id, TIMETZ '10:00:00+02' AS ttz FROM range(3) r(i)) TO '{path}'")
+    oracle.execute(f"CREATE VIEW t AS SELECT * FROM read_parquet('{path}')")
+    with qengine.connect(workers=1, allowed_roots=[str(tmp_path)]) as con:
+        con.register_parquet("t", path)
+        assert con.execute("DESCRIBE t").fetchall() == oracle.execute("DESCRIBE t").fetchall()
+        for sql in ("SELECT ttz, id FROM t", "SELECT * FROM t ORDER BY id", "SELECT ttz FROM t WHERE id = 0"):
+            with pytest.raises(qengine.NotSupportedError, match="TIME WITH TIME ZONE"):
+                con.execute(sql)
+        for sql in ("SELECT id, CAST(ttz AS VARCHAR) AS v FROM t ORDER BY id", "SELECT id FROM t ORDER BY id DESC",
+                    "SELECT count(*) FROM t WHERE ttz = TIMETZ '08:00:00+00'"):
+            assert_same(con, oracle, sql)

@@ -271,9 +271,12 @@ def duckdb_schema(schema: pq.ParquetSchema) -> pa.Schema:
     the UUID, tagged as one (``sandbox.carried_types``), as DuckDB's own Arrow output carries it."""
     arrow = _with_uuids(schema)
     intervals = set(_interval_columns(schema))
+    zoned = set(_zoned_time_columns(schema))
     for index, field in enumerate(arrow):
         kind = pa.month_day_nano_interval() if field.name in intervals else _as_duckdb_reads(field.type)
-        if kind != field.type:
+        if field.name in zoned:  # pyarrow reads a time of day with its offset dropped
+            arrow = arrow.set(index, tagged(field.with_type(kind), "TIME WITH TIME ZONE"))
+        elif kind != field.type:
             arrow = arrow.set(index, tagged(field.with_type(kind), type_code(field.type)) if _holds_uuid(field.type) else field.with_type(kind))
     return arrow
 
@@ -330,6 +333,13 @@ def _duckdb_time_zone() -> str:
         return con.execute("SELECT current_setting('TimeZone')").fetchone()[0]
     finally:
         con.close()
+
+
+def _zoned_time_columns(schema: pq.ParquetSchema) -> list[str]:
+    """The top-level columns of a Parquet schema that hold DuckDB's TIME WITH TIME ZONE (a TIME
+    adjusted to UTC), which pyarrow reads as a plain time."""
+    columns = (schema.column(i) for i in range(len(schema)))
+    return [c.path for c in columns if c.logical_type.type == "TIME" and '"isAdjustedToUTC":true' in c.logical_type.to_json() and "." not in c.path]
 
 
 def _interval_columns(schema: pq.ParquetSchema) -> list[str]:

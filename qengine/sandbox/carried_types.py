@@ -51,9 +51,8 @@ def tag_types(table: pa.Table, types: list[str], nulls: Collection[str] = ()) ->
     """``table`` (a fragment's result, whose DuckDB column types are ``types``) with each
     column of a type Arrow does not carry tagged with that type, and the columns the planner
     knows to be untyped NULL (``nulls``, see ``planner.null_columns``) tagged NULL."""
-    for pattern, what in _REFUSED.items():
-        if any(pattern.search(t) for t in types):
-            raise NotSupportedError(f"{what} is not supported in a query's columns (cast it to VARCHAR)")
+    for t in types:
+        refuse_unsupported(t)
     tags = ["NULL" if f.name in nulls else t if _RETYPED.search(t) else None for f, t in zip(table.schema, types, strict=True)]
     if not any(tags):
         return table
@@ -68,6 +67,18 @@ def tag_types(table: pa.Table, types: list[str], nulls: Collection[str] = ()) ->
     # dictionary with NULLs in it corrupted its heap (workers died of "free(): invalid next size")
     fields = [tagged(f.with_type(_decoded(f.type)), t) if t else f for f, t in zip(table.schema, tags, strict=True)]
     return table.cast(pa.schema(fields, table.schema.metadata))
+
+
+def unsupported(duckdb_type: str) -> str | None:
+    """What of ``duckdb_type`` cannot travel in Arrow (``_REFUSED``), or None."""
+    return next((what for pattern, what in _REFUSED.items() if pattern.search(duckdb_type)), None)
+
+
+def refuse_unsupported(duckdb_type: str) -> None:
+    """Raise if a column of ``duckdb_type`` cannot travel in Arrow."""
+    what = unsupported(duckdb_type)
+    if what is not None:
+        raise NotSupportedError(f"{what} is not supported in a query's columns (cast it to VARCHAR)")
 
 
 def _decoded(t: pa.DataType, nested: bool = False) -> pa.DataType:
