@@ -196,10 +196,10 @@ def default_connection() -> Any:
     return connection(connect)
 
 
-def sql(query: str) -> Any:
-    """``default_connection().sql(query)``: a relation for a query, as ``duckdb.sql``; any
-    other statement runs at once and gives None."""
-    return default_connection().sql(query)
+def sql(query: str, *, params: Any = None) -> Any:
+    """``default_connection().sql(query, params=params)``: a relation for a query, as
+    ``duckdb.sql``; any other statement runs at once and gives None."""
+    return default_connection().sql(query, params=params)
 
 
 def execute(operation: str, parameters: Any = None) -> Any:

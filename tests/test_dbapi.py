@@ -375,6 +375,19 @@ def test_an_integer_beyond_128_bits_is_refused_as_duckdb_refuses_it(default_engi
     assert default_engine.execute("SELECT typeof(?)", [(1 << 128) - 1]).fetchall() == [("UHUGEINT",)]
 
 
+def test_numpy_parameters_bind_by_their_values_or_are_refused(default_engine, oracle) -> None:
+    import numpy as np
+
+    # an array is a LIST, as DuckDB binds it (it failed with InternalError)
+    for array in (np.array([1, 2, 3]), np.array([1.5, 2.5]), np.array([[1, 2], [3, 4]])):
+        sql = "SELECT ? AS v, typeof(?) AS t"
+        assert default_engine.execute(sql, [array, array]).fetchall() == oracle.execute(sql, [array, array]).fetchall()
+    # a nanosecond time has no Python value but an integer: np.timedelta64(1, 'ns') was bound as 1
+    with pytest.raises(qengine.ProgrammingError, match="convert it to a datetime or timedelta"):
+        default_engine.execute("SELECT ?", [np.timedelta64(1, "ns")])
+    assert default_engine.execute("SELECT ?", [np.timedelta64(90, "s")]).fetchall() == [(dt.timedelta(seconds=90),)]
+
+
 def test_float_parameter_is_a_double(default_engine, oracle) -> None:
     sql = "SELECT ? AS x"
     got = default_engine.execute(sql, [1.5]).description[0][1]

@@ -9,6 +9,7 @@ tables and rows. One 2-worker cluster serves the module.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import sys
 
@@ -261,6 +262,18 @@ def test_named_parameters_bind_as_in_duckdb(con, oracle) -> None:
     # lists still bind ? as before, the same text after a dict run included
     assert con.execute("SELECT count(*) FROM sales WHERE qty > ?", [50]).fetchall() == oracle.execute(
         "SELECT count(*) FROM sales WHERE qty > ?", [50]).fetchall()
+
+
+def test_sql_takes_params_as_duckdb_s_does(con, oracle) -> None:
+    # sql(query, params=...) failed with InternalError(TypeError)
+    for sql, params in (("SELECT count(*) AS n FROM sales WHERE qty > ? AND note = ?", [10, "gift"]),
+                        ("SELECT ?::DATE + 1 AS d", [dt.date(2024, 2, 28)]),
+                        ("SELECT sum(qty) AS q FROM sales WHERE qty < $hi", {"hi": 40})):
+        ours, theirs = con.sql(sql, params=params), oracle.sql(sql, params=params)
+        assert ours.columns == theirs.columns
+        assert ours.fetchall() == theirs.fetchall()
+    assert con.sql("CREATE TABLE p AS SELECT ? AS x", params=[7]) is None
+    assert con.sql("SELECT x FROM p").fetchall() == [(7,)]
 
 
 # ---- reading files and tables -------------------------------------------------------------

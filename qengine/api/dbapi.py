@@ -345,11 +345,12 @@ class Connection:
         return self.cursor().executemany(operation, seq_of_parameters)
 
     @_user_errors
-    def sql(self, query: str) -> Relation | None:
+    def sql(self, query: str, *, params: Sequence[Any] | Mapping[str, Any] | None = None) -> Relation | None:
         """A relation for a query, run when its rows are asked for (``api.relation``); any
-        other statement runs at once and gives None, as in DuckDB."""
+        other statement runs at once and gives None, as in DuckDB. With ``params`` (``?`` or
+        ``$name`` values) the query runs at once, as DuckDB's does."""
         self._check()
-        return relation_or_run(self, query, caller_scope(query))
+        return relation_or_run(self, query, caller_scope(query), params)
 
     def read_parquet(self, path: str | Sequence[str], **options: Any) -> Relation:
         """A relation over Parquet files: a file, directory, glob or list of them."""

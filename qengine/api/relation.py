@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -33,10 +33,15 @@ _EXPLAIN = re.compile(r"^\s*EXPLAIN\b", re.IGNORECASE)
 _SELF = "__relation"  # a relation's name in the queries it runs over itself, and a materialized one's rows
 
 
-def relation_or_run(connection: Any, sql: str, scope: Mapping[str, Any]) -> Relation | None:
+def relation_or_run(
+    connection: Any, sql: str, scope: Mapping[str, Any], params: Sequence[Any] | Mapping[str, Any] | None = None
+) -> Relation | None:
     """A relation for a query; any other statement runs at once and gives None, as in DuckDB.
     Several statements run at once too; if the last is a query, its rows, read then, are the
-    relation's."""
+    relation's. So does a query given ``params``, as DuckDB's ``sql(query, params=...)`` does."""
+    if params is not None:
+        cursor = connection.cursor().execute_scoped(sql, scope, params)
+        return None if cursor.description is None else Relation(connection, f"SELECT * FROM {_SELF}", {_SELF: cursor.fetch_arrow_table()})
     if _EXPLAIN.match(checked_sql(sql)):
         return Relation(connection, sql, scope)
     statements = parse(sql, connection.session.dialect)

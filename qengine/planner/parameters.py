@@ -163,7 +163,13 @@ def literal(value: Any, duckdb_width: bool = False) -> exp.Expression:
     if value is None or type(value).__name__ in _PANDAS_MISSING:
         return exp.Null()
     if type(value).__module__ == "numpy" and hasattr(value, "item"):  # np.float64(1.5): its Python value
-        return literal(value.item(), duckdb_width)
+        if getattr(value, "ndim", 0):  # an array: DuckDB binds it as a LIST
+            return literal(value.tolist(), duckdb_width)
+        item = value.item()
+        if getattr(value, "dtype", None) is not None and value.dtype.kind in "mM" and not isinstance(item, dt.date | dt.timedelta):
+            # a nanosecond numpy time has no Python value but an integer: np.timedelta64(1, 'ns') was bound as 1
+            raise ProgrammingError(f"cannot bind {value!r}: convert it to a datetime or timedelta (of microseconds at most)")
+        return literal(item, duckdb_width)
     if isinstance(value, bool):
         return exp.Boolean(this=value)
     if isinstance(value, int):
