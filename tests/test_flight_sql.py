@@ -120,6 +120,22 @@ def test_queries_give_duckdbs_answers(adbc, oracle, sql: str) -> None:
     same(got, oracle.execute(sql).to_arrow_table(), sql)
 
 
+ENUM_SQL = "SELECT CAST(note AS ENUM('gift', 'promo', 'bulk', 'return')) AS e, count(*) AS n FROM sales GROUP BY 1 ORDER BY 2, 1"
+
+
+def test_an_enum_column_reaches_flight_sql_and_qengine_clients(server: Served, adbc, oracle, data_paths) -> None:
+    # pyarrow's generator stream sent no dictionary: the client failed to read any ENUM result
+    expected = oracle.execute(ENUM_SQL).to_arrow_table()
+    with adbc.cursor() as cur:
+        cur.execute(ENUM_SQL)
+        got = cur.fetch_arrow_table()
+    assert pa.types.is_dictionary(got.schema.field("e").type)
+    assert got.to_pylist() == expected.to_pylist()
+    with qengine.connect(f"qengine://{server.address}", token=server.token) as con:
+        con.register_parquet("sales", data_paths["sales"])
+        assert con.execute(ENUM_SQL).fetchall() == oracle.execute(ENUM_SQL).fetchall()
+
+
 def test_a_large_result_streams_in_batches(adbc, oracle) -> None:
     sql = "SELECT sale_id, cust_id, amount, note FROM sales"
     with adbc.cursor() as cur:

@@ -47,6 +47,7 @@ from qengine.transport.flight_sql_messages import (
     type_url_of,
     unpacked,
 )
+from qengine.transport.rpc import batch_stream
 
 IDLE_SECONDS = 600.0  # how long an unfetched result or an unused prepared statement is kept
 # The one catalog and schema tables are listed under: DuckDB's names for its in-memory database,
@@ -232,7 +233,7 @@ class FlightSqlService:
             finally:  # read to its end, failed, or given up by the client
                 stream.close()
 
-        return flight.GeneratorStream(schema, batches())
+        return batch_stream(schema, batches())
 
     def do_put(
         self,

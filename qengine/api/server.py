@@ -35,7 +35,7 @@ from qengine.errors import Error, OperationalError, ProgrammingError
 from qengine.planner.stages import StagePlan
 from qengine.runtime.membership import WorkerRegistry
 from qengine.runtime.shares import DEFAULT_USER, Shares
-from qengine.transport.rpc import ActionServer, server_error
+from qengine.transport.rpc import ActionServer, batch_stream, server_error
 from qengine.transport.wire import load_converters, schema_to_hex, table_from_hex
 
 log = logging.getLogger("qengine.runtime.coordinator")
@@ -325,7 +325,7 @@ class CoordinatorServer(ActionServer):
             finally:  # read to its end, failed, or given up by the client
                 stream.close()
 
-        return flight.GeneratorStream(stream.schema, batches())
+        return batch_stream(stream.schema, batches())
 
     def release(self) -> None:
         """Close every session and stop the workers that joined (a clean coordinator shutdown

@@ -107,6 +107,16 @@ def remote_error(info: dict[str, str]) -> Error:
     return error
 
 
+def batch_stream(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> flight.FlightDataStream:
+    """A DoGet answer sending ``batches`` as they are made. pyarrow's GeneratorStream sends no
+    dictionary messages, so a result with a dictionary column (an ENUM) failed to read ("IPC
+    stream did not have the expected number (1) of dictionaries"): such a schema goes as a
+    RecordBatchStream over a reader of the same batches, which sends each batch's dictionary."""
+    if any(pa.types.is_dictionary(f.type) for f in schema):
+        return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(schema, batches))
+    return flight.GeneratorStream(schema, batches)
+
+
 def server_error(exc: BaseException) -> flight.FlightServerError:
     """Wrap an exception raised while serving, keeping its class name and message."""
     return flight.FlightServerError(_MARKER + json.dumps(error_payload(exc)))
