@@ -14,7 +14,7 @@ import functools
 import os
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import duckdb
 import numpy as np
@@ -269,35 +269,49 @@ def duckdb_schema(schema: pq.ParquetSchema) -> pa.Schema:
     FLOAT), and timestamps in seconds or milliseconds (TIMESTAMP to DuckDB). A UUID, at any
     depth, pyarrow reads as its 16 bytes, which reached results as a BLOB: it is DuckDB's text of
     the UUID, tagged as one (``sandbox.carried_types``), as DuckDB's own Arrow output carries it."""
-    arrow = _with_uuids(schema)
+    arrow = _marked_leaves(schema, "UUID", _as_uuid)
+    described = _marked_leaves(schema, "JSON", _as_json, arrow)  # for its type's name alone: JSON travels as text
     intervals = set(_interval_columns(schema))
     zoned = set(_zoned_time_columns(schema))
     for index, field in enumerate(arrow):
         kind = pa.month_day_nano_interval() if field.name in intervals else _as_duckdb_reads(field.type)
         if field.name in zoned:  # pyarrow reads a time of day with its offset dropped
             arrow = arrow.set(index, tagged(field.with_type(kind), "TIME WITH TIME ZONE"))
+        elif described.field(index).type != field.type:  # pyarrow reads a JSON column as text
+            arrow = arrow.set(index, tagged(field.with_type(kind), type_code(described.field(index).type)))
         elif kind != field.type:
             arrow = arrow.set(index, tagged(field.with_type(kind), type_code(field.type)) if _holds_uuid(field.type) else field.with_type(kind))
     return arrow
 
 
-def _with_uuids(schema: pq.ParquetSchema) -> pa.Schema:
-    """The file's Arrow schema, with its UUID columns (also inside lists, structs and maps) as
-    Arrow's UUID, as pyarrow reads them; the schema pyarrow derives from a footer has their
-    16 bytes. Parquet's leaf columns come in the order of a depth-first walk of the fields."""
-    arrow = schema.to_arrow_schema()
-    uuids = [schema.column(i).logical_type.type == "UUID" for i in range(len(schema))]
-    if not any(uuids):
+def _marked_leaves(
+    schema: pq.ParquetSchema, logical: str, make: Callable[[pa.DataType], pa.DataType], arrow: pa.Schema | None = None
+) -> pa.Schema:
+    """``arrow`` (by default the file's Arrow schema) with the leaves of Parquet logical type
+    ``logical`` (also inside lists, structs and maps) made what ``make`` makes of them: a UUID
+    as Arrow's UUID, as pyarrow reads it (the schema pyarrow derives from a footer has its 16
+    bytes), a JSON as Arrow's JSON. Parquet's leaf columns come in the order of a depth-first
+    walk of the fields."""
+    arrow = arrow if arrow is not None else schema.to_arrow_schema()
+    marked = [schema.column(i).logical_type.type == logical for i in range(len(schema))]
+    if not any(marked):
         return arrow
-    leaves = iter(uuids)
-    return pa.schema([f.with_type(_uuid_leaves(f.type, leaves)) for f in arrow], arrow.metadata)
+    leaves = iter(marked)
+
+    def walk(t: pa.DataType) -> pa.DataType:
+        if pa.types.is_struct(t) or pa.types.is_map(t) or pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            return with_child_types(t, walk)
+        return make(t) if next(leaves) else t
+
+    return pa.schema([f.with_type(walk(f.type)) for f in arrow], arrow.metadata)
 
 
-def _uuid_leaves(t: pa.DataType, leaves: Iterator[bool]) -> pa.DataType:
-    """``t`` with the leaves that ``leaves`` (one flag per leaf, in order) marks as UUID made Arrow's UUID."""
-    if pa.types.is_struct(t) or pa.types.is_map(t) or pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return with_child_types(t, lambda child: _uuid_leaves(child, leaves))
-    return pa.uuid() if next(leaves) and pa.types.is_fixed_size_binary(t) and t.byte_width == 16 else t
+def _as_uuid(t: pa.DataType) -> pa.DataType:
+    return pa.uuid() if pa.types.is_fixed_size_binary(t) and t.byte_width == 16 else t
+
+
+def _as_json(t: pa.DataType) -> pa.DataType:
+    return pa.json_() if pa.types.is_string(t) else t
 
 
 def _holds_uuid(t: pa.DataType) -> bool:
@@ -355,6 +369,8 @@ def _as_duckdb_read(table: pa.Table, target: pa.Schema) -> pa.Table:
     for index, field in enumerate(table.schema):
         wanted = target.field(field.name)
         if wanted.type == field.type:
+            if wanted.metadata != field.metadata:  # a JSON column's tag
+                table = table.set_column(index, wanted.with_name(field.name), table.column(index))
             continue
         column = table.column(index)
         if _holds_uuid(field.type):

@@ -57,6 +57,8 @@ def type_code(t: pa.DataType) -> str:
     reads it, not Arrow's ``struct<a: int32>``)."""
     if isinstance(t, pa.UuidType):  # as a Parquet file's UUID column reads
         return "UUID"
+    if isinstance(t, pa.JsonType):  # as a Parquet file's JSON column is named
+        return "JSON"
     if pa.types.is_boolean(t):
         return "BOOLEAN"
     if pa.types.is_integer(t):
