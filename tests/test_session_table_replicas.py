@@ -293,3 +293,25 @@ def test_losing_both_holders_of_a_partition_fails_the_table(fresh) -> None:
     message = f"session table doomed lost partition {lost}: both workers holding it were lost"
     with pytest.raises(qengine.OperationalError, match=re.escape(message)):
         answer(fresh, "doomed")
+
+
+@pytest.mark.parametrize("statement", ["ctas", "insert"])
+def test_a_writer_lost_before_its_rows_are_copied_runs_the_statement_again(fresh, sales_oracle, statement: str) -> None:
+    """A worker lost after a CREATE TABLE AS or INSERT's last task, before its new partitions
+    were copied, took them with it: the statement reported them stored, and the table (for an
+    INSERT, the rows it held before too) could not be read again."""
+    if statement == "insert":
+        fresh.execute("CREATE TABLE w AS SELECT sale_id AS x FROM sales WHERE qty <= 10")
+    victim = fresh._cluster.workers[1]
+    killed: list[int] = []
+
+    def progress(done: int, total: int) -> None:
+        if done == total and not killed:
+            killed.append(done)
+            victim.process.send_signal(signal.SIGKILL)
+            victim.process.wait(timeout=10)
+
+    sql = "CREATE TABLE w AS SELECT sale_id AS x FROM sales" if statement == "ctas" else "INSERT INTO w SELECT sale_id FROM sales WHERE qty > 10"
+    fresh.cursor().execute(sql, progress=progress)
+    assert killed
+    assert answer(fresh, "w") == sales_oracle.execute(SUM_SQL.format("(SELECT sale_id AS x FROM sales)")).fetchall()

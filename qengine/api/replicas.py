@@ -62,16 +62,17 @@ class Replicas:
             list(pool.map(put, partitions))
         self.copy(partitions, rows)
 
-    def copy(self, partitions: list[Partition], rows: dict[str, pa.Table] | None = None) -> None:
-        """Give each partition with too few holders a copy on another live worker.
+    def copy(self, partitions: list[Partition], rows: dict[str, pa.Table] | None = None) -> list[Partition]:
+        """Give each partition with too few holders a copy on another live worker; returns the
+        partitions none of whose holders answered, so that no copy could be made: their rows may
+        be gone with a lost worker, and the statement that wrote them must not report them kept.
 
         ``rows`` are partitions' tables where this process has them (registered data), so they
-        are not fetched back from their holders. A copy that fails is logged and retried by the
-        next statement's :meth:`heal`: the partition is still whole on its holder, and the
-        statement that wrote it keeps its result.
+        are not fetched back from their holders. A put that fails is logged and retried by the
+        next statement's :meth:`heal`: the partition is still whole on its holder.
         """
         with self._lock:
-            self._copy(partitions, rows or {})
+            return self._copy(partitions, rows or {})
 
     def heal(self, partitions: Iterable[Partition]) -> None:
         """Drop the holders that are no longer in the cluster, then copy every partition left
@@ -89,7 +90,7 @@ class Replicas:
                         log.error("session table partition %s lost: every worker holding it has left the cluster", p.key)
             self._copy(partitions, {})
 
-    def _copy(self, partitions: list[Partition], rows: dict[str, pa.Table]) -> None:
+    def _copy(self, partitions: list[Partition], rows: dict[str, pa.Table]) -> list[Partition]:
         live = self.cluster.addresses
         wanted = min(COPIES, len(live))
         jobs = []
@@ -100,30 +101,33 @@ class Replicas:
             if others:
                 jobs.append((p, others[next(self._turn) % len(others)]))
         if not jobs:
-            return
+            return []
 
-        def one(job: tuple[Partition, str]) -> None:
+        def one(job: tuple[Partition, str]) -> bool:
             partition, target = job
-            self._copy_one(partition, target, rows.get(partition.key))
+            return self._copy_one(partition, target, rows.get(partition.key))
 
         with ThreadPoolExecutor(max_workers=min(THREADS, len(jobs)), thread_name_prefix="qengine-copy") as pool:
-            list(pool.map(one, jobs))
+            answered = list(pool.map(one, jobs))
+        return [p for (p, _), ok in zip(jobs, answered, strict=True) if not ok]
 
-    def _copy_one(self, partition: Partition, target: str, table: pa.Table | None) -> None:
-        """Copy one partition to ``target`` and record it there; a failure is only logged."""
+    def _copy_one(self, partition: Partition, target: str, table: pa.Table | None) -> bool:
+        """Copy one partition to ``target`` and record it there; a failure is only logged.
+        False when no holder answered for its rows."""
         if table is None:
             try:
                 table = self._read(partition)
             except Error as e:
                 log.warning("cannot copy session table partition %s: no holder answered: %s", partition.key, e)
-                return
+                return False
         try:
             self.cluster.pool.get(target).put({"key": partition.key}, table)
         except Error as e:
             self._barred.add((partition.key, target))
             log.warning("cannot copy session table partition %s to %s: %s", partition.key, target, e)
-            return
+            return True
         partition.holders = [*partition.holders, target]
+        return True
 
     def _read(self, partition: Partition) -> pa.Table:
         """The partition's rows from the first of its holders that answers."""

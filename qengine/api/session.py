@@ -32,7 +32,7 @@ from qengine.catalog.access import claim_output, record_output
 from qengine.catalog.catalog import Catalog, View
 from qengine.catalog.sources import CsvSource, MemorySource, Partition, RecordSource, Source, hive_parquet
 from qengine.catalog.types import column_type
-from qengine.errors import InputLostError, NotSupportedError, ProgrammingError, WorkerUnreachableError
+from qengine.errors import InputLostError, NotSupportedError, OperationalError, ProgrammingError, WorkerUnreachableError
 from qengine.planner import plan_query, table_sources
 from qengine.planner.clock import read_clock_once
 from qengine.planner.explain import explain_lines
@@ -373,15 +373,37 @@ class Session:
         plan = self.plan(query)
         plan.names = deduplicated(plan.names)
         uid = next(_table_ids)
-        key = f"table/{uid}/0"
-        placement, stats, query_id = self._coordinate(plan, output={"kind": "table", "key": key, "names": plan.names}, progress=progress)
-        stats.spilled_bytes = self.coordinator.release(f"{query_id}/")
+        placement, stats, partitions = self._write_table(plan, {"kind": "table", "names": plan.names}, f"table/{uid}", progress)
         first = schema_from_hex(placement[0][1]["schema"])
         schema = pa.schema([f.with_name(n) for f, n in zip(first, plan.names, strict=True)])
         source = MemorySource(name, schema, uid)
-        source.partitions = _partitions(key, placement)
-        self.replicas.copy(source.partitions)
+        source.partitions = partitions
         return source, stats
+
+    def _write_table(
+        self, plan: StagePlan, output: dict, under: str, progress: Callable[[int, int], None] | None
+    ) -> tuple[list[tuple[str, dict]], QueryStats, list[Partition]]:
+        """Run a table-writing query (CREATE TABLE AS, INSERT) and copy its partitions to a
+        second worker each. A worker lost after the last task, before the copy of what it held,
+        took the new rows with it, and the statement reported them stored (an INSERT left the
+        whole table unreadable): the query is then run again, under a new key, and after
+        ``RESULT_TRIES`` runs the statement fails, the table as it was."""
+        runs = 0
+        while True:
+            runs += 1
+            key = f"{under}/{next(_table_ids)}"
+            placement, stats, query_id = self._coordinate(plan, output=dict(output, key=key), progress=progress)
+            stats.spilled_bytes = self.coordinator.release(f"{query_id}/")
+            partitions = _partitions(key, placement)
+            lost = self.replicas.copy(partitions)
+            if not lost:
+                return placement, stats, partitions
+            self.coordinator.release(f"{key}/")  # what the run left on the workers still there
+            if runs == RESULT_TRIES:
+                raise OperationalError(
+                    f"the worker holding partition {lost[0].key} of the rows written was lost before they were copied, "
+                    f"{RESULT_TRIES} times; nothing was written"
+                )
 
     def _insert(self, st: exp.Insert, progress: Callable[[int, int], None] | None) -> Result:
         target = st.this
@@ -412,17 +434,8 @@ class Session:
             plan = self.plan(query)
         if len(plan.names) != len(columns):
             raise ProgrammingError(f"INSERT has {len(columns)} target columns but the query returns {len(plan.names)}")
-        key = f"table/{source.uid}/{next(_table_ids)}"
-        output = {
-            "kind": "table",
-            "key": key,
-            "schema": schema_to_hex(source.schema),
-            "insert_columns": [lookup[c.lower()] for c in columns],
-        }
-        placement, _, query_id = self._coordinate(plan, output=output, progress=progress)
-        self.coordinator.release(f"{query_id}/")
-        partitions = _partitions(key, placement)
-        self.replicas.copy(partitions)
+        output = {"kind": "table", "schema": schema_to_hex(source.schema), "insert_columns": [lookup[c.lower()] for c in columns]}
+        placement, _, partitions = self._write_table(plan, output, f"table/{source.uid}", progress)
         with self._lock:
             source.partitions += partitions
         self.catalog.changed()
