@@ -25,7 +25,7 @@ from qengine.catalog.sources import Partition
 from qengine.exchange.store import BlockStore
 from qengine.runtime.task import TaskRunner
 from qengine.transport.wire import schema_to_hex
-from tests.conftest import duckdb_over, free_port
+from tests.conftest import duckdb_over, free_port, wait_until
 
 SUM_SQL = "SELECT count(*), sum(x) FROM {}"
 CTAS_SELECT = "SELECT sale_id AS x, qty, note FROM sales WHERE qty > 10"
@@ -315,3 +315,20 @@ def test_a_writer_lost_before_its_rows_are_copied_runs_the_statement_again(fresh
     fresh.cursor().execute(sql, progress=progress)
     assert killed
     assert answer(fresh, "w") == sales_oracle.execute(SUM_SQL.format("(SELECT sale_id AS x FROM sales)")).fetchall()
+
+
+def test_an_idle_connection_copies_a_lost_holder_s_partitions_before_its_next_statement(fresh) -> None:
+    """Copies were made again only at the next statement: a connection idle through two losses,
+    the cluster healed in between, lost the table."""
+    table = registered(fresh, "idle")
+    first = partitions(fresh, "idle")[0].holders[0]
+    kill(fresh, first)
+
+    def copied_again() -> bool:
+        live = set(fresh._cluster.addresses)
+        return len(live) == 3 and all(len(p.holders) == 2 and set(p.holders) <= live for p in partitions(fresh, "idle"))
+
+    wait_until(lambda: first not in fresh._cluster.addresses, 60, "the cluster to notice the loss")
+    wait_until(copied_again, 60, "the lost holder's partitions to be copied with no statement run")
+    kill(fresh, partitions(fresh, "idle")[0].holders[0])
+    assert answer(fresh, "idle") == duckdb_answer(table)

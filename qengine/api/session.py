@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import itertools
 import json
+import logging
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -32,7 +33,7 @@ from qengine.catalog.access import claim_output, record_output
 from qengine.catalog.catalog import Catalog, View
 from qengine.catalog.sources import CsvSource, MemorySource, Partition, RecordSource, Source, hive_parquet
 from qengine.catalog.types import column_type
-from qengine.errors import InputLostError, NotSupportedError, OperationalError, ProgrammingError, WorkerUnreachableError
+from qengine.errors import Error, InputLostError, NotSupportedError, OperationalError, ProgrammingError, WorkerUnreachableError
 from qengine.planner import plan_query, table_sources
 from qengine.planner.clock import read_clock_once
 from qengine.planner.explain import explain_lines
@@ -56,6 +57,8 @@ from qengine.runtime.stats import QueryStats
 from qengine.sandbox.carried_types import tagged_result
 from qengine.sandbox.connection import scratch_connection
 from qengine.transport.wire import schema_from_hex, schema_to_hex
+
+log = logging.getLogger("qengine.api.session")
 
 # EXPLAIN [ANALYZE] query, or EXPLAIN (option, ...) query with options ANALYZE and FORMAT text|trace
 _EXPLAIN = re.compile(r"^\s*EXPLAIN(?:(\s+ANALYZE)|\s*\(([^()]*)\))?\s+(.*)$", re.IGNORECASE | re.DOTALL)
@@ -93,6 +96,7 @@ class Session:
         self.catalog = catalog
         self.coordinator = Coordinator(cluster, _execution(settings, user))
         self.replicas = Replicas(cluster)
+        cluster.changes.listen(self._heal_now)  # a lost holder's partitions are copied at once, not at the next statement
         self.templates = Templates()
         self.prepared = Prepared()
         self.statements = Statements()
@@ -171,6 +175,15 @@ class Session:
                 result.close()  # only the last statement's rows are read
                 result = self._execute_one(bound, progress)
             return result
+
+    def _heal_now(self) -> None:
+        """Heal when the cluster's workers change (``runtime.membership_changes``): an idle
+        connection kept one copy of a lost holder's partitions until its next statement, and
+        a second loss before it lost them."""
+        try:
+            self._heal()
+        except Error as e:  # the next statement heals again, and says what fails
+            log.warning("copying session tables after a change of the workers failed: %s", e)
 
     def _heal(self) -> None:
         """Before a statement: bring every session-table partition back to two holders, after a
@@ -564,6 +577,7 @@ class Session:
 
     def close(self) -> None:
         """Free the session tables' rows held on the workers, and the coordinator's threads."""
+        self.cluster.changes.forget(self._heal_now)
         for source in list(self.catalog.tables.values()):
             if isinstance(source, MemorySource):
                 self.coordinator.release(f"table/{source.uid}/")

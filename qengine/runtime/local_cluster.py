@@ -48,6 +48,7 @@ import psutil
 
 from qengine.errors import OperationalError
 from qengine.runtime.cluster_load import ClusterLoad
+from qengine.runtime.membership_changes import MembershipChanges
 from qengine.runtime.network_load import NetworkLoad
 from qengine.runtime.query_history import QueryHistory
 from qengine.runtime.shares import Shares
@@ -136,6 +137,7 @@ class LocalCluster:
         # address → why it was lost; addresses are never reused (a replacement that happened
         # to get a lost one's port is started again)
         self._lost: dict[str, str] = {}
+        self.changes = MembershipChanges()  # told when a worker is lost or a replacement joins
         self._ids = itertools.count(workers)  # replacements are numbered past the first workers
         self.failed = False
         self._closed = False
@@ -324,6 +326,7 @@ class LocalCluster:
             place = self._handles.index(handle)
             self._handles.pop(place)
         log.warning("worker %d at %s %s: replacing it", handle.id, handle.address, why)
+        self.changes.changed()
         if handle.process is not None:
             with contextlib.suppress(OSError):
                 handle.process.kill()
@@ -362,6 +365,7 @@ class LocalCluster:
                     return
                 self._handles.insert(min(place, len(self._handles)), WorkerHandle(worker_id, address, proc, spill_dir))
             log.info("worker %d serving on %s in place of worker %d", worker_id, address, handle.id)
+            self.changes.changed()
         finally:
             with self._changed:
                 self._starting.remove(threading.current_thread())

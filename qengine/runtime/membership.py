@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from qengine.errors import OperationalError
 from qengine.runtime.cluster_load import ClusterLoad
+from qengine.runtime.membership_changes import MembershipChanges
 from qengine.runtime.network_load import NetworkLoad
 from qengine.runtime.query_history import QueryHistory
 from qengine.runtime.shares import Shares
@@ -53,6 +54,7 @@ class WorkerRegistry:
         self.network = NetworkLoad()  # the bytes under way between hosts (runtime.network_load)
         self.history = QueryHistory()  # the statements run and running (runtime.query_history)
         self._members: dict[int, Member] = {}
+        self.changes = MembershipChanges()  # told when a worker is marked dead or joins
         self._ids = itertools.count()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -74,6 +76,7 @@ class WorkerRegistry:
             worker_id = next(self._ids)
             self._members[worker_id] = Member(worker_id, address, memory_budget)
         log.info("worker %d joined from %s", worker_id, address)
+        self.changes.changed()
         return worker_id
 
     def heartbeat(self, worker_id: int) -> bool:
@@ -95,6 +98,8 @@ class WorkerRegistry:
             for member in late:
                 self.pool.forget(member.address)  # calls waiting on it fail instead of hanging
                 log.warning("worker %d at %s missed its heartbeats for %.1fs: marked dead", member.id, member.address, self.heartbeat_timeout)
+            if late:
+                self.changes.changed()
 
     # ---- the cluster face ---------------------------------------------------------------------
 

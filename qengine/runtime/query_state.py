@@ -23,6 +23,7 @@ from qengine.exchange.placement import Reducer
 from qengine.exchange.prediction import coalesce, coalesce_target
 from qengine.planner.stages import Stage, StagePlan
 from qengine.runtime.cluster_load import ClusterLoad
+from qengine.runtime.membership_changes import MembershipChanges
 from qengine.runtime.network_load import NetworkLoad
 from qengine.runtime.query_history import QueryHistory
 from qengine.runtime.shares import DEFAULT_USER, Shares
@@ -63,6 +64,9 @@ class Cluster(Protocol):
     def check_readable(self, paths: list[str]) -> None: ...
 
     def running_query(self) -> contextlib.AbstractContextManager[None]: ...
+
+    @property
+    def changes(self) -> MembershipChanges: ...
 
 
 @dataclass
