@@ -422,3 +422,23 @@ def test_describe_names_the_types_a_session_table_carries(con, duck) -> None:
     finally:
         con.execute("DROP TABLE sums")
         duck.execute("DROP TABLE sums")
+
+
+def test_a_partitioned_copy_that_fails_part_way_leaves_nothing(tmp_path) -> None:
+    """A result read that fails after some batches (its worker lost) left a thousand complete-
+    looking partition files holding part of the rows; a directory that was there stays."""
+    from qengine.api.copy_to import Target, write_partitions
+
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+
+    def batches():
+        for start in range(0, 300, 100):
+            yield pa.record_batch([pa.array(range(start, start + 100)), pa.array(range(100))], schema=schema)
+        raise qengine.OperationalError("the result could not be read to its end")
+
+    (tmp_path / "kept").mkdir()
+    for path in (tmp_path / "new" / "deeper", tmp_path / "kept"):
+        with pytest.raises(qengine.OperationalError, match="read to its end"):
+            write_partitions(Target(str(path), "hive", "parquet", False, ["k"]), schema, batches())
+    assert sorted(os.listdir(tmp_path)) == ["kept"]
+    assert os.listdir(tmp_path / "kept") == []

@@ -158,14 +158,16 @@ def write_partitions(out: Target, schema: pa.Schema, batches: Iterable[pa.Record
 
     The directory is new or empty (``target``): COPY deletes nothing it cannot tell it wrote. Each
     partition's writer stays open while the result streams past, so a partition's rows, from
-    whatever batch, go to its one file."""
+    whatever batch, go to its one file. A COPY that fails part way (its result could not be read
+    to its end) removes the files and directories it made: they looked like a whole output."""
     keys = out.partition_by  # as the result names them (``partition_keys``)
     kept = [n for n in schema.names if n not in keys]
-    os.makedirs(out.path, exist_ok=True)
+    made: list[str] = []  # directories this COPY created, parents first
     file_schema = pa.schema([schema.field(n) for n in kept])
     writers: dict[tuple[str, ...], tuple[BinaryIO, Any]] = {}
     rows = 0
     try:
+        _make_dirs(out.path, made)
         for batch in batches:
             for values, indices in _groups(batch, keys).items():
                 if values not in writers:
@@ -174,18 +176,49 @@ def write_partitions(out: Target, schema: pa.Schema, batches: Iterable[pa.Record
                     directory = os.path.join(out.path, *(f"{_escaped(k)}={_escaped(v)}" for k, v in zip(keys, values, strict=True)))
                     if os.path.commonpath([os.path.realpath(directory), os.path.realpath(out.path)]) != os.path.realpath(out.path):
                         raise ProgrammingError(f"partition directory {directory} is outside {out.path}")
-                    os.makedirs(directory, exist_ok=True)
+                    _make_dirs(directory, made)
                     sink = open(os.path.join(directory, f"data_0.{out.format}"), "xb")  # noqa: SIM115 - closed with its writer
                     writers[values] = (sink, _writer(sink, out.format, file_schema))
                 writers[values][1].write(batch.select(kept).take(pa.array(indices)))
                 rows += len(indices)
-    except OSError as e:
-        raise OperationalError(f"cannot write into {out.path}: {e}") from e
-    finally:
         for sink, writer in writers.values():
             writer.close()
             sink.close()
+    except BaseException as e:
+        _close_quietly(writers.values())
+        for sink, _ in writers.values():  # created by this COPY ("xb"): nobody else's
+            with contextlib.suppress(OSError):
+                os.unlink(sink.name)
+        for directory in reversed(made):
+            with contextlib.suppress(OSError):  # one another process wrote into stays
+                os.rmdir(directory)
+        if isinstance(e, OSError):
+            raise OperationalError(f"cannot write into {out.path}: {e}") from e
+        raise
     return rows
+
+
+def _close_quietly(writers: Iterable[tuple[BinaryIO, Any]]) -> None:
+    """Close a failed COPY's writers: closing one must not hide why it failed."""
+    for sink, writer in writers:
+        with contextlib.suppress(Exception):
+            writer.close()
+        sink.close()
+
+
+def _make_dirs(path: str, made: list[str]) -> None:
+    """``os.makedirs(path, exist_ok=True)``, noting in ``made`` each directory it created."""
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile by another: not ours to remove
+            os.mkdir(directory)
+            made.append(directory)
 
 
 def _writer(sink: BinaryIO, fmt: str, schema: pa.Schema) -> Any:
