@@ -317,10 +317,17 @@ class Builder(JoinPlanning, AggregatePlanning):
             sort_cols.append(match)
         distinct = select.args.get("distinct") is not None
         if hidden and distinct:
-            raise ProgrammingError("for SELECT DISTINCT, ORDER BY expressions must appear in the select list")
-        node = self._finish(Project(node, exprs + hidden))
-        if distinct:
-            node = self._finish(Distinct(node))
+            # Computed over the distinct rows, from the select items it is made of, as DuckDB
+            # binds such a key (ORDER BY a DESC, CASE WHEN a = 0 THEN b END); any other is refused.
+            over_items = [_over_items(e, exprs) for _, e in hidden]
+            if any(e is None for e in over_items):
+                raise ProgrammingError("for SELECT DISTINCT, ORDER BY expressions must appear in the select list")
+            node = self._finish(Distinct(self._finish(Project(node, exprs))))
+            node = self._finish(Project(node, [(n, col(n)) for n, _ in exprs] + [(h, e) for (h, _), e in zip(hidden, over_items, strict=True)]))
+        else:
+            node = self._finish(Project(node, exprs + hidden))
+            if distinct:
+                node = self._finish(Distinct(node))
         rel = Rel(node, display)
         if order:
             ordered = [
@@ -474,3 +481,20 @@ def _order_position(term: exp.Expression, items: int) -> int | None:
     if not 1 <= pos <= items:
         raise ProgrammingError(f"ORDER BY position {pos} is not in the select list (1 to {items})")
     return pos
+
+
+def _over_items(e: exp.Expression, items: list[tuple[str, exp.Expression]]) -> exp.Expression | None:
+    """``e`` with each part that is a select item's expression as that item's column, or None
+    when anything else of the row is left in it (a column, an aggregate, a window, a subquery)."""
+    by_expression = [(x, n) for n, x in items]
+
+    def swap(node: exp.Expression) -> exp.Expression:
+        return next((col(n) for x, n in by_expression if x == node), node)
+
+    rewritten = e.copy().transform(swap)
+    names = {n for n, _ in items}
+    if any(isinstance(n, exp.Subquery | exp.AggFunc | exp.Window) for n in rewritten.walk()):
+        return None
+    if any(c.table or c.name not in names for c in rewritten.find_all(exp.Column)):
+        return None
+    return rewritten
