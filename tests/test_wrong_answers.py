@@ -356,6 +356,19 @@ def test_correlated_subquery_over_a_windowed_derived_table(con, duck) -> None:
     assert_same(con, duck, sql)
 
 
+@pytest.mark.parametrize("sql", [
+    # over no rows the value was COALESCE(NULL, NULL) + 1, an INTEGER, which DuckDB would not mix
+    # with the DATE of a match in one CASE ("Cannot mix values of type INTEGER and DATE")
+    "SELECT count(*), min(a.id) FROM small a WHERE DATE '2000-03-01' + CAST(a.id AS INTEGER) <= (SELECT coalesce(min(DATE '2000-01-01' "
+    "+ CAST(b.id AS INTEGER)), max(DATE '2000-06-01' - 1)) + 1 FROM big b WHERE b.k = a.k AND (b.d > 1 OR b.d < -2))",
+    # over no rows: count 0 and the coalesce's default
+    "SELECT a.id, (SELECT count(*) * 10 + coalesce(max(b.id), -5) FROM big b WHERE b.k = a.k AND (b.d > 2 OR b.id < 0)) AS v "
+    "FROM small a ORDER BY a.id",
+])
+def test_correlated_aggregate_over_no_rows_keeps_its_type_and_value(con, duck, sql: str) -> None:
+    assert_same(con, duck, sql)
+
+
 # sqlglot's rule makes an IN or ANY subquery's values distinct with a GROUP BY of its item, put
 # into the subquery itself where it has none: its QUALIFY and HAVING then saw the groups.
 IN_SUBQUERY_EVALUATED_AFTER_ITS_ROWS = {

@@ -68,15 +68,23 @@ def _tables(e: exp.Expression) -> set[str]:
     return {c.table.lower() for c in e.find_all(exp.Column) if c.table}
 
 
-def _empty_value(e: exp.Expression) -> exp.Expression:
+def _empty_value(e: exp.Expression, alias: str) -> tuple[exp.Expression, list[exp.Expression]]:
+    """The value of ``e`` over no rows, and the aggregates it reads as columns ``_a0``,
+    ``_a1``… of the joined table ``alias``: a COUNT is 0, any other aggregate its own column,
+    which the LEFT JOIN makes NULL where no inner row matched, typed as the aggregate. A bare
+    NULL had no type: ``COALESCE(min(d + 30), …) + 1`` over no rows was ``NULL + 1``, an
+    INTEGER, which DuckDB refused to mix with the DATE of a match in one CASE."""
+    read: list[exp.Expression] = []
+
     def visit(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Count):
             return exp.Literal.number(0)
-        if isinstance(node, exp.AggFunc):
-            return exp.Null()
+        if isinstance(node, exp.AggFunc):  # the outermost: what is inside it is not visited
+            read.append(node.copy())
+            return exp.column(f"_a{len(read) - 1}", alias)
         return node
 
-    return e.copy().transform(visit, copy=False)
+    return e.copy().transform(visit, copy=False), read
 
 
 def decorrelate(query: exp.Expression) -> exp.Expression:
@@ -209,7 +217,8 @@ def _rewrite(outer: exp.Select, sub: exp.Subquery | exp.All) -> None:
     if checked:
         outputs = [exp.Count(this=exp.Star()).as_("_n"), exp.AnyValue(this=value.copy()).as_("_v")]
     else:
-        outputs = [value.copy().as_("_v"), exp.true().as_("_m")]
+        empty, read = _empty_value(value, alias)
+        outputs = [value.copy().as_("_v"), exp.true().as_("_m"), *[a.as_(f"_a{i}") for i, a in enumerate(read)]]
     derived = exp.select(*[inner_e.copy().as_(f"_k{i}") for i, (_, inner_e) in enumerate(keys)], *outputs)
     derived.set("from_", inner.args["from_"].copy())
     if inner.args.get("joins"):
@@ -228,7 +237,7 @@ def _rewrite(outer: exp.Select, sub: exp.Subquery | exp.All) -> None:
     else:
         replacement = exp.Case(
             ifs=[exp.If(this=exp.column("_m", alias), true=exp.column("_v", alias))],
-            default=_empty_value(value),
+            default=empty,
         )
     # Of its one row, ``x op ANY (...)`` and ``x op ALL (...)`` are ``x op`` the row's value.
     quantified = sub.parent if isinstance(sub.parent, exp.Any | exp.All) else sub
