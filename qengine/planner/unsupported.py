@@ -61,6 +61,9 @@ def _construct(node: exp.Expression) -> str | None:
         # DuckDB computes such a CTE anew at each reference (a random() differs between them);
         # qengine computes a CTE once
         return "NOT MATERIALIZED on a CTE calling random(), uuid() or the like"
+    if isinstance(node, exp.DateBin) and isinstance(node.args.get("unit"), exp.Var):
+        # sqlglot reads the zone as a bare word, upper-cased: DuckDB looked up a column AMERICA
+        return "time_bucket() with a time zone (bucket timezone(zone, ts) and convert back)"
     if isinstance(node, exp.Collate):
         # a collation is the expression's own: the rows it makes cross exchanges as plain strings,
         # where partitions hash, sort and compare them byte by byte ('A' and 'a' hashed apart
