@@ -332,3 +332,11 @@ def test_an_idle_connection_copies_a_lost_holder_s_partitions_before_its_next_st
     wait_until(copied_again, 60, "the lost holder's partitions to be copied with no statement run")
     kill(fresh, partitions(fresh, "idle")[0].holders[0])
     assert answer(fresh, "idle") == duckdb_answer(table)
+
+
+def test_registering_just_after_a_worker_died_leaves_it_out(fresh) -> None:
+    # the put to the dead worker failed the registration with a raw "unreachable" error
+    fresh.execute("SELECT 1").fetchall()
+    kill(fresh, fresh._cluster.addresses[0])
+    table = registered(fresh, "late")
+    assert answer(fresh, "late") == duckdb_answer(table)

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pyarrow as pa
 
 from qengine.catalog.sources import Partition
-from qengine.errors import Error
+from qengine.errors import Error, WorkerUnreachableError
 from qengine.runtime.query_state import Cluster
 
 log = logging.getLogger("qengine.api.replicas")
@@ -56,7 +56,12 @@ class Replicas:
         to a first holder raises; a failed copy is left to the next :meth:`heal`."""
 
         def put(partition: Partition) -> None:
-            self.cluster.pool.get(partition.holders[0]).put({"key": partition.key}, rows[partition.key])
+            holder = partition.holders[0]
+            try:
+                self.cluster.pool.get(holder).put({"key": partition.key}, rows[partition.key])
+            except WorkerUnreachableError:
+                self.cluster.suspect(holder)  # a worker just lost: the caller's next try leaves it out
+                raise
 
         with ThreadPoolExecutor(max_workers=min(THREADS, max(1, len(partitions))), thread_name_prefix="qengine-put") as pool:
             list(pool.map(put, partitions))

@@ -590,7 +590,17 @@ class Session:
         return sorted([s.name for s in catalog.user_tables()] + [v.name for v in catalog.views.values()])
 
     def register_arrow(self, name: str, table: pa.Table) -> None:
-        """Spread an in-memory table over the workers as a session table, each piece on two."""
+        """Spread an in-memory table over the workers as a session table, each piece on two.
+        A worker found lost as its piece is put is left out of the next try."""
+        for tries_left in reversed(range(RESULT_TRIES)):
+            try:
+                self._register_arrow(name, table)
+                return
+            except WorkerUnreachableError:
+                if not tries_left:
+                    raise
+
+    def _register_arrow(self, name: str, table: pa.Table) -> None:
         addresses = self.cluster.addresses
         uid = next(_table_ids)
         source = MemorySource(name, table.schema, uid)
