@@ -352,6 +352,7 @@ NESTED_PARAMETERS = [
     {"key": [1, 2], "value": [D("1.5"), D("2.25")]}, {"a": D("1.23456789012345678901")}, [None, D("3.1")],
     [2**63, -1], [1, "a"], [True, 1], [1, 2.5], [float("nan"), 1.0], {}, [], [None], {"Ab": [1, 2], "c d": "x"},
     [dt.date(2020, 1, 1), dt.datetime(2020, 1, 2, 3)], ["it's", "a,b", "[x]"], [[]],
+    {1: "a", 2: "b"}, [{1: 10}], {True: 1},  # DuckDB names a field by its key's text
 ]
 
 
@@ -386,6 +387,8 @@ def test_numpy_parameters_bind_by_their_values_or_are_refused(default_engine, or
     with pytest.raises(qengine.ProgrammingError, match="convert it to a datetime or timedelta"):
         default_engine.execute("SELECT ?", [np.timedelta64(1, "ns")])
     assert default_engine.execute("SELECT ?", [np.timedelta64(90, "s")]).fetchall() == [(dt.timedelta(seconds=90),)]
+    for missing in (np.datetime64("NaT", "ns"), np.timedelta64("NaT")):  # NULL, as DuckDB binds it
+        assert default_engine.execute("SELECT ? IS NULL", [missing]).fetchall() == [(True,)]
 
 
 def test_float_parameter_is_a_double(default_engine, oracle) -> None:

@@ -442,3 +442,11 @@ def test_a_partitioned_copy_that_fails_part_way_leaves_nothing(tmp_path) -> None
             write_partitions(Target(str(path), "hive", "parquet", False, ["k"]), schema, batches())
     assert sorted(os.listdir(tmp_path)) == ["kept"]
     assert os.listdir(tmp_path / "kept") == []
+
+
+def test_a_partitioned_copy_whose_writer_refuses_a_column_leaves_nothing(con, files) -> None:
+    # the file was opened before its writer refused the INTERVAL, and was left behind
+    target = os.path.join(files["root"], "interval-parts")
+    with pytest.raises(qengine.NotSupportedError, match="INTERVAL"):
+        con.execute(f"COPY (SELECT INTERVAL 1 DAY AS i, 'a' AS k) TO '{target}' (FORMAT parquet, PARTITION_BY (k))")
+    assert not os.path.exists(target)

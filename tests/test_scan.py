@@ -303,15 +303,17 @@ def test_a_parquet_time_with_time_zone_is_described_as_one_and_refused_when_read
     time: the column was DESCRIBEd as TIME and its values came back without their offset."""
     path = str(tmp_path / "t.parquet")
     oracle = duckdb.connect()
-    oracle.execute(f"COPY (SELECT i AS id, TIMETZ '10:00:00+02' AS ttz FROM range(3) r(i)) TO '{path}'")
+    oracle.execute(f"COPY (SELECT i AS id, TIMETZ '10:00:00+02' AS ttz, [TIMETZ '12:00:00+05'] AS l, "
+                   f"{{'t': TIMETZ '01:02:03-02'}} AS s FROM range(3) r(i)) TO '{path}'")
     oracle.execute(f"CREATE VIEW t AS SELECT * FROM read_parquet('{path}')")
     with qengine.connect(workers=1, allowed_roots=[str(tmp_path)]) as con:
         con.register_parquet("t", path)
         assert con.execute("DESCRIBE t").fetchall() == oracle.execute("DESCRIBE t").fetchall()
-        for sql in ("SELECT ttz, id FROM t", "SELECT * FROM t ORDER BY id", "SELECT ttz FROM t WHERE id = 0"):
+        for sql in ("SELECT ttz, id FROM t", "SELECT * FROM t ORDER BY id", "SELECT ttz FROM t WHERE id = 0",
+                    "SELECT l, id FROM t", "SELECT s FROM t ORDER BY id"):
             with pytest.raises(qengine.NotSupportedError, match="TIME WITH TIME ZONE"):
                 con.execute(sql)
-        for sql in ("SELECT id, CAST(ttz AS VARCHAR) AS v FROM t ORDER BY id", "SELECT id FROM t ORDER BY id DESC",
+        for sql in ("SELECT id, CAST(ttz AS VARCHAR) AS v, CAST(l[1] AS VARCHAR) AS w FROM t ORDER BY id", "SELECT id FROM t ORDER BY id DESC",
                     "SELECT count(*) FROM t WHERE ttz = TIMETZ '08:00:00+00'"):
             assert_same(con, oracle, sql)
 

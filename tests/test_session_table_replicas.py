@@ -21,6 +21,7 @@ import pytest
 
 import qengine
 from qengine.api.dbapi import Connection
+from qengine.api.replicas import Replicas
 from qengine.catalog.sources import Partition
 from qengine.exchange.store import BlockStore
 from qengine.runtime.task import TaskRunner
@@ -340,3 +341,25 @@ def test_registering_just_after_a_worker_died_leaves_it_out(fresh) -> None:
     kill(fresh, fresh._cluster.addresses[0])
     table = registered(fresh, "late")
     assert answer(fresh, "late") == duckdb_answer(table)
+
+
+def test_a_new_partition_whose_only_holder_already_left_is_reported_lost(engine) -> None:
+    """Once the cluster had dropped a lost writer, its partition (one holder, not live) was
+    skipped as having all the holders a smaller cluster wants, and its write reported stored."""
+    address, other = engine._cluster.addresses[:2]
+    lonely = Partition([address], "table/999999/0/0", 1, 8)
+    one_left = Replicas(Shrunk(engine, {address, other}))  # a cluster of two that lost the writer
+    assert one_left.copy([lonely]) == [lonely]
+
+
+def test_a_dropped_table_is_never_copied_again(engine) -> None:
+    # a heal that had listed the table before its DROP put a copy on a worker, which nothing freed
+    registered(engine, "gone_soon")
+    parts = partitions(engine, "gone_soon")
+    engine.execute("DROP TABLE gone_soon")
+    one_holder = [Partition(p.holders[:1], p.key, p.rows, p.bytes) for p in parts]  # as a heal listed them
+    assert engine.session.replicas.copy(one_holder) == []
+    assert all(len(p.holders) == 1 for p in one_holder)
+    for address in engine._cluster.addresses:
+        with pytest.raises(qengine.Error):
+            held(engine, address, parts[0].key)

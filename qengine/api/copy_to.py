@@ -163,6 +163,7 @@ def write_partitions(out: Target, schema: pa.Schema, batches: Iterable[pa.Record
     keys = out.partition_by  # as the result names them (``partition_keys``)
     kept = [n for n in schema.names if n not in keys]
     made: list[str] = []  # directories this COPY created, parents first
+    files: list[BinaryIO] = []  # files it created ("xb"), each as soon as it exists
     file_schema = pa.schema([schema.field(n) for n in kept])
     writers: dict[tuple[str, ...], tuple[BinaryIO, Any]] = {}
     rows = 0
@@ -178,6 +179,7 @@ def write_partitions(out: Target, schema: pa.Schema, batches: Iterable[pa.Record
                         raise ProgrammingError(f"partition directory {directory} is outside {out.path}")
                     _make_dirs(directory, made)
                     sink = open(os.path.join(directory, f"data_0.{out.format}"), "xb")  # noqa: SIM115 - closed with its writer
+                    files.append(sink)
                     writers[values] = (sink, _writer(sink, out.format, file_schema))
                 writers[values][1].write(batch.select(kept).take(pa.array(indices)))
                 rows += len(indices)
@@ -186,7 +188,8 @@ def write_partitions(out: Target, schema: pa.Schema, batches: Iterable[pa.Record
             sink.close()
     except BaseException as e:
         _close_quietly(writers.values())
-        for sink, _ in writers.values():  # created by this COPY ("xb"): nobody else's
+        for sink in files:  # created by this COPY ("xb"): nobody else's
+            sink.close()
             with contextlib.suppress(OSError):
                 os.unlink(sink.name)
         for directory in reversed(made):

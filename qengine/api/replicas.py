@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
@@ -49,6 +49,7 @@ class Replicas:
         # arrived), and a holder dropped for leaving the cluster (a standalone worker declared
         # dead after a pause comes back at its address with its blocks).
         self._barred: set[tuple[str, str]] = set()
+        self._dropped: set[str] = set()  # key prefixes of dropped tables (see ``drop``)
 
     def store(self, partitions: list[Partition], rows: dict[str, pa.Table]) -> None:
         """Put rows this process holds (``rows``: key → table) on their partitions' first
@@ -95,18 +96,33 @@ class Replicas:
                         log.error("session table partition %s lost: every worker holding it has left the cluster", p.key)
             self._copy(partitions, {})
 
+    def drop(self, prefix: str, release: Callable[[], object]) -> None:
+        """Free the blocks under ``prefix`` (a dropped table's, or ``table/`` for a closed
+        session's) with ``release``, with no copy of them under way, and copy none of them
+        again: a heal that had listed the table before put a copy that nothing freed."""
+        with self._lock:
+            self._dropped.add(prefix)
+            release()
+
     def _copy(self, partitions: list[Partition], rows: dict[str, pa.Table]) -> list[Partition]:
         live = self.cluster.addresses
         wanted = min(COPIES, len(live))
         jobs = []
+        lost = []
         for p in partitions:
-            if not p.holders or len(p.holders) >= wanted:
+            if any(p.key.startswith(prefix) for prefix in self._dropped):
+                continue
+            held = [h for h in p.holders if h in live]
+            if p.holders and not held:  # its only holders are gone already: no copy can be made
+                lost.append(p)
+                continue
+            if not p.holders or len(held) >= wanted:
                 continue
             others = [a for a in live if a not in p.holders and (p.key, a) not in self._barred]
             if others:
                 jobs.append((p, others[next(self._turn) % len(others)]))
         if not jobs:
-            return []
+            return lost
 
         def one(job: tuple[Partition, str]) -> bool:
             partition, target = job
@@ -114,7 +130,7 @@ class Replicas:
 
         with ThreadPoolExecutor(max_workers=min(THREADS, len(jobs)), thread_name_prefix="qengine-copy") as pool:
             answered = list(pool.map(one, jobs))
-        return [p for (p, _), ok in zip(jobs, answered, strict=True) if not ok]
+        return lost + [p for (p, _), ok in zip(jobs, answered, strict=True) if not ok]
 
     def _copy_one(self, partition: Partition, target: str, table: pa.Table | None) -> bool:
         """Copy one partition to ``target`` and record it there; a failure is only logged.

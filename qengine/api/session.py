@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import json
 import logging
@@ -373,10 +374,10 @@ class Session:
             replaced = self.catalog.add_table(source, replace=replace)
         except ProgrammingError:  # a table of that name was made meanwhile (another thread's CREATE)
             if isinstance(source, MemorySource):
-                self.coordinator.release(f"table/{source.uid}/")
+                self._release_table(source)
             raise
         if isinstance(replaced, MemorySource):
-            self.coordinator.release(f"table/{replaced.uid}/")
+            self._release_table(replaced)
         return Result(None, source.rows, stats)
 
     def _materialize(
@@ -522,7 +523,12 @@ class Session:
         """Drop a table or view from the catalog and free a session table's blocks."""
         dropped = self.catalog.drop(name, kind, if_exists)
         if isinstance(dropped, MemorySource):
-            self.coordinator.release(f"table/{dropped.uid}/")
+            self._release_table(dropped)
+
+    def _release_table(self, source: MemorySource) -> None:
+        """Free a session table's blocks on the workers, every copy of them."""
+        prefix = f"table/{source.uid}/"
+        self.replicas.drop(prefix, functools.partial(self.coordinator.release, prefix))
 
     # ---- registration ------------------------------------------------------------------
 
@@ -580,7 +586,7 @@ class Session:
         self.cluster.changes.forget(self._heal_now)
         for source in list(self.catalog.tables.values()):
             if isinstance(source, MemorySource):
-                self.coordinator.release(f"table/{source.uid}/")
+                self._release_table(source)
         self.catalog.tables.clear()
         self.coordinator.close()
 

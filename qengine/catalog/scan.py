@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from qengine.catalog import records
 from qengine.catalog.hive import constant_sql as hive_constant_sql
 from qengine.catalog.hive import constant_values as hive_constant_values
-from qengine.catalog.types import type_code
+from qengine.catalog.types import ZonedTime, type_code
 from qengine.errors import DataError, OperationalError
 from qengine.sandbox.carried_types import tagged, tagged_result, with_child_types
 from qengine.sandbox.connection import one_select, safe_connection, scratch_connection
@@ -269,15 +269,14 @@ def duckdb_schema(schema: pq.ParquetSchema) -> pa.Schema:
     FLOAT), and timestamps in seconds or milliseconds (TIMESTAMP to DuckDB). A UUID, at any
     depth, pyarrow reads as its 16 bytes, which reached results as a BLOB: it is DuckDB's text of
     the UUID, tagged as one (``sandbox.carried_types``), as DuckDB's own Arrow output carries it."""
-    arrow = _marked_leaves(schema, "UUID", _as_uuid)
-    described = _marked_leaves(schema, "JSON", _as_json, arrow)  # for its type's name alone: JSON travels as text
+    arrow = _marked_leaves(schema, _is_uuid, _as_uuid)
+    # for their types' names alone: pyarrow reads a JSON as text, and a TIME WITH TIME ZONE as a
+    # time with its offset dropped (a type qengine refuses to carry, see ``sandbox.carried_types``)
+    described = _marked_leaves(schema, _is_zoned_time, lambda _: ZonedTime(), _marked_leaves(schema, _is_json, _as_json, arrow))
     intervals = set(_interval_columns(schema))
-    zoned = set(_zoned_time_columns(schema))
     for index, field in enumerate(arrow):
         kind = pa.month_day_nano_interval() if field.name in intervals else _as_duckdb_reads(field.type)
-        if field.name in zoned:  # pyarrow reads a time of day with its offset dropped
-            arrow = arrow.set(index, tagged(field.with_type(kind), "TIME WITH TIME ZONE"))
-        elif described.field(index).type != field.type:  # pyarrow reads a JSON column as text
+        if described.field(index).type != field.type:
             arrow = arrow.set(index, tagged(field.with_type(kind), type_code(described.field(index).type)))
         elif kind != field.type:
             arrow = arrow.set(index, tagged(field.with_type(kind), type_code(field.type)) if _holds_uuid(field.type) else field.with_type(kind))
@@ -285,15 +284,15 @@ def duckdb_schema(schema: pq.ParquetSchema) -> pa.Schema:
 
 
 def _marked_leaves(
-    schema: pq.ParquetSchema, logical: str, make: Callable[[pa.DataType], pa.DataType], arrow: pa.Schema | None = None
+    schema: pq.ParquetSchema, test: Callable[[pq.ColumnSchema], bool], make: Callable[[pa.DataType], pa.DataType], arrow: pa.Schema | None = None
 ) -> pa.Schema:
-    """``arrow`` (by default the file's Arrow schema) with the leaves of Parquet logical type
-    ``logical`` (also inside lists, structs and maps) made what ``make`` makes of them: a UUID
-    as Arrow's UUID, as pyarrow reads it (the schema pyarrow derives from a footer has its 16
-    bytes), a JSON as Arrow's JSON. Parquet's leaf columns come in the order of a depth-first
+    """``arrow`` (by default the file's Arrow schema) with the leaves whose Parquet column
+    passes ``test`` (also inside lists, structs and maps) made what ``make`` makes of them: a
+    UUID as Arrow's UUID, as pyarrow reads it (the schema pyarrow derives from a footer has its
+    16 bytes), a JSON as Arrow's JSON. Parquet's leaf columns come in the order of a depth-first
     walk of the fields."""
     arrow = arrow if arrow is not None else schema.to_arrow_schema()
-    marked = [schema.column(i).logical_type.type == logical for i in range(len(schema))]
+    marked = [test(schema.column(i)) for i in range(len(schema))]
     if not any(marked):
         return arrow
     leaves = iter(marked)
@@ -349,11 +348,17 @@ def _duckdb_time_zone() -> str:
         con.close()
 
 
-def _zoned_time_columns(schema: pq.ParquetSchema) -> list[str]:
-    """The top-level columns of a Parquet schema that hold DuckDB's TIME WITH TIME ZONE (a TIME
-    adjusted to UTC), which pyarrow reads as a plain time."""
-    columns = (schema.column(i) for i in range(len(schema)))
-    return [c.path for c in columns if c.logical_type.type == "TIME" and '"isAdjustedToUTC":true' in c.logical_type.to_json() and "." not in c.path]
+def _is_uuid(column: pq.ColumnSchema) -> bool:
+    return column.logical_type.type == "UUID"
+
+
+def _is_json(column: pq.ColumnSchema) -> bool:
+    return column.logical_type.type == "JSON"
+
+
+def _is_zoned_time(column: pq.ColumnSchema) -> bool:
+    """Whether a Parquet column holds DuckDB's TIME WITH TIME ZONE: a TIME adjusted to UTC."""
+    return column.logical_type.type == "TIME" and '"isAdjustedToUTC":true' in column.logical_type.to_json()
 
 
 def _interval_columns(schema: pq.ParquetSchema) -> list[str]:

@@ -51,6 +51,21 @@ DATETIME = DBAPITypeObject("DATETIME", "DATE", "TIME", "TIMESTAMP", "TIMESTAMP W
 ROWID = DBAPITypeObject("ROWID", "BIGINT")
 
 
+class ZonedTime(pa.ExtensionType):
+    """A Parquet TIME adjusted to UTC, DuckDB's TIME WITH TIME ZONE, which pyarrow reads as a
+    plain time: it only names the type of a column holding one (``catalog.scan.duckdb_schema``)."""
+
+    def __init__(self) -> None:
+        super().__init__(pa.time64("us"), "qengine.time_with_time_zone")
+
+    def __arrow_ext_serialize__(self) -> bytes:
+        return b""
+
+    @classmethod
+    def __arrow_ext_deserialize__(cls, storage_type: pa.DataType, serialized: bytes) -> ZonedTime:
+        return cls()
+
+
 def type_code(t: pa.DataType) -> str:
     """The name DuckDB gives an Arrow type, used as the DB-API ``type_code`` and wherever a
     column's type is spelled in SQL (a struct is ``STRUCT(a INTEGER)``, as DuckDB writes and
@@ -59,6 +74,8 @@ def type_code(t: pa.DataType) -> str:
         return "UUID"
     if isinstance(t, pa.JsonType):  # as a Parquet file's JSON column is named
         return "JSON"
+    if isinstance(t, ZonedTime):
+        return "TIME WITH TIME ZONE"
     if pa.types.is_boolean(t):
         return "BOOLEAN"
     if pa.types.is_integer(t):

@@ -166,6 +166,8 @@ def literal(value: Any, duckdb_width: bool = False) -> exp.Expression:
         if getattr(value, "ndim", 0):  # an array: DuckDB binds it as a LIST
             return literal(value.tolist(), duckdb_width)
         item = value.item()
+        if item is None:  # NaT
+            return exp.Null()
         if getattr(value, "dtype", None) is not None and value.dtype.kind in "mM" and not isinstance(item, dt.date | dt.timedelta):
             # a nanosecond numpy time has no Python value but an integer: np.timedelta64(1, 'ns') was bound as 1
             raise ProgrammingError(f"cannot bind {value!r}: convert it to a datetime or timedelta (of microseconds at most)")
@@ -240,11 +242,12 @@ def _nested_literal(value: Any, kind: duckdb.DuckDBPyType) -> exp.Expression:
             values=exp.Array(expressions=[_nested_literal(v, children["value"]) for v in value.get("value", ())]),
         )
     if kind.id == "struct":
+        named = {str(k): v for k, v in value.items()}  # DuckDB names a field by its key's text: {1: 'a'} has "1"
         fields = []
         for name, child in kind.children:
             key = exp.to_identifier(name)
             key.meta["case_sensitive"] = True  # a struct's field names keep their case (frontend)
-            fields.append(exp.PropertyEQ(this=key, expression=_nested_literal(value.get(name), child)))
+            fields.append(exp.PropertyEQ(this=key, expression=_nested_literal(named.get(name), child)))
         return exp.Struct(expressions=fields)
     if str(kind) == '"NULL"':
         return exp.Null()

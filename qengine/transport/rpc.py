@@ -113,8 +113,17 @@ def batch_stream(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> flight
     stream did not have the expected number (1) of dictionaries"): such a schema goes as a
     RecordBatchStream over a reader of the same batches, which sends each batch's dictionary."""
     if any(pa.types.is_dictionary(f.type) for f in schema):
-        return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(schema, batches))
+        return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(schema, _bare_errors(batches)))
     return flight.GeneratorStream(schema, batches)
+
+
+def _bare_errors(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``batches``, an error among them raised from here alone: the reader sends the client
+    the traceback of what its generator raises, and the server's frames are not the client's."""
+    try:
+        yield from batches
+    except Exception as e:  # noqa: BLE001 - re-raised, without the frames it came through
+        raise type(e)(*e.args) from None
 
 
 def server_error(exc: BaseException) -> flight.FlightServerError:
