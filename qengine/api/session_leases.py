@@ -53,7 +53,8 @@ class SessionLeases:
                 self._calls[sid] -= 1
                 if not self._calls[sid]:
                     del self._calls[sid]
-                self._seen[sid] = time.monotonic()
+                if sid in self._seen:  # not closed by its client meanwhile
+                    self._seen[sid] = time.monotonic()
 
     def forget(self, sid: str) -> None:
         """The session was closed by its client: nothing to expire."""
