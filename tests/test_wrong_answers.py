@@ -10,6 +10,7 @@ with default settings and with broadcast joins off.
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import os
 import uuid
 
@@ -1086,3 +1087,26 @@ def test_parquet_dates_python_cannot_hold_are_read(tmp_path, value: str) -> None
     sql = f"SELECT id, x::VARCHAR AS x FROM read_parquet('{path}') ORDER BY id"
     with qengine.connect(workers=2, allowed_roots=[str(tmp_path)]) as con:
         assert con.execute(sql).fetchall() == duckdb.sql(sql).fetchall()
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT id FROM outer_x WHERE x IN (SELECT b FROM inner_b) ORDER BY id",
+    "SELECT id FROM outer_x WHERE x IN (SELECT dm FROM inner_b) ORDER BY id",
+    "SELECT count(*) FROM outer_x WHERE x = ANY (SELECT b FROM inner_b)",
+    "SELECT id FROM outer_x o WHERE EXISTS (SELECT 1 FROM inner_b s WHERE s.b = o.x) ORDER BY id",
+    "SELECT id FROM outer_x WHERE x NOT IN (SELECT b FROM inner_b) ORDER BY id",
+])
+def test_in_subquery_values_equal_after_the_comparison_s_cast_match_once(con, duck, tmp_path_factory, sql: str) -> None:
+    """An IN subquery's values were made distinct in their own type, then compared with the outer
+    DOUBLE: 2^53 and 2^53 + 1 (or 0.1 and 0.10000000000000000001 as DECIMALs) are one DOUBLE, and
+    the outer row equal to it came back twice."""
+    root = tmp_path_factory.mktemp("in_casts")
+    pq.write_table(pa.table({"id": [1, 2, 3], "x": [float(2**53), 0.1, 7.5]}), root / "outer_x.parquet")
+    pq.write_table(pa.table({
+        "b": pa.array([2**53, 2**53 + 1, 5], pa.int64()),
+        "dm": pa.array([decimal.Decimal("0.1"), decimal.Decimal("0.10000000000000000001"), decimal.Decimal("7")], pa.decimal128(38, 20)),
+    }), root / "inner_b.parquet")
+    for name in ("outer_x", "inner_b"):
+        con.register_parquet(name, str(root / f"{name}.parquet"))
+        duck.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet('{root / name}.parquet')")
+    assert con.execute(sql).fetchall() == duck.execute(sql).fetchall()

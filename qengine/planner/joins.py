@@ -14,8 +14,9 @@ import sqlglot.expressions as exp
 from qengine.errors import NotSupportedError, ProgrammingError
 from qengine.planner import estimates
 from qengine.planner.expressions import and_all, conjuncts, null_rejecting, source_aliases
-from qengine.planner.logical import Filter, Join, Node, Scan, Values, col
+from qengine.planner.logical import Aggregate, Distinct, Filter, Join, Node, Project, Scan, Values, col
 from qengine.planner.scope import SourceScope
+from qengine.planner.static_types import compared_exactly, signature
 
 
 @dataclass
@@ -262,10 +263,35 @@ class JoinPlanning:
                 residual.append(self.rewrite(c.expr, scopes, what="JOIN"))
         lnode, lnames = self._project_passthrough(left.node, lkeys)
         rnode, rnames = self._project_passthrough(right.node, rkeys)
+        if kind in ("left", "inner") and _distinct_values(right):
+            rnode = self._distinct_as_compared(lnode, lnames, rnode, rnames)
         if kind == "inner" and not lkeys and not residual:
             kind = "cross"
         join = Join(lnode, rnode, kind, [col(n) for n in lnames], [col(n) for n in rnames], and_all(residual), key)
         return _Item(self._finish(join), left.aliases | right.aliases)
+
+    def _distinct_as_compared(self, lnode: Node, lnames: list[str], rnode: Node, rnames: list[str]) -> Node:
+        """An IN subquery's distinct values, made distinct again as the join compares them with
+        the outer keys: two distinct BIGINTs (2^53 and 2^53 + 1) are one DOUBLE, and an outer
+        DOUBLE equal to it matched both, its row returned twice."""
+        casts = {}
+        for ln, rn in zip(lnames, rnames, strict=True):
+            outer, inner = signature(lnode, ln), signature(rnode, rn)
+            # a signature is a type's name, or the shape of an expression over them ("<BIGINT> + 1")
+            if outer is not None and inner is not None and "<" not in outer and not compared_exactly(outer, inner):
+                casts[rn] = exp.cast(col(rn), exp.DataType.build(outer, dialect="duckdb"))
+        if not casts:
+            return rnode
+        return self._finish(Distinct(self._finish(Project(rnode, [(c, casts.get(c, col(c))) for c in rnode.columns]))))
+
+
+def _distinct_values(item: _Item) -> bool:
+    """Whether ``item`` is the distinct values an IN, ANY or EXISTS subquery was made into
+    (sqlglot's ``unnest_subqueries``: a derived table ``_u_N`` grouped by all it selects)."""
+    node = item.node
+    while isinstance(node, Project | Filter):
+        node = node.child
+    return len(item.aliases) == 1 and next(iter(item.aliases)).startswith("_u_") and isinstance(node, Aggregate) and not node.aggs
 
 
 def equi_sides(c: _Conjunct, left: frozenset[str], right: frozenset[str]) -> tuple[exp.Expression, exp.Expression] | None:
