@@ -1,6 +1,6 @@
 """The default slice of the differential fuzzer, and checks of its comparison and shrinking.
 
-``test_fuzz_slice`` runs a few hundred seeded cases on qengine (default settings and
+``test_fuzz_slice`` runs 200 seeded cases on qengine (default settings and
 broadcast_threshold=0) and DuckDB and requires no mismatch and no error; refusals
 (NotSupportedError) are allowed and their share is printed. Longer runs: ``python -m tests.fuzz``.
 ``test_templates_answer_other_constants`` runs each case, then twice more with the constants it
@@ -29,7 +29,7 @@ from tests.fuzz.report import Summary
 from tests.fuzz.runner import FAILURES, MISMATCH, PASSED, SKIPPED, Runner
 from tests.fuzz.schema import Table, build
 
-CASES = 300
+CASES = 200
 SEED = 20260101
 
 
@@ -92,7 +92,7 @@ def test_fuzz_slice(tables: dict[str, Table]) -> None:
     assert not failures, f"{len(failures)} of {CASES} cases failed (replay: python -m tests.fuzz --seed {SEED} --cases {CASES}):\n" + "\n".join(failures)
 
 
-TEMPLATE_CASES = 150
+TEMPLATE_CASES = 100
 TEMPLATE_SEED = 20261126
 
 
