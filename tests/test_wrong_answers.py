@@ -1110,3 +1110,20 @@ def test_in_subquery_values_equal_after_the_comparison_s_cast_match_once(con, du
         con.register_parquet(name, str(root / f"{name}.parquet"))
         duck.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet('{root / name}.parquet')")
     assert con.execute(sql).fetchall() == duck.execute(sql).fetchall()
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT n FROM semi_c SEMI JOIN p ON semi_c.c = p.q ORDER BY n",
+    "SELECT n FROM semi_c ANTI JOIN p ON semi_c.c = p.q ORDER BY n",
+    "SELECT n FROM semi_c SEMI JOIN p ON semi_c.c = p.q AND p.q > 1 ORDER BY n",
+])
+def test_a_semi_join_reads_the_column_of_its_right_table_not_a_struct_field(con, duck, tmp_path_factory, sql: str) -> None:
+    """Table p has a STRUCT column p with a field q, and a column q: in a SEMI or ANTI JOIN's ON,
+    p.q was read as the field, and the join matched other rows."""
+    root = tmp_path_factory.mktemp("semi_alias")
+    pq.write_table(pa.table({"c": [1, 2, 3, 10, 20], "n": [1, 2, 3, 4, 5]}), root / "semi_c.parquet")
+    pq.write_table(pa.table({"p": pa.array([{"q": 10}, {"q": 20}], pa.struct([("q", pa.int64())])), "q": [1, 2]}), root / "p.parquet")
+    for name in ("semi_c", "p"):
+        con.register_parquet(name, str(root / f"{name}.parquet"))
+        duck.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet('{root / name}.parquet')")
+    assert con.execute(sql).fetchall() == duck.execute(sql).fetchall()

@@ -855,6 +855,25 @@ def unique_inner_columns(statement: exp.Expression) -> exp.Expression:
     return statement
 
 
+def _semi_join_aliases_apart(statement: exp.Expression, schema: dict[str, dict[str, str]]) -> None:
+    """Give the right side of a SEMI or ANTI JOIN an alias no column has, where its own does:
+    sqlglot's qualifier does not see that side as a table, and read ``p.q`` in its ON as field q
+    of a STRUCT column p of the left side (DuckDB reads column q of p). Its columns are visible
+    in its ON alone, so nothing else reads the alias."""
+    columns = {c.lower() for table in schema.values() for c in table}
+    for n, join in enumerate(statement.find_all(exp.Join)):
+        if (join.kind or "").upper() not in ("SEMI", "ANTI") or join.args.get("on") is None:
+            continue
+        alias = join.this.alias_or_name
+        if alias.lower() not in columns:
+            continue
+        apart = f"{alias}_semi{n}"
+        join.this.set("alias", exp.TableAlias(this=exp.to_identifier(apart)))
+        for column in join.args["on"].find_all(exp.Column):
+            if column.table.lower() == alias.lower():
+                column.set("table", exp.to_identifier(apart))
+
+
 def exists_select_one(statement: exp.Expression) -> exp.Expression:
     """Rewrite EXISTS (SELECT * ...) as EXISTS (SELECT 1 ...): the subquery's columns are never
     read, but once it is decorrelated into a join its star would carry every column of its
@@ -907,6 +926,7 @@ def optimize_query(query: exp.Expression, catalog: Catalog, dialect: str) -> exp
     schema = {}
     for name in referenced_tables(query) - ctes:
         schema[name] = catalog.table(name).sql_schema()
+    _semi_join_aliases_apart(query, schema)
     _check_star_lists(query, schema, dialect)
     _check_positions(query)
     # optimize() would have qualify wrap every joined table in a subquery of its own, for the
