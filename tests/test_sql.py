@@ -430,3 +430,10 @@ def test_select_distinct_ordered_by_a_column_it_drops_is_refused(engine) -> None
     # DuckDB answers it, in an order no query can pin down: which of a distinct row's values it sorts by is arbitrary
     with pytest.raises(qengine.ProgrammingError, match="must appear in the select list"):
         engine.execute("SELECT DISTINCT store_id FROM sales ORDER BY qty")
+
+
+@pytest.mark.parametrize("clause", ["LIMIT 2.7", "LIMIT 2.5 OFFSET 1.5", "LIMIT 0.4", "LIMIT 1e1",
+                                    "FETCH FIRST 3 ROWS ONLY", "OFFSET 2 ROWS FETCH NEXT 3 ROWS ONLY"])
+def test_limit_counts_are_read_as_duckdb_reads_them(default_engine, oracle, clause: str) -> None:
+    # LIMIT 2.7 failed with an InternalError (int('2.7')); FETCH was refused as "LIMIT must be an integer literal"
+    assert_same(default_engine, oracle, f"SELECT sale_id FROM sales ORDER BY sale_id {clause}")

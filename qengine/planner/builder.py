@@ -9,6 +9,7 @@ uncorrelated subquery into a placeholder table fed by its own plan.
 
 from __future__ import annotations
 
+import decimal
 import itertools
 from collections import Counter
 from collections.abc import Callable
@@ -447,12 +448,14 @@ class Builder(JoinPlanning, AggregatePlanning):
 
 
 def _int_clause(clause: exp.Expression, what: str) -> int:
-    value = clause.args.get("expression") or clause.this
+    """A LIMIT, OFFSET or FETCH count: a number written in the query, rounded half away from
+    zero as DuckDB casts it (``LIMIT 2.5`` keeps 3 rows; ``int('2.7')`` failed)."""
+    value = clause.args.get("expression") or clause.args.get("count") or clause.this
     if isinstance(value, exp.Neg) and isinstance(value.this, exp.Literal) and not value.this.is_string:
         raise ProgrammingError(f"{what} must not be negative")
     if not isinstance(value, exp.Literal) or value.is_string:
-        raise NotSupportedError(f"{what} must be an integer literal")
-    n = int(value.name)
+        raise NotSupportedError(f"{what} must be a number written in the query")
+    n = int(decimal.Decimal(value.name).to_integral_value(decimal.ROUND_HALF_UP))
     if n < 0:
         raise ProgrammingError(f"{what} must not be negative")
     return n
