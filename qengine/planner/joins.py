@@ -16,7 +16,7 @@ from qengine.planner import estimates
 from qengine.planner.expressions import and_all, conjuncts, null_rejecting, source_aliases
 from qengine.planner.logical import Aggregate, Distinct, Filter, Join, Node, Project, Scan, Values, col
 from qengine.planner.scope import SourceScope
-from qengine.planner.static_types import compared_exactly, signature
+from qengine.planner.static_types import exact_number, signature
 
 
 @dataclass
@@ -277,8 +277,10 @@ class JoinPlanning:
         casts = {}
         for ln, rn in zip(lnames, rnames, strict=True):
             outer, inner = signature(lnode, ln), signature(rnode, rn)
-            # a signature is a type's name, or the shape of an expression over them ("<BIGINT> + 1")
-            if outer is not None and inner is not None and "<" not in outer and not compared_exactly(outer, inner):
+            # DuckDB compares an integer or DECIMAL with a FLOAT or DOUBLE as the latter, which
+            # may make distinct values one; any other pair it compares without merging them
+            # (a VARCHAR is cast to the other side: '01' and '1' are both 1)
+            if outer in ("FLOAT", "DOUBLE") and inner is not None and exact_number(inner):
                 casts[rn] = exp.cast(col(rn), exp.DataType.build(outer, dialect="duckdb"))
         if not casts:
             return rnode

@@ -104,6 +104,11 @@ def compared_exactly(a: str | None, b: str | None) -> bool:
     return max(whole_a, whole_b) + max(scale_a, scale_b) <= 38
 
 
+def exact_number(t: str) -> bool:
+    """Whether ``t`` is an integer or DECIMAL type."""
+    return _digits(t) is not None
+
+
 def _digits(t: str) -> tuple[int, int] | None:
     """(digits before the point, digits after it) of an integer or DECIMAL type, else None."""
     if t in _INTEGER_DIGITS:
