@@ -19,7 +19,6 @@ from collections.abc import Callable
 import duckdb
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from qengine.catalog import records
@@ -382,7 +381,7 @@ def _as_duckdb_read(table: pa.Table, target: pa.Schema) -> pa.Table:
             column = pa.chunked_array([_uuid_texts(chunk) for chunk in column.chunks], wanted.type)
         else:
             # A finer time than DuckDB keeps is cut to its microseconds, toward zero, as DuckDB cuts it.
-            column = _interval(column) if pa.types.is_interval(wanted.type) else pc.cast(column, wanted.type, safe=not _holds_time(wanted.type))
+            column = _interval(column) if pa.types.is_interval(wanted.type) else column.cast(wanted.type, safe=not _holds_time(wanted.type))
         table = table.set_column(index, wanted.with_name(field.name), column)
     return table
 
@@ -420,7 +419,11 @@ def _uuid_texts(array: pa.Array) -> pa.Array:
             taken += end - start
         offsets = pa.py_buffer(np.arange(0, 36 * (len(raw) + 1), 36, dtype=np.int32).tobytes())
         strings = pa.StringArray.from_buffers(len(raw), offsets, pa.py_buffer(text.tobytes()))
-        return pc.if_else(raw.is_valid(), strings, pa.scalar(None, pa.string())) if raw.null_count else strings
+        if not raw.null_count:
+            return strings
+        import pyarrow.compute as pc  # here, not at the top: it costs a one-statement CLI run ~30 ms to import
+
+        return pc.if_else(raw.is_valid(), strings, pa.scalar(None, pa.string()))
     mask = array.is_null() if array.null_count else None
     if pa.types.is_struct(t):
         children = array.flatten()

@@ -382,7 +382,6 @@ def _check_aliases(sql: str, tokens: list[Token], statement: exp.Expression) -> 
     the type and function names: ``FROM sales ORDER`` is a syntax error to DuckDB, an alias to
     sqlglot. A column alias without AS may be no keyword at all (``SELECT x name``); with AS,
     any keyword, as in DuckDB."""
-    words, refused_as_table = _keywords()
     index = {token.start: i for i, token in enumerate(tokens)}
     for node in statement.walk():
         if isinstance(node, exp.TableAlias):
@@ -396,12 +395,14 @@ def _check_aliases(sql: str, tokens: list[Token], statement: exp.Expression) -> 
             if at is None:
                 continue
             prefixed = at + 1 < len(tokens) and tokens[at + 1].token_type == TokenType.COLON
+            # the keywords are asked of DuckDB on first need: a statement without an alias
+            # (``SELECT 1`` from the command line) does not wait for them
             if isinstance(node, exp.TableAlias) or isinstance(node.parent, exp.Star) or prefixed:
-                refused, why = refused_as_table, "cannot be an alias unless quoted"
+                refused, why = _keywords()[1], "cannot be an alias unless quoted"
             elif at > 0 and tokens[at - 1].token_type == TokenType.ALIAS:
                 continue
             else:
-                refused, why = words, "names a column only after AS, or quoted"
+                refused, why = _keywords()[0], "names a column only after AS, or quoted"
             word = tokens[at].text
             if word.lower() in refused:
                 raise ProgrammingError(f'syntax error at {_position(sql, tokens[at].start)}: the keyword {word!r} {why} ("{word}")')

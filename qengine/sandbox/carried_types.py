@@ -25,7 +25,6 @@ from collections.abc import Callable, Collection
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from qengine.errors import DataError, NotSupportedError
 from qengine.sandbox.connection import scratch_connection
@@ -132,6 +131,8 @@ def _decimal_leaves(column: pa.ChunkedArray | pa.Array) -> list[pa.Array]:
 
 
 def _negative(leaf: pa.Array) -> bool:
+    import pyarrow.compute as pc  # here, not at the top: it costs a one-statement CLI run ~30 ms to import
+
     return bool(pc.any(pc.less(leaf, pa.scalar(0, leaf.type))).as_py())
 
 
@@ -263,7 +264,7 @@ def _python(array: pa.Array, huge: bool) -> list:
     if pa.types.is_time(t):  # TIME '24:00:00', which Python's time cannot hold, is DuckDB's text of it
         ticks = array.cast(pa.int32() if pa.types.is_time32(t) else pa.int64())
         day = 86_400 * _PER_SECOND[t.unit]
-        if (pc.max(ticks).as_py() or 0) < day:
+        if max((n for n in ticks.to_pylist() if n is not None), default=0) < day:
             return array.to_pylist()
         return [v if n is None or n < day else "24:00:00" for v, n in zip(array.to_pylist(), ticks.to_pylist(), strict=True)]
     if pa.types.is_interval(t):  # DuckDB counts a month as 30 days

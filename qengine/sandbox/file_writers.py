@@ -19,7 +19,6 @@ from typing import BinaryIO
 import duckdb
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from qengine.errors import DataError, NotSupportedError
@@ -111,6 +110,8 @@ def _write_lines(sink: BinaryIO, lines: pa.Array) -> None:
 
 def _csv_fields(columns: list[pa.Array]) -> pa.Array:
     """One line of CSV text (ending in a line break) per row of ``columns``, strings all."""
+    import pyarrow.compute as pc  # here, not at the top: it costs a one-statement CLI run ~30 ms to import
+
     fields = []
     for column in columns:
         needs_quotes = pc.or_(pc.match_substring_regex(column, '[,"\n\r]'), pc.equal(column, ""))
