@@ -325,6 +325,13 @@ class LocalCluster:
             self.failed = True  # its log says why: the logs are kept when the cluster closes
             place = self._handles.index(handle)
             self._handles.pop(place)
+            # The replacement starts in the background: it takes about a second to come up, and
+            # the caller (a query's scheduling loop, or the watchdog) must not wait for it. It is
+            # known to be starting as the loss is (under the lock, so close() never sees it
+            # unstarted): a query that finds no worker left then waits for it rather than fail.
+            starter = threading.Thread(target=self._start_replacement, args=(handle, place), name="worker-replacement", daemon=True)
+            self._starting.append(starter)
+            starter.start()
         log.warning("worker %d at %s %s: replacing it", handle.id, handle.address, why)
         self.changes.changed()
         if handle.process is not None:
@@ -335,14 +342,6 @@ class LocalCluster:
         self.pool.forget(handle.address)
         if handle.spill_dir is not None:
             shutil.rmtree(handle.spill_dir, ignore_errors=True)
-        # The replacement starts in the background: it takes about a second to come up, and the
-        # caller (a query's scheduling loop, or the watchdog) must not wait for it.
-        starter = threading.Thread(target=self._start_replacement, args=(handle, place), name="worker-replacement", daemon=True)
-        with self._lock:  # started under the lock, so close() never sees it unstarted
-            if self._closed:
-                return
-            self._starting.append(starter)
-            starter.start()
 
     def _start_replacement(self, handle: WorkerHandle, place: int) -> None:
         """Start a worker in a lost one's place (in ``workers``, at the same position), once

@@ -9,6 +9,7 @@ pipe on its stdin closes, which happens when the coordinator process ends for an
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import gc
 import json
 import logging
@@ -248,6 +249,7 @@ def _log_to(path: str) -> None:
     log_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
+    faulthandler.enable()  # a crash in native code (DuckDB, Arrow) leaves the Python stacks in the log
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker-%(process)d %(levelname)s %(message)s")
 
 
