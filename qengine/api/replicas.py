@@ -49,7 +49,7 @@ class Replicas:
         # arrived), and a holder dropped for leaving the cluster (a standalone worker declared
         # dead after a pause comes back at its address with its blocks).
         self._barred: set[tuple[str, str]] = set()
-        self._dropped: set[str] = set()  # key prefixes of dropped tables (see ``drop``)
+        self._dropped: set[str] = set()  # dropped tables' key prefixes, "table/<uid>/" (see ``drop``)
 
     def store(self, partitions: list[Partition], rows: dict[str, pa.Table]) -> None:
         """Put rows this process holds (``rows``: key → table) on their partitions' first
@@ -97,9 +97,9 @@ class Replicas:
             self._copy(partitions, {})
 
     def drop(self, prefix: str, release: Callable[[], object]) -> None:
-        """Free the blocks under ``prefix`` (a dropped table's, or ``table/`` for a closed
-        session's) with ``release``, with no copy of them under way, and copy none of them
-        again: a heal that had listed the table before put a copy that nothing freed."""
+        """Free the blocks under a dropped table's ``prefix`` (``table/<uid>/``) with
+        ``release``, with no copy of them under way, and copy none of them again: a heal that
+        had listed the table before put a copy that nothing freed."""
         with self._lock:
             self._dropped.add(prefix)
             release()
@@ -110,7 +110,7 @@ class Replicas:
         jobs = []
         lost = []
         for p in partitions:
-            if any(p.key.startswith(prefix) for prefix in self._dropped):
+            if _table_prefix(p.key) in self._dropped:
                 continue
             held = [h for h in p.holders if h in live]
             if p.holders and not held:  # its only holders are gone already: no copy can be made
@@ -160,3 +160,8 @@ class Replicas:
                 error = e
         assert error is not None  # only partitions with holders are copied
         raise error
+
+
+def _table_prefix(key: str) -> str:
+    """The ``table/<uid>/`` a partition key (``table/<uid>/<write>/<index>``) lies under."""
+    return "/".join(key.split("/", 2)[:2]) + "/"

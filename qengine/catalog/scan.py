@@ -275,10 +275,11 @@ def duckdb_schema(schema: pq.ParquetSchema) -> pa.Schema:
     intervals = set(_interval_columns(schema))
     for index, field in enumerate(arrow):
         kind = pa.month_day_nano_interval() if field.name in intervals else _as_duckdb_reads(field.type)
-        if described.field(index).type != field.type:
-            arrow = arrow.set(index, tagged(field.with_type(kind), type_code(described.field(index).type)))
+        named = described.field(index).type  # the field's type with its UUID, JSON and zoned-time leaves marked
+        if named != field.type or _holds_uuid(field.type):
+            arrow = arrow.set(index, tagged(field.with_type(kind), type_code(named)))
         elif kind != field.type:
-            arrow = arrow.set(index, tagged(field.with_type(kind), type_code(field.type)) if _holds_uuid(field.type) else field.with_type(kind))
+            arrow = arrow.set(index, field.with_type(kind))
     return arrow
 
 
