@@ -694,6 +694,23 @@ ORDER_BY_NAMES = {
     "parenthesized_position": "SELECT id, k FROM big ORDER BY (2), 1 LIMIT 20",
     "parenthesized_position_of_a_union": "SELECT id, k FROM small UNION ALL SELECT id, k FROM one ORDER BY (2), 1",
     "grouped_alias_shadowing_its_key": "SELECT -k AS k, count(*) FROM big GROUP BY k ORDER BY k + 0 LIMIT 20",
+    # an unaliased correlated subquery's position: an internal AssertionError in sqlglot
+    "position_of_an_unaliased_subquery": "SELECT id, (SELECT max(x) FROM small s WHERE s.k = big.k) FROM big WHERE id < 60 ORDER BY 2, 1",
+}
+
+# DuckDB's ORDER BY ALL: every select item, left to right (it was refused)
+ORDER_BY_ALL = {
+    "columns": "SELECT k, id FROM big WHERE k < 20 ORDER BY ALL",
+    "star_descending_nulls_first": "SELECT * FROM small ORDER BY ALL DESC NULLS FIRST",
+    "star_descending": "SELECT * FROM small ORDER BY ALL DESC",
+    "grouped": "SELECT k, count(*) FROM small GROUP BY k ORDER BY ALL",
+    "grouping_sets": "SELECT k, x IS NULL, sum(x) FROM small GROUP BY ROLLUP (k, x IS NULL) ORDER BY ALL",
+    "union": "SELECT k, x FROM small UNION ALL SELECT x, k FROM small ORDER BY ALL",
+    "distinct": "SELECT DISTINCT k FROM small ORDER BY ALL DESC",
+    "star_of_a_cte_with_exclude": "WITH c AS (SELECT * EXCLUDE (x) FROM small) SELECT * FROM c ORDER BY ALL LIMIT 7",
+    "joined_star_and_a_column": "SELECT s.*, b.d FROM small s JOIN big b USING (id) ORDER BY ALL NULLS FIRST",
+    "inside_a_derived_table_with_limit": "SELECT * FROM (SELECT k, id FROM big ORDER BY ALL DESC LIMIT 9) ORDER BY id",
+    "with_a_correlated_subquery": "SELECT k, (SELECT max(x) FROM small s WHERE s.k = one.k) FROM one ORDER BY ALL",
 }
 
 
@@ -729,6 +746,7 @@ ANSWERED_AS_DUCKDB = {
     "once_failed_inside": ONCE_FAILED,
     "grouping_sets_as_duckdb": GROUPING_SETS,
     "order_by_names_and_positions": ORDER_BY_NAMES,
+    "order_by_all": ORDER_BY_ALL,
 }
 
 

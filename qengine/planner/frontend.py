@@ -44,7 +44,7 @@ from qengine.planner.join_order import optimize_joins
 from qengine.planner.merge_derived import merge_subqueries
 from qengine.planner.parameters import OPERAND_END, PLACEHOLDER, QUESTION_MARKS, counted, numbered_placeholders
 from qengine.planner.unnest import unnest_subqueries
-from qengine.planner.unsupported import refuse_unmodelled
+from qengine.planner.unsupported import is_order_by_all, refuse_unmodelled
 
 
 class _Rule:
@@ -627,7 +627,9 @@ def _name_select_outputs(query: exp.Expression) -> None:
             name = shown.sql(dialect="duckdb", normalize_functions="lower")
             if isinstance(e, exp.Binary):
                 name = f"({name})"
-        e.replace(exp.alias_(e.copy(), name, quoted=True))
+        # an Alias node even around a subquery, which ``alias_`` would give a table alias of
+        # its own: sqlglot's ORDER BY and GROUP BY positions take only an Alias for a name
+        e.replace(exp.Alias(this=e.copy(), alias=exp.to_identifier(name, quoted=True)))
 
 
 def written_aliases(statement: exp.Expression) -> dict[int, str]:
@@ -929,6 +931,7 @@ def optimize_query(query: exp.Expression, catalog: Catalog, dialect: str) -> exp
         schema[name] = catalog.table(name).sql_schema()
     _semi_join_aliases_apart(query, schema)
     _check_star_lists(query, schema, dialect)
+    _order_by_all_as_positions(query, schema, dialect)
     _check_positions(query)
     # optimize() would have qualify wrap every joined table in a subquery of its own, for the
     # rules after it to prune and merge back: with qengine's own pushdown that only tripled the
@@ -989,6 +992,42 @@ def _check_star_lists(query: exp.Expression, schema: dict[str, dict[str, str]], 
             if missing is not None:
                 where = item.table if isinstance(item, exp.Column) else "the FROM clause"
                 raise ProgrammingError(f"column {missing!r} in {kind} list not found in {where}")
+
+
+def _order_by_all_as_positions(query: exp.Expression, schema: dict[str, dict[str, str]], dialect: str) -> None:
+    """``ORDER BY ALL [DESC] [NULLS …]`` as DuckDB means it: by every select item, left to
+    right, each in the direction and null order given. Written here as the items' positions.
+    A select list with a star is counted on a qualified copy of the query, where its stars are
+    expanded (the copy's own ORDER BY ALL left out, which its qualifier would take for a column)."""
+    holders = list(query.find_all(exp.Select, exp.SetOperation))
+    targets = [i for i, node in enumerate(holders) if _ordered_by_all(node)]
+    if not targets:
+        return
+    widths: dict[int, int] = {}
+    starred = [i for i in targets if any(e.unalias().is_star for e in holders[i].selects)]
+    if starred:
+        copy = query.copy()
+        copies = list(copy.find_all(exp.Select, exp.SetOperation))
+        for i in targets:
+            copies[i].set("order", None)
+        try:
+            qualify(copy, schema=schema, dialect=dialect, isolate_tables=False)
+        except sqlglot.errors.SqlglotError:
+            return  # the query itself fails as it would have
+        widths = {i: len(copies[i].selects) for i in starred}
+    for i in targets:
+        node = holders[i]
+        term = node.args["order"].expressions[0]
+        width = widths.get(i, len(node.selects))
+        node.args["order"].set("expressions", [
+            exp.Ordered(this=exp.Literal.number(n), desc=term.args.get("desc"), nulls_first=term.args.get("nulls_first"))
+            for n in range(1, width + 1)
+        ])
+
+
+def _ordered_by_all(node: exp.Expression) -> bool:
+    order = node.args.get("order")
+    return order is not None and len(order.expressions) == 1 and is_order_by_all(order.expressions[0])
 
 
 def _name_values_columns(query: exp.Expression) -> None:

@@ -83,8 +83,8 @@ def _clause(node: exp.Expression) -> str | None:
             return "FETCH … WITH TIES"
         if node.expressions:
             return "LIMIT … BY"
-    if isinstance(node, exp.Ordered) and isinstance(node.this, exp.Var) and node.this.name.upper() == "ALL":
-        return "ORDER BY ALL"
+    if isinstance(node, exp.Ordered) and is_order_by_all(node) and not isinstance(node.parent.parent, exp.Select | exp.SetOperation):
+        return "ORDER BY ALL outside a query's own ORDER BY"  # a window's or an aggregate's
     if isinstance(node, exp.Select) and node.args.get("windows"):
         return "a named WINDOW clause (write the window in OVER (...))"
     if isinstance(node, exp.Select) and node.args.get("having") and isinstance(node.args.get("group"), exp.Group) and node.args["group"].args.get("all"):
@@ -105,3 +105,8 @@ def refuse_unmodelled(statement: exp.Expression) -> None:
         name = _construct(node)
         if name is not None:
             raise NotSupportedError(f"{name} is not supported")
+
+
+def is_order_by_all(term: exp.Ordered) -> bool:
+    """Whether ``term`` is DuckDB's ``ORDER BY ALL`` (every select item, left to right)."""
+    return isinstance(term.this, exp.Var) and term.this.name.upper() == "ALL"
