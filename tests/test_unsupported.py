@@ -23,7 +23,6 @@ REFUSED = [
     ("LIMIT … PERCENT", "SELECT item_id FROM items ORDER BY item_id LIMIT 10 PERCENT"),
     # DuckDB expands it to one aggregate for each column of the FROM clause
     ("ORDER BY ALL outside a query's own ORDER BY", "SELECT list(item_id ORDER BY ALL) FROM items"),
-    ("named WINDOW", "SELECT sum(list_price) OVER w FROM items WINDOW w AS (PARTITION BY category)"),
     ("COLUMNS(...)", "SELECT COLUMNS('item_id|brand') FROM items"),
     # DuckDB groups by item_id too (the HAVING reads it): a row per item, not per parity
     ("GROUP BY ALL with HAVING", "SELECT item_id % 2 AS odd, count(*) FROM items GROUP BY ALL HAVING item_id % 2 <> 5"),

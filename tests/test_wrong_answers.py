@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import os
+import re
 import uuid
 
 import duckdb
@@ -713,6 +714,27 @@ ORDER_BY_ALL = {
     "with_a_correlated_subquery": "SELECT k, (SELECT max(x) FROM small s WHERE s.k = one.k) FROM one ORDER BY ALL",
 }
 
+# Named windows, written out where they are used (they were refused)
+NAMED_WINDOWS = {
+    "used_as_is": "SELECT id, sum(x) OVER w AS s FROM small WINDOW w AS (PARTITION BY k ORDER BY id) ORDER BY id",
+    "ordered_by_the_reference": "SELECT id, rank() OVER (w ORDER BY x DESC NULLS LAST, id) AS r FROM small WINDOW w AS (PARTITION BY k) ORDER BY id",
+    "partitioned_by_the_reference": "SELECT id, sum(x) OVER (w PARTITION BY k) AS s FROM small WINDOW w AS (ORDER BY id) ORDER BY id",
+    "framed_by_the_reference": "SELECT id, sum(x) OVER (w ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS s FROM small "
+                               "WINDOW w AS (PARTITION BY k ORDER BY id) ORDER BY id",
+    "with_its_own_frame": "SELECT id, avg(d) OVER w AS a FROM big WHERE id < 400 WINDOW w AS (PARTITION BY k % 5 ORDER BY id "
+                          "ROWS BETWEEN 2 PRECEDING AND 1 FOLLOWING) ORDER BY id",
+    "defined_by_a_later_one": "SELECT id, sum(x) OVER v AS s FROM small WINDOW v AS (w ORDER BY id), w AS (PARTITION BY k) ORDER BY id",
+    "in_qualify": "SELECT id, k FROM small WINDOW w AS (PARTITION BY k ORDER BY id) QUALIFY row_number() OVER w = 1 ORDER BY id",
+    "over_groups": "SELECT k, sum(sum(x)) OVER w AS s FROM small GROUP BY k WINDOW w AS (ORDER BY k NULLS FIRST) ORDER BY k",
+    "ignore_nulls_and_filter": "SELECT id, first_value(x IGNORE NULLS) OVER w AS f, count(*) FILTER (WHERE x > 3) OVER (w ORDER BY id) AS c "
+                               "FROM small WINDOW w AS (PARTITION BY k) ORDER BY id",
+    "a_subquery_sees_the_outer_one": "SELECT id, (SELECT max(x) FROM small) - sum(x) OVER w AS s FROM small WINDOW w AS (ORDER BY id) ORDER BY id",
+    "inner_one_first": "SELECT id, s, sum(x) OVER w AS t FROM (SELECT id, x, sum(x) OVER w AS s FROM small WINDOW w AS (PARTITION BY k)) "
+                       "WINDOW w AS (ORDER BY id) ORDER BY id",
+    "in_a_cte_of_a_union": "WITH c AS (SELECT id, lag(x) OVER w AS l FROM small WINDOW w AS (ORDER BY id)) "
+                           "SELECT * FROM c UNION ALL SELECT id, k FROM one ORDER BY id, l",
+}
+
 
 # Every group of queries above is answered exactly as DuckDB answers it; a test's id names the
 # group (what went wrong) and the query.
@@ -747,6 +769,7 @@ ANSWERED_AS_DUCKDB = {
     "grouping_sets_as_duckdb": GROUPING_SETS,
     "order_by_names_and_positions": ORDER_BY_NAMES,
     "order_by_all": ORDER_BY_ALL,
+    "named_windows": NAMED_WINDOWS,
 }
 
 
@@ -1145,3 +1168,27 @@ def test_a_semi_join_reads_the_column_of_its_right_table_not_a_struct_field(con,
         con.register_parquet(name, str(root / f"{name}.parquet"))
         duck.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet('{root / name}.parquet')")
     assert con.execute(sql).fetchall() == duck.execute(sql).fetchall()
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("SELECT sum(x) OVER (w ORDER BY x) FROM small WINDOW w AS (PARTITION BY k ORDER BY id)", 'Cannot override ORDER BY clause of window "w"'),
+        ("SELECT sum(x) OVER (w PARTITION BY x) FROM small WINDOW w AS (PARTITION BY k)", 'Cannot override PARTITION BY clause of window "w"'),
+        ("SELECT sum(x) OVER (w ORDER BY x) FROM small WINDOW w AS (ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)",
+         'cannot copy window "w" because it has a frame clause'),
+        ("SELECT sum(x) OVER v FROM small WINDOW w AS (PARTITION BY k)", 'window "v" does not exist'),
+        ("SELECT sum(x) OVER w FROM small WINDOW w AS (PARTITION BY k), w AS (ORDER BY id)", 'window "w" is already defined'),
+    ],
+)
+def test_named_window_misuse_fails_as_in_duckdb(con, duck, sql: str, message: str) -> None:
+    with pytest.raises(duckdb.Error, match=re.escape(message)):
+        duck.execute(sql)
+    with pytest.raises(qengine.ProgrammingError, match=re.escape(message)):
+        con.execute(sql)
+
+
+def test_named_window_defined_by_itself_is_refused(con) -> None:
+    """DuckDB reads it as an empty window."""
+    with pytest.raises(qengine.NotSupportedError, match='window "w" is defined by itself'):
+        con.execute("SELECT sum(x) OVER w FROM small WINDOW w AS (v), v AS (w)")

@@ -44,6 +44,7 @@ from qengine.planner.join_order import optimize_joins
 from qengine.planner.merge_derived import merge_subqueries
 from qengine.planner.parameters import OPERAND_END, PLACEHOLDER, QUESTION_MARKS, counted, numbered_placeholders
 from qengine.planner.unnest import unnest_subqueries
+from qengine.planner.named_windows import inline_named_windows
 from qengine.planner.unsupported import is_order_by_all, refuse_unmodelled
 
 
@@ -138,6 +139,7 @@ def parse(sql: str, dialect: str) -> list[exp.Expression]:
         raise ProgrammingError("empty statement")
     for statement in statements:
         _check_aliases(sql, tokens, statement)
+        inline_named_windows(statement)
         refuse_unmodelled(statement)
         _keep_struct_key_case(statement)
         _within_group_as_ordered(statement)

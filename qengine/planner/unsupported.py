@@ -85,8 +85,6 @@ def _clause(node: exp.Expression) -> str | None:
             return "LIMIT … BY"
     if isinstance(node, exp.Ordered) and is_order_by_all(node) and not isinstance(node.parent.parent, exp.Select | exp.SetOperation):
         return "ORDER BY ALL outside a query's own ORDER BY"  # a window's or an aggregate's
-    if isinstance(node, exp.Select) and node.args.get("windows"):
-        return "a named WINDOW clause (write the window in OVER (...))"
     if isinstance(node, exp.Select) and node.args.get("having") and isinstance(node.args.get("group"), exp.Group) and node.args["group"].args.get("all"):
         # DuckDB also groups by the columns HAVING reads outside aggregates (``HAVING a % 2 <> 1``
         # makes a group of each a), which the planner does not model
