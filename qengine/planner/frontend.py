@@ -42,9 +42,9 @@ from qengine.planner.eliminate_joins import eliminate_joins
 from qengine.planner.grouping_syntax import parse_tokens
 from qengine.planner.join_order import optimize_joins
 from qengine.planner.merge_derived import merge_subqueries
+from qengine.planner.named_windows import inline_named_windows
 from qengine.planner.parameters import OPERAND_END, PLACEHOLDER, QUESTION_MARKS, counted, numbered_placeholders
 from qengine.planner.unnest import unnest_subqueries
-from qengine.planner.named_windows import inline_named_windows
 from qengine.planner.unsupported import is_order_by_all, refuse_unmodelled
 
 
