@@ -735,6 +735,16 @@ NAMED_WINDOWS = {
                            "SELECT * FROM c UNION ALL SELECT id, k FROM one ORDER BY id, l",
 }
 
+# A table's column aliases rename its first columns by position: sqlglot's qualifier showed the
+# new names but bound them to the old columns, so s(k, id) read k as id
+COLUMN_ALIASES = {
+    "swapped_names": "SELECT k, id FROM small AS s(k, id) WHERE k < 5 ORDER BY 1, 2",
+    "first_column_only": "SELECT i, count(*) FROM small s(i) GROUP BY i ORDER BY 1",
+    "star_of_a_renamed_table": "SELECT * FROM small AS s(x, id, k) WHERE id < 3 ORDER BY 1, 2, 3",
+    "qualified_new_name": "SELECT s.a FROM small AS s(a) WHERE s.a < 4 ORDER BY 1",
+    "joined_renamed_tables": "SELECT a.i, b.j, b.k FROM small a(i) JOIN big b(j) ON a.i = b.j ORDER BY 1, 2",
+}
+
 
 # Every group of queries above is answered exactly as DuckDB answers it; a test's id names the
 # group (what went wrong) and the query.
@@ -770,6 +780,7 @@ ANSWERED_AS_DUCKDB = {
     "order_by_names_and_positions": ORDER_BY_NAMES,
     "order_by_all": ORDER_BY_ALL,
     "named_windows": NAMED_WINDOWS,
+    "column_aliases_of_a_table": COLUMN_ALIASES,
 }
 
 
@@ -1192,3 +1203,36 @@ def test_named_window_defined_by_itself_is_refused(con) -> None:
     """DuckDB reads it as an empty window."""
     with pytest.raises(qengine.NotSupportedError, match='window "w" is defined by itself'):
         con.execute("SELECT sum(x) OVER w FROM small WINDOW w AS (v), v AS (w)")
+
+
+def test_column_aliases_of_a_view_rename_its_columns(con, duck) -> None:
+    """A view's column aliases were dropped as it was inlined."""
+    for engine in (con, duck):
+        engine.execute("CREATE OR REPLACE VIEW swapped_view AS SELECT id, k FROM small")
+    try:
+        assert_same(con, duck, "SELECT k, id FROM swapped_view AS v(k, id) WHERE k < 5 ORDER BY 1, 2")
+    finally:
+        for engine in (con, duck):
+            engine.execute("DROP VIEW swapped_view")
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM one AS o(a, b, c)",
+        "SELECT * FROM (SELECT 1 AS a) x(p, q)",
+        "WITH c AS (SELECT 1 AS a) SELECT * FROM c x(p, q)",
+        "SELECT * FROM (SELECT 1 AS a UNION ALL SELECT 2) x(p, q)",
+    ],
+)
+def test_more_column_aliases_than_columns_fail_as_in_duckdb(con, duck, sql: str) -> None:
+    with pytest.raises(duckdb.BinderException, match="columns available but"):
+        duck.execute(sql)
+    with pytest.raises(qengine.ProgrammingError, match="columns available but"):
+        con.execute(sql)
+
+
+def test_column_aliases_that_repeat_a_name_are_refused(con) -> None:
+    """small(id, k, x) AS s(x) has two columns x: sqlglot's qualifier failed inside on them."""
+    with pytest.raises(qengine.NotSupportedError, match="two columns named 'x'"):
+        con.execute("SELECT * FROM small AS s(x) ORDER BY 1")

@@ -684,16 +684,28 @@ def expand_sources(statement: exp.Expression, catalog: Catalog, dialect: str, de
         view = catalog.views.get(table.name.lower())
         if _is_cte_reference(table):
             continue
+        written = table.args.get("alias")
         if view is not None:
             body = expand_sources(view.query.copy(), catalog, dialect, depth + 1)
+        elif table.name.lower() in catalog.tables:
+            if written is not None and written.columns:
+                # t AS x(a, b) renames t's first columns: sqlglot's qualifier shows the new
+                # names but binds them to the old columns, so a swap (x(k, uid)) read k as uid
+                source = table.copy()
+                source.set("alias", None)
+                names = catalog.table(table.name).schema.names
+                if len(written.columns) > len(names):
+                    raise ProgrammingError(f'table "{written.name}" has {len(names)} columns available but {len(written.columns)} columns specified')
+                columns = [exp.column(c, quoted=True) for c in names]
+                table.replace(exp.Subquery(this=exp.select(*columns).from_(source), alias=written.copy()))
+            continue
         elif (
-            table.name.lower() in catalog.tables
-            or table_sources.expand_file(table, catalog)  # a file named as a table
+            table_sources.expand_file(table, catalog)  # a file named as a table
             or (body := catalog.unknown_table(table.name)) is None  # a DataFrame the caller holds, or none
         ):
             continue
-        alias = table.alias or table.name
-        inlined = exp.Subquery(this=body, alias=exp.TableAlias(this=exp.to_identifier(alias)))
+        alias = written.copy() if written is not None and written.columns else exp.TableAlias(this=exp.to_identifier(table.alias or table.name))
+        inlined = exp.Subquery(this=body, alias=alias)
         if view is not None:
             inlined.meta[_VIEW] = view.name
         table.replace(inlined)
@@ -925,6 +937,7 @@ def referenced_tables(statement: exp.Expression) -> set[str]:
 
 def optimize_query(query: exp.Expression, catalog: Catalog, dialect: str) -> exp.Expression:
     """Qualify, decorrelate and push down; unknown tables and columns become ProgrammingErrors."""
+    _check_alias_widths(query)
     query = subquery_conditions_in_parentheses(exists_select_one(factor_disjunctions(spell_out_null_safe(unique_inner_columns(query)))))
     _name_values_columns(query)
     ctes = {cte.alias_or_name.lower() for cte in query.find_all(exp.CTE)}
@@ -953,6 +966,25 @@ def optimize_query(query: exp.Expression, catalog: Catalog, dialect: str) -> exp
     for node in optimized.walk():
         node._meta = None
     return optimized
+
+
+def _check_alias_widths(query: exp.Expression) -> None:
+    """Refuse more column aliases than a derived table or a WITH query has columns, as DuckDB
+    does: sqlglot's qualifier dropped the extra names, or failed inside on them."""
+    ctes = {cte.alias_or_name.lower(): cte.this for cte in query.find_all(exp.CTE)}
+    for node in query.find_all(exp.Subquery, exp.Table):
+        alias = node.args.get("alias")
+        if alias is None or not alias.columns:
+            continue
+        inner = node.this if isinstance(node, exp.Subquery) else ctes.get(node.name.lower()) if _is_cte_reference(node) else None
+        if not isinstance(inner, exp.Query) or any(e.unalias().is_star for e in inner.selects):
+            continue
+        if len(alias.columns) > len(inner.selects):
+            raise ProgrammingError(f'table "{alias.name}" has {len(inner.selects)} columns available but {len(alias.columns)} columns specified')
+        names = [c.name.lower() for c in alias.columns] + [e.alias_or_name.lower() for e in inner.selects[len(alias.columns):]]
+        repeated = next((n for n in names if names.count(n) > 1), None)
+        if repeated is not None:  # sqlglot's qualifier failed inside on a star over it
+            raise NotSupportedError(f'column aliases that leave table "{alias.name}" two columns named {repeated!r}')
 
 
 def _listed(star: exp.Expression) -> bool:
