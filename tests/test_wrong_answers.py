@@ -745,6 +745,15 @@ COLUMN_ALIASES = {
     "joined_renamed_tables": "SELECT a.i, b.j, b.k FROM small a(i) JOIN big b(j) ON a.i = b.j ORDER BY 1, 2",
 }
 
+# struct_pack(x) names its field after the column: it took the planner's name for it (c1)
+STRUCT_FIELDS = {
+    "packed_columns": "SELECT id, struct_pack(k, x) AS s, to_json(struct_pack(k, x)) AS j FROM small ORDER BY id",
+    "packed_after_a_shuffle": "SELECT k, arg_max(struct_pack(id, x), id) AS a FROM small GROUP BY k ORDER BY k",
+    "inserted_column": "SELECT struct_insert({'a': 1}, k) AS s FROM small ORDER BY id",
+    "qualified_column_read_back": "SELECT struct_pack(s.k).k AS v FROM small s ORDER BY id",
+    "lambda_variable": "SELECT list_transform([k, x], v -> struct_pack(v)) AS l FROM small ORDER BY id",
+}
+
 
 # Every group of queries above is answered exactly as DuckDB answers it; a test's id names the
 # group (what went wrong) and the query.
@@ -781,6 +790,7 @@ ANSWERED_AS_DUCKDB = {
     "order_by_all": ORDER_BY_ALL,
     "named_windows": NAMED_WINDOWS,
     "column_aliases_of_a_table": COLUMN_ALIASES,
+    "struct_fields_named_after_columns": STRUCT_FIELDS,
 }
 
 
@@ -1236,3 +1246,11 @@ def test_column_aliases_that_repeat_a_name_are_refused(con) -> None:
     """small(id, k, x) AS s(x) has two columns x: sqlglot's qualifier failed inside on them."""
     with pytest.raises(qengine.NotSupportedError, match="two columns named 'x'"):
         con.execute("SELECT * FROM small AS s(x) ORDER BY 1")
+
+
+def test_struct_pack_of_an_unnamed_expression_fails_as_in_duckdb(con, duck) -> None:
+    sql = "SELECT struct_pack(k + 1) FROM small"
+    with pytest.raises(duckdb.BinderException, match="Need named argument for struct pack"):
+        duck.execute(sql)
+    with pytest.raises(qengine.ProgrammingError, match="Need named argument for struct pack"):
+        con.execute(sql)

@@ -945,6 +945,7 @@ def optimize_query(query: exp.Expression, catalog: Catalog, dialect: str) -> exp
     for name in referenced_tables(query) - ctes:
         schema[name] = catalog.table(name).sql_schema()
     _semi_join_aliases_apart(query, schema)
+    _name_struct_fields(query, schema)
     _check_star_lists(query, schema, dialect)
     _order_by_all_as_positions(query, schema, dialect)
     _check_positions(query)
@@ -966,6 +967,33 @@ def optimize_query(query: exp.Expression, catalog: Catalog, dialect: str) -> exp
     for node in optimized.walk():
         node._meta = None
     return optimized
+
+
+def _name_struct_fields(query: exp.Expression, schema: dict[str, dict[str, str]]) -> None:
+    """Give ``struct_pack(x)`` and ``struct_insert(s, x)`` the field name DuckDB gives them,
+    the column's own as its table spells it, written out (``x := x``): the planner renames
+    columns (``c1``), and the field took that name. Only a column or a lambda's variable may
+    go unnamed, as in DuckDB."""
+    spelled: dict[str, str] = {}
+    for columns in schema.values():
+        for name in columns:
+            spelled[name.lower()] = name if spelled.get(name.lower(), name) == name else ""  # "": two spellings
+    for node in list(query.find_all(exp.Struct, exp.Anonymous)):
+        if isinstance(node, exp.Anonymous) and node.name.lower() != "struct_insert":
+            continue
+        function = "struct pack" if isinstance(node, exp.Struct) else "struct insert"
+        for arg in node.expressions if isinstance(node, exp.Struct) else node.expressions[1:]:
+            if isinstance(arg, exp.PropertyEQ):
+                continue
+            if not isinstance(arg, exp.Column | exp.Identifier):
+                raise ProgrammingError(f"Need named argument for {function}, e.g. STRUCT_PACK(a := b)")
+            identifier = arg if isinstance(arg, exp.Identifier) else arg.this
+            name = identifier.name
+            if isinstance(arg, exp.Column) and not identifier.quoted:
+                name = spelled.get(name.lower()) or name
+            field = exp.to_identifier(name, quoted=True)
+            field.meta["case_sensitive"] = True  # DuckDB's normalization lowercases quoted names too
+            arg.replace(exp.PropertyEQ(this=field, expression=arg.copy()))
 
 
 def _check_alias_widths(query: exp.Expression) -> None:
