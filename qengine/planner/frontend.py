@@ -131,6 +131,7 @@ def parse(sql: str, dialect: str) -> list[exp.Expression]:
     question_marks, tokens = numbered is not tokens, numbered
     tokens = _bracket_typed_literals(tokens, reader)
     tokens = _interval_strings_as_casts(tokens)
+    tokens = _leading_point_numbers(tokens)
     try:
         statements = [s for s in parse_tokens(reader, tokens, sql) if s is not None]
     except sqlglot.errors.ParseError as e:
@@ -144,9 +145,19 @@ def parse(sql: str, dialect: str) -> list[exp.Expression]:
         _keep_struct_key_case(statement)
         _within_group_as_ordered(statement)
         _empty_maps_as_calls(statement)
+        _date_add_as_plus(statement)
         if question_marks:
             statement.meta[QUESTION_MARKS] = True
     return statements
+
+
+def _date_add_as_plus(statement: exp.Expression) -> None:
+    """DuckDB's two-argument ``date_add(a, b)`` is ``a + b``: sqlglot reads it as a number of
+    days and writes ``a + INTERVAL b DAY``, which made ``date_add(DATE, 5)`` a TIMESTAMP where
+    DuckDB's answer is a DATE."""
+    for node in list(statement.find_all(exp.DateAdd)):
+        if node.args.get("unit") is None and not isinstance(node.expression, exp.Interval):
+            node.replace(exp.Add(this=exp.paren(node.this.copy(), copy=False), expression=exp.paren(node.expression.copy(), copy=False)))
 
 
 def _empty_maps_as_calls(statement: exp.Expression) -> None:
@@ -572,6 +583,23 @@ def _interval_strings_as_casts(tokens: list[Token]) -> list[Token]:
                     Token(TokenType.R_PAREN, ")", text.line, text.col, text.end, text.end)]
             skip = True
             continue
+        out.append(t)
+    return out
+
+
+_ACCESSED = {TokenType.VAR, TokenType.IDENTIFIER, TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.R_BRACE, TokenType.STRING}
+
+
+def _leading_point_numbers(tokens: list[Token]) -> list[Token]:
+    """``.5`` as the one number it is: sqlglot reads it as ``0.5``, a DECIMAL(2,1) where
+    DuckDB's is a DECIMAL(1,1), whose text is ``.5``. A point after a name, a closing bracket
+    or a string is a field access, and stays one."""
+    out: list[Token] = []
+    for t in tokens:
+        if (out and out[-1].token_type == TokenType.DOT and out[-1].end + 1 == t.start and t.token_type == TokenType.NUMBER
+                and t.text[:1].isdigit() and (len(out) == 1 or out[-2].token_type not in _ACCESSED)):
+            point = out.pop()
+            t = Token(TokenType.NUMBER, "." + t.text, point.line, point.col, point.start, t.end)
         out.append(t)
     return out
 
