@@ -219,6 +219,23 @@ def test_missing_data_dir(tmp_path) -> None:
     assert "nope" in result.stderr
 
 
+def test_data_dir_skips_a_link_out_of_it(tmp_path) -> None:
+    """A file in ``-d DIR`` linking outside DIR was read as a table, its target taken into the
+    data roots; it is skipped, and said so, and the directory's other tables still serve."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.csv").write_text("word\nhidden-value\n")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "t1.csv").write_text("a\n1\n2\n")
+    (data / "host.csv").symlink_to(outside / "secret.csv")
+    result = run_cli("sql", "-d", str(data), "--format", "csv", "-c", "SELECT * FROM host")
+    assert result.returncode != 0 and "hidden-value" not in result.stdout
+    assert "Table 'host' does not exist" in result.stderr
+    assert f"skipped {data / 'host.csv'}" in result.stderr and "outside" in result.stderr
+    assert ok(run_cli("sql", "-d", str(data), "--format", "csv", "-c", "SELECT sum(a) AS s FROM t1")).split() == ['"s"', "3"]
+
+
 def test_bad_usage_exits_non_zero() -> None:
     result = run_cli("sql", "--format", "xml", "-c", "SELECT 1 AS a")
     assert result.returncode != 0

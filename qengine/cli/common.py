@@ -14,6 +14,7 @@ from typing import Any
 
 import qengine
 from qengine.api.options import DEFAULT_WORKERS, SessionSettings
+from qengine.catalog.access import inside
 from qengine.planner.table_sources import SUFFIXES
 
 PARQUET = SUFFIXES["parquet"]  # what a Parquet table's files are called
@@ -42,12 +43,18 @@ def directory_tables(directory: str) -> list[tuple[str, str, str]]:
 
     A directory of Parquet files is one table, a hive-partitioned dataset (``sales/y=2024/...``)
     included; ``directory`` itself is one, named after it, where its own subdirectories are
-    partitions (``key=value``).
+    partitions (``key=value``). An entry that links out of ``directory`` is skipped, and said so.
     """
     if not os.path.isdir(directory):
         raise qengine.ProgrammingError(f"data directory {directory} does not exist")
     tables = []
     entries = [e for e in sorted(os.listdir(directory)) if not e.startswith((".", "_"))]
+    root = os.path.realpath(directory)
+    leaving = [e for e in entries if not inside(os.path.realpath(os.path.join(directory, e)), [root])]
+    for entry in leaving:  # a link out of the directory: serving it would read outside what was given
+        print(f"qengine: skipped {os.path.join(directory, entry)}: it leads to {os.path.realpath(os.path.join(directory, entry))}, "
+              f"outside {directory}", file=sys.stderr)
+    entries = [e for e in entries if e not in leaving]
     partitions = {e for e in entries if "=" in e and _has_parquet(os.path.join(directory, e))}
     if partitions:
         tables.append((os.path.basename(os.path.normpath(os.path.abspath(directory))), "parquet", directory))
