@@ -146,6 +146,18 @@ def test_a_large_result_streams_in_batches(adbc, oracle) -> None:
     same(pa.Table.from_batches(batches), oracle.execute(sql).to_arrow_table(), sql)
 
 
+def test_a_result_batch_larger_than_a_grpc_message_reaches_adbc(adbc) -> None:
+    """A worker's batch of a million rows (about 17 MB) exceeded the 16 MiB message an ADBC
+    client takes ("received message larger than max"); batches are cut below it."""
+    sql = "SELECT range AS i, repeat('x', 40) || range AS s FROM range(1000000)"
+    with adbc.cursor() as cur:
+        cur.execute(sql)
+        table = cur.fetch_arrow_table()
+    assert table.num_rows == 1_000_000
+    assert sorted(table.column("i").to_pylist())[::250_000] == [0, 250_000, 500_000, 750_000]
+    assert table.column("s").to_pylist()[:3] == ["x" * 40 + str(i) for i in table.column("i").to_pylist()[:3]]
+
+
 def test_parameters_and_a_reused_prepared_statement(adbc, oracle) -> None:
     sql = "SELECT count(*) AS n, sum(qty) AS q FROM sales WHERE store_id = ? AND note = ?"
     with adbc.cursor() as cur:

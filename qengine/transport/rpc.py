@@ -107,14 +107,30 @@ def remote_error(info: dict[str, str]) -> Error:
     return error
 
 
+MESSAGE_BYTES = 8 << 20  # a batch sent at most: gRPC clients (ADBC's Go driver, JDBC) refuse messages over 16 MiB
+
+
 def batch_stream(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> flight.FlightDataStream:
-    """A DoGet answer sending ``batches`` as they are made. pyarrow's GeneratorStream sends no
-    dictionary messages, so a result with a dictionary column (an ENUM) failed to read ("IPC
-    stream did not have the expected number (1) of dictionaries"): such a schema goes as a
-    RecordBatchStream over a reader of the same batches, which sends each batch's dictionary."""
+    """A DoGet answer sending ``batches`` as they are made, each cut to at most
+    ``MESSAGE_BYTES``: a worker's batch of a million rows was one message too large for an
+    ADBC client. pyarrow's GeneratorStream sends no dictionary messages, so a result with a
+    dictionary column (an ENUM) failed to read ("IPC stream did not have the expected number
+    (1) of dictionaries"): such a schema goes as a RecordBatchStream over a reader of the same
+    batches, which sends each batch's dictionary."""
+    bounded = (piece for batch in batches for piece in _pieces(batch))
     if any(pa.types.is_dictionary(f.type) for f in schema):
-        return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(schema, _bare_errors(batches)))
-    return flight.GeneratorStream(schema, batches)
+        return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(schema, _bare_errors(bounded)))
+    return flight.GeneratorStream(schema, bounded)
+
+
+def _pieces(batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+    """``batch`` in slices of at most ``MESSAGE_BYTES`` each (a single larger row alone)."""
+    if batch.nbytes <= MESSAGE_BYTES or batch.num_rows <= 1:
+        yield batch
+        return
+    rows = max(1, batch.num_rows * MESSAGE_BYTES // batch.nbytes)
+    for start in range(0, batch.num_rows, rows):
+        yield from _pieces(batch.slice(start, rows))
 
 
 def _bare_errors(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
