@@ -21,8 +21,10 @@ import adbc_driver_manager
 import pandas as pd
 import psutil
 import pyarrow as pa
+import pyarrow.flight as flight
 import pyarrow.parquet as pq
 import pytest
+from google.protobuf import any_pb2
 
 import qengine
 from tests.conftest import free_port, subprocess_env, wait_until
@@ -225,6 +227,26 @@ def test_errors_reach_the_client_as_the_right_classes(adbc) -> None:
             cur.execute("UPDATE sales SET qty = 1")
         cur.execute("SELECT 1 AS one")  # the connection goes on
         assert cur.fetchall() == [(1,)]
+
+
+def test_flight_sql_requests_qengine_does_not_serve_are_unimplemented(server: Served, adbc) -> None:
+    """Bulk ingest, Flight's session options (ADBC asks them for the current catalog) and
+    other Flight SQL commands were INVALID_ARGUMENT or UNKNOWN with qengine's own envelope:
+    a client could not tell "not supported" from its own mistake."""
+    with adbc.cursor() as cur, pytest.raises(adbc_driver_manager.NotSupportedError, match="CommandStatementIngest is not supported"):
+        cur.adbc_ingest("new_table", pa.table({"a": [1, 2]}), mode="create")
+    client = flight.FlightClient(f"grpc://{server.address}")
+    options = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {server.token}".encode())])
+    try:
+        with pytest.raises(NotImplementedError, match="GetSessionOptions is not supported"):
+            list(client.do_action(flight.Action("GetSessionOptions", b""), options))
+        xdbc = any_pb2.Any(type_url="type.googleapis.com/arrow.flight.protocol.sql.CommandGetXdbcTypeInfo", value=b"")
+        with pytest.raises(NotImplementedError, match="CommandGetXdbcTypeInfo is not supported"):
+            client.get_flight_info(flight.FlightDescriptor.for_command(xdbc.SerializeToString()), options)
+        with pytest.raises(pa.ArrowInvalid, match="names a command, not a path"):
+            client.get_flight_info(flight.FlightDescriptor.for_path("t"), options)
+    finally:
+        client.close()
 
 
 def test_a_wrong_token_is_refused(server: Served) -> None:

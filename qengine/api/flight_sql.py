@@ -41,6 +41,7 @@ from qengine.sandbox.carried_types import untagged_schema
 from qengine.transport.flight_sql_messages import (
     CANCELLED,
     NOT_CANCELLABLE,
+    SQL_PACKAGE,
     flight_message,
     packed,
     sql_message,
@@ -55,6 +56,12 @@ IDLE_SECONDS = 600.0  # how long an unfetched result or an unused prepared state
 CATALOG = "memory"
 SCHEMA = "main"
 ACTIONS = ("CreatePreparedStatement", "ClosePreparedStatement", "CancelFlightInfo", "CancelQuery")
+# Flight's and Flight SQL's other actions, which a client may send (ADBC asks GetSessionOptions
+# for its current catalog): answered UNIMPLEMENTED, not taken for a call of qengine's own
+UNSERVED_ACTIONS = frozenset({
+    "GetSessionOptions", "SetSessionOptions", "CloseSession", "RenewFlightEndpoint", "PollFlightInfo",
+    "BeginTransaction", "EndTransaction", "BeginSavepoint", "EndSavepoint", "CreatePreparedSubstraitPlan",
+})
 
 # Runs a statement for a call: (call, SQL, parameters) → result. The server behind the endpoint
 # supplies it, with its admission and its cancelling of statements whose client went away.
@@ -412,11 +419,18 @@ class FlightSqlService:
         return self._result_schema(context, view.sql(dialect=self._session().dialect)) or pa.schema([])
 
 
-def _command(data: bytes) -> tuple[str, Any]:
+def _command(data: bytes | None) -> tuple[str, Any]:
+    """The Flight SQL message in ``data``. One of Flight SQL's that qengine does not serve
+    (bulk ingest, Substrait plans, XDBC type info) is unsupported (UNIMPLEMENTED, which ADBC
+    raises as NotSupportedError); anything else is not a request this endpoint reads."""
+    if data is None:
+        raise FlightSqlError("a Flight SQL request names a command, not a path")
     command = unpacked(data)
     if command is None:
         named = type_url_of(data)
-        raise FlightSqlError(f"not a Flight SQL command qengine serves{': ' + named if named else ''}")
+        if named.startswith(SQL_PACKAGE + "."):
+            raise NotSupportedError(f"Flight SQL {named.removeprefix(SQL_PACKAGE + '.')} is not supported by qengine")
+        raise FlightSqlError(f"not a Flight SQL command{': ' + named if named else ''}")
     return command
 
 

@@ -23,7 +23,7 @@ import pyarrow.flight as flight
 
 from qengine.api.admission import Admission
 from qengine.api.flight_sql import ACTIONS as FLIGHT_SQL_ACTIONS
-from qengine.api.flight_sql import FlightSqlError, FlightSqlService, flight_error, is_flight_sql
+from qengine.api.flight_sql import UNSERVED_ACTIONS, FlightSqlError, FlightSqlService, flight_error, is_flight_sql
 from qengine.api.options import SessionSettings
 from qengine.api.result_stream import ResultStream
 from qengine.api.session import Result, Session
@@ -31,7 +31,7 @@ from qengine.api.session_leases import DEFAULT_SESSION_TIMEOUT, SessionLeases
 from qengine.api.statements import new_statement_id
 from qengine.catalog.access import AccessPolicy
 from qengine.catalog.catalog import Catalog
-from qengine.errors import Error, OperationalError, ProgrammingError
+from qengine.errors import Error, NotSupportedError, OperationalError, ProgrammingError
 from qengine.planner.stages import StagePlan
 from qengine.runtime.membership import WorkerRegistry
 from qengine.runtime.shares import DEFAULT_USER, Shares
@@ -288,6 +288,8 @@ class CoordinatorServer(ActionServer):
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterable[flight.Result]:
         if action.type in FLIGHT_SQL_ACTIONS:
             return self._flight_sql_call(lambda: self.flight_sql.do_action(context, action))
+        if action.type in UNSERVED_ACTIONS:
+            raise flight_error(NotSupportedError(f"action {action.type} is not supported by qengine"))
         return super().do_action(context, action)
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
