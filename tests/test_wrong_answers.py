@@ -1264,3 +1264,18 @@ def test_struct_pack_of_an_unnamed_expression_fails_as_in_duckdb(con, duck) -> N
         duck.execute(sql)
     with pytest.raises(qengine.ProgrammingError, match="Need named argument for struct pack"):
         con.execute(sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT MAP([[k]], [x]) AS m FROM small WHERE id < 3 ORDER BY id",
+        "SELECT MAP([{'a': k}], [x]) AS m FROM small WHERE id < 3 ORDER BY id",
+        "SELECT histogram([k % 2]) AS h FROM big",
+        "SELECT MAP([]::INTEGER[][], []::INTEGER[]) AS m, [MAP([[1]], [2])] AS l, MAP([k], [x]) AS plain FROM small WHERE id = 1",
+    ],
+)
+def test_maps_with_list_or_struct_keys_are_fetched_as_duckdb_fetches_them(con, duck, sql: str) -> None:
+    """Python cannot hash such keys: fetching them failed (unhashable type: 'list'); DuckDB
+    gives {'key': [...], 'value': [...]}."""
+    assert con.execute(sql).fetchall() == duck.execute(sql).fetchall()

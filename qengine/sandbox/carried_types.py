@@ -292,7 +292,10 @@ def _python(array: pa.Array, huge: bool) -> list:
             out.append(None)
             continue
         items, at = inner[at:at + length], at + length
-        if pa.types.is_map(t):
+        if pa.types.is_map(t) and pa.types.is_nested(t.key_type):
+            # keys Python cannot hash (lists, structs): DuckDB gives the two lists side by side
+            out.append({"key": [entry["key"] for entry in items], "value": [entry["value"] for entry in items]})
+        elif pa.types.is_map(t):
             out.append(dict(tuple(entry.values()) for entry in items))  # each entry is {key:, value:}
         else:
             out.append(tuple(items) if pa.types.is_fixed_size_list(t) else items)
