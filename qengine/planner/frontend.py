@@ -990,11 +990,22 @@ def optimize_query(query: exp.Expression, catalog: Catalog, dialect: str) -> exp
         raise _optimizer_error(str(e).splitlines()[0], query, schema) from e
     except sqlglot.errors.SqlglotError as e:
         raise ProgrammingError(_plain(str(e).splitlines()[0])) from e
+    _refuse_rows_as_values(optimized)
     # The parser's positions on every identifier are not used past this point, and every copy
     # of a node deep-copies them in Python: dropping them makes the planner's copies cheaper.
     for node in optimized.walk():
         node._meta = None
     return optimized
+
+
+def _refuse_rows_as_values(query: exp.Expression) -> None:
+    """Refuse a table's name used as a value (``to_json(t)``, ``first(t)``), which DuckDB reads
+    as the whole row, a STRUCT of every column: sqlglot's qualifier marks it (a TableColumn),
+    and DuckDB then read the planner's own relation of that name, with its internal columns."""
+    node = query.find(exp.TableColumn)
+    if node is not None:
+        raise NotSupportedError(f"a table's name as a value ({node.name!r}, its whole row) is not supported: "
+                                "name its columns, as in struct_pack(a, b) or {'a': a}")
 
 
 def _name_struct_fields(query: exp.Expression, schema: dict[str, dict[str, str]]) -> None:

@@ -53,6 +53,9 @@ def _construct(node: exp.Expression) -> str | None:
         return "CONNECT BY"
     if isinstance(node, exp.Explode | exp.Unnest) and any(_struct(a) for a in [node.this, *node.expressions] if a is not None):
         return _STRUCT_UNNEST
+    if isinstance(node, exp.Anonymous) and node.name.lower() in ("alias", "current_query"):
+        # each reads what DuckDB was given: the planner's own names and rewritten fragment
+        return f"{node.name.lower()}()"
     if isinstance(node, exp.Anonymous) and node.name.lower() == "setseed":
         # each task draws from its own worker's generator: a seed set by one statement does
         # not reach the next statement's tasks, and random() did not repeat after it
