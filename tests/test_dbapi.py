@@ -174,6 +174,12 @@ def test_description_decimal_precision_and_scale(default_engine) -> None:
     assert (desc[1][4], desc[1][5]) == (9, 2)
 
 
+@pytest.mark.parametrize("sql", ["SELECT 1 -- a comment", "SELECT sale_id + 1 -- note\nFROM sales LIMIT 1", "SELECT sum(qty) /* s */ FROM sales"])
+def test_a_comment_is_no_part_of_a_column_name(default_engine, oracle, sql: str) -> None:
+    """It was: ``SELECT 1 -- c`` named its column ``1 /* c */``."""
+    assert [d[0] for d in default_engine.execute(sql).description] == [d[0] for d in oracle.execute(sql).description]
+
+
 def test_description_names_of_unaliased_expressions_match_duckdb(default_engine, oracle) -> None:
     sql = "SELECT count(sale_id), sum(qty) FROM sales"
     got = [d[0] for d in default_engine.execute(sql).description]

@@ -654,7 +654,7 @@ def _name_select_outputs(query: exp.Expression) -> None:
             name = "count_star()"
         else:
             shown = e.transform(lambda n: exp.Var(this=n.meta[PLACEHOLDER]) if n.meta and PLACEHOLDER in n.meta else n)
-            name = shown.sql(dialect="duckdb", normalize_functions="lower")
+            name = shown.sql(dialect="duckdb", normalize_functions="lower", comments=False)
             if isinstance(e, exp.Binary):
                 name = f"({name})"
         # an Alias node even around a subquery, which ``alias_`` would give a table alias of
