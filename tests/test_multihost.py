@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow.flight as flight
 import pytest
 
 import qengine
@@ -179,6 +180,19 @@ def test_wrong_token_is_refused_and_logged(tmp_path):
         with pytest.raises(qengine.OperationalError, match="token"):
             Client(worker, "not-the-token").action("ping", timeout=5)
         assert "refused" in c.coordinator_log()
+
+
+def test_a_bad_cluster_address_fails_with_qengines_errors() -> None:
+    """pyarrow's own exceptions came through: ArrowInvalid for a port out of range,
+    ArrowNotImplementedError for a gRPC server that is not qengine's."""
+    with pytest.raises(qengine.ProgrammingError, match="a port from 1 to 65535"):
+        qengine.connect("qengine://127.0.0.1:99999", token="x")
+    other = flight.FlightServerBase("grpc://127.0.0.1:0")  # answers every action UNIMPLEMENTED
+    try:
+        with pytest.raises(qengine.OperationalError, match="does not answer as a qengine server"):
+            qengine.connect(f"qengine://127.0.0.1:{other.port}", token="x")
+    finally:
+        other.shutdown()
 
 
 def test_hung_worker_is_marked_dead_and_its_query_goes_on_without_it(tmp_path, data_paths, oracle):

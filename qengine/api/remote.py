@@ -37,8 +37,8 @@ def parse_target(target: str) -> str:
     """'qengine://HOST:PORT' → 'HOST:PORT', with an error that shows the expected form."""
     address = target.removeprefix("qengine://").rstrip("/")
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ProgrammingError(f"cannot read {target!r} as a cluster address: use qengine://HOST:PORT")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ProgrammingError(f"cannot read {target!r} as a cluster address: use qengine://HOST:PORT (a port from 1 to 65535)")
     return address
 
 

@@ -186,6 +186,8 @@ class Client:
             results = list(self._client.do_action(flight.Action(name, payload), self.options(timeout)))
         except flight.FlightError as e:
             raise client_error(e, self.where) from e
+        except pa.ArrowNotImplementedError as e:  # a gRPC server, but not one of qengine's
+            raise OperationalError(f"{self.where} does not answer as a qengine server: {e}") from e
         except pa.ArrowInvalid as e:  # the client was closed (its connection closed meanwhile)
             raise WorkerUnreachableError(f"{self.where}: {e}") from e
         return json.loads(results[0].body.to_pybytes()) if results else None
