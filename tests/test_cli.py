@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 
+import duckdb
 import pyarrow.parquet as pq
 import pytest
 
@@ -233,7 +234,24 @@ def test_data_dir_skips_a_link_out_of_it(tmp_path) -> None:
     assert result.returncode != 0 and "hidden-value" not in result.stdout
     assert "Table 'host' does not exist" in result.stderr
     assert f"skipped {data / 'host.csv'}" in result.stderr and "outside" in result.stderr
-    assert ok(run_cli("sql", "-d", str(data), "--format", "csv", "-c", "SELECT sum(a) AS s FROM t1")).split() == ['"s"', "3"]
+    assert ok(run_cli("sql", "-d", str(data), "--format", "csv", "-c", "SELECT sum(a) AS s FROM t1")).split() == ["s", "3"]
+
+
+def test_csv_output_writes_values_as_duckdb_does(tmp_path) -> None:
+    """pyarrow's CSV writer failed on lists, structs, maps and intervals with a traceback, and
+    wrote other values in its own way (1 for 1.0, quoted names)."""
+    sql = ("SELECT [1, 2] AS l, {'a': 1} AS s, MAP([1], [2]) AS m, INTERVAL 1 DAY AS i, 1.0::DOUBLE AS d, "
+           "TIMESTAMP '2020-01-01 01:02:03.5' AS ts, 'a,b' AS c, NULL AS n")
+    expected = tmp_path / "duckdb.csv"
+    duckdb.connect().execute(f"COPY ({sql}) TO '{expected}' (FORMAT csv, HEADER)")
+    assert ok(run_cli("sql", "--format", "csv", "-c", sql)) == expected.read_text()
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "parquet"])
+def test_an_output_file_that_cannot_be_written_is_one_error_line(tmp_path, fmt: str) -> None:
+    result = run_cli("sql", "--format", fmt, "-o", str(tmp_path / "missing" / f"x.{fmt}"), "-c", "SELECT 1 AS a")
+    assert result.returncode != 0
+    assert result.stderr.startswith("Error: cannot write") and "Traceback" not in result.stderr
 
 
 def test_bad_usage_exits_non_zero() -> None:

@@ -167,7 +167,7 @@ def test_cli_sql_against_the_cluster(tmp_path, data_paths, oracle):
             capture_output=True, text=True, timeout=HANG_BOUND,
         )
         assert out.returncode == 0, out.stderr
-        assert out.stdout.split() == ['"n"', str(oracle.execute("SELECT count(*) FROM sales").fetchone()[0])]
+        assert out.stdout.split() == ["n", str(oracle.execute("SELECT count(*) FROM sales").fetchone()[0])]
 
 
 def test_wrong_token_is_refused_and_logged(tmp_path):

@@ -12,27 +12,45 @@ import pyarrow as pa
 import qengine
 from qengine.api.json_rows import json_rows
 from qengine.api.table_text import print_table
+from qengine.errors import first_line
+from qengine.sandbox.quoting import string_literal
 
 
 def write_result(table: pa.Table, fmt: str, output: str | None) -> None:
-    if fmt == "parquet":
-        if not output:
-            raise qengine.ProgrammingError("--format parquet needs --output FILE")
-        import pyarrow.parquet as pq
-
-        pq.write_table(table, output)
+    """Write ``table`` as ``fmt``. CSV and Parquet are written by DuckDB (in this process,
+    over the result alone), so that their text is DuckDB's: lists as ``[1, 2]``, intervals as
+    ``1 day``, doubles as ``1.0``; pyarrow's CSV writer refused nested and interval columns.
+    A file that cannot be written is an OperationalError, not a traceback."""
+    if fmt == "parquet" and not output:
+        raise qengine.ProgrammingError("--format parquet needs --output FILE")
+    if fmt in ("csv", "parquet"):
+        _copy(table, fmt, output)
         return
-    with _open_output(output) as out:
-        if fmt == "csv":
-            import pyarrow.csv as pacsv
+    try:
+        with _open_output(output) as out:
+            if fmt == "json":  # as DuckDB writes rows: decimals as numbers, dates as text
+                out.write("[" + ", ".join(json_rows(table)) + "]\n")
+            else:
+                print_table(table, out)
+    except OSError as e:
+        raise qengine.OperationalError(f"cannot write {output}: {e.strerror or e}") from e
 
-            buf = pa.BufferOutputStream()
-            pacsv.write_csv(table, buf)
-            out.write(buf.getvalue().to_pybytes().decode())
-        elif fmt == "json":  # as DuckDB writes rows: decimals as numbers, dates as text
-            out.write("[" + ", ".join(json_rows(table)) + "]\n")
-        else:
-            print_table(table, out)
+
+def _copy(table: pa.Table, fmt: str, output: str | None) -> None:
+    """DuckDB's ``COPY`` of ``table`` to ``output`` (standard output when None)."""
+    import duckdb
+
+    target = output or "/dev/stdout"
+    options = "FORMAT csv, HEADER" if fmt == "csv" else "FORMAT parquet"
+    con = duckdb.connect()
+    try:
+        con.register("result", table)
+        sys.stdout.flush()  # what was printed before goes first
+        con.execute(f"COPY result TO {string_literal(target)} ({options})")
+    except duckdb.Error as e:
+        raise qengine.OperationalError(f"cannot write {fmt} to {output or 'standard output'}: {first_line(str(e))}") from e
+    finally:
+        con.close()
 
 
 @contextlib.contextmanager
