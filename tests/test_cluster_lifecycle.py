@@ -424,3 +424,13 @@ def test_every_spelling_of_the_any_address_is_refused(listen: str) -> None:
     with pytest.raises(qengine.ProgrammingError, match="listen on a concrete address"):
         parse_listen(listen)
     assert parse_listen("127.0.0.1:7777") == ("127.0.0.1", 7777)
+
+
+@pytest.mark.parametrize(("listen", "words"), [("::1:7777", "in brackets"), ("127.0.0.1:99999", "as HOST:PORT"), (":7777", "as HOST:PORT")])
+def test_a_listen_address_qengine_cannot_read_is_refused(listen: str, words: str) -> None:
+    """An unbracketed IPv6 address reached pyarrow, which failed with a traceback."""
+    from qengine.cli.cluster import parse_listen
+
+    with pytest.raises(qengine.ProgrammingError, match=words):
+        parse_listen(listen)
+    assert parse_listen("[::1]:7777") == ("[::1]", 7777)

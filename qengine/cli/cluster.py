@@ -36,8 +36,10 @@ def read_token(path: str | None) -> str:
 
 def parse_listen(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not port.isdigit() or int(port) > 65535:
         raise ProgrammingError(f"cannot read {text!r} as HOST:PORT (e.g. 127.0.0.1:7777)")
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        raise ProgrammingError(f"cannot read {text!r} as HOST:PORT: write an IPv6 address in brackets, as in [::1]:7777")
     if _unspecified(host):
         raise ProgrammingError(f"listen on a concrete address, not {host}: it is also the address others use to reach this process")
     return host, int(port)
