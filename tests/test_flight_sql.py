@@ -249,6 +249,20 @@ def test_flight_sql_requests_qengine_does_not_serve_are_unimplemented(server: Se
         client.close()
 
 
+def test_a_view_over_a_dropped_table_spoils_no_listing(adbc) -> None:
+    """adbc_get_objects failed for the whole catalog ("Table 'gone_base' does not exist")."""
+    with adbc.cursor() as cur:
+        cur.execute("CREATE TABLE gone_base AS SELECT 1 AS a")
+        cur.execute("CREATE VIEW over_gone AS SELECT * FROM gone_base")
+        cur.execute("DROP TABLE gone_base")
+        try:
+            tables = adbc.adbc_get_objects(depth="all").read_all().to_pylist()[0]["catalog_db_schemas"][0]["db_schema_tables"]
+            names = [t["table_name"] for t in tables]
+            assert "over_gone" in names and "items" in names
+        finally:
+            cur.execute("DROP VIEW over_gone")
+
+
 def test_a_wrong_token_is_refused(server: Served) -> None:
     with pytest.raises(adbc_driver_manager.Error, match="(?i)unauthenticated|token"):
         con = server.connect(token="not-the-token")

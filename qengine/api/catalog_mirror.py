@@ -41,9 +41,9 @@ def ask(catalog: Catalog, dialect: str, sql: str, reads: exp.Expression | None =
     """The answer DuckDB gives ``sql`` over an empty mirror of ``catalog``; ``reads`` is the
     expanded query ``sql`` names, if any, whose hidden tables the mirror must also hold.
 
-    A table or view the mirror cannot hold (a view over a dropped table) is left out, as DuckDB leaves a broken view out of everything but the
-    statements that name it: a statement that needs it finds it missing, and fails with what
-    was wrong with it."""
+    A table or view the mirror cannot hold (a view over a dropped table) is left out: a
+    statement that needs it finds it missing, and fails with what was wrong with it. A broken
+    view is still listed with the columns it had, as DuckDB lists it."""
     left_out: dict[str, Error] = {}
     views = []
     for view in list(catalog.views.values()):
@@ -78,6 +78,13 @@ def ask(catalog: Catalog, dialect: str, sql: str, reads: exp.Expression | None =
                 con.execute(f"CREATE VIEW {identifier(name)} AS {body.sql(dialect='duckdb')}")
             except duckdb.Error as e:
                 left_out[name.lower()] = ProgrammingError(f"cannot describe view {name!r}: {str(e).splitlines()[0]}")
+        for view in list(catalog.views.values()):
+            if view.name.lower() in left_out and view.columns:
+                # a broken view is still listed, with the columns it had (SHOW TABLES,
+                # information_schema), as in DuckDB: a stand-in of no rows
+                items = ", ".join(f"CAST(NULL AS {kind}) AS {identifier(column)}" for column, kind in view.columns)
+                with contextlib.suppress(duckdb.Error):
+                    con.execute(f"CREATE VIEW {identifier(view.name)} AS SELECT {items} WHERE false")
         return con.execute(sql).to_arrow_table()
     except duckdb.Error as e:
         missing = next((error for name, error in left_out.items() if re.search(rf"(?<!\w){re.escape(name)}(?!\w)", str(e).lower())), None)

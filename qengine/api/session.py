@@ -23,7 +23,7 @@ import duckdb
 import pyarrow as pa
 import sqlglot.expressions as exp
 
-from qengine.api import copy_to, introspection, result_stream, set_statements, system_tables
+from qengine.api import catalog_mirror, copy_to, introspection, result_stream, set_statements, system_tables
 from qengine.api.options import SessionSettings
 from qengine.api.prepared import Prepared
 from qengine.api.replicas import Replicas
@@ -360,7 +360,9 @@ class Session:
             planned = self.plan(query.copy())  # validate now, as DuckDB does
             if isinstance(target, exp.Schema) and len(target.expressions) > len(planned.names):
                 raise ProgrammingError(f"view {name!r} names more columns than its query has")
-            self.catalog.add_view(View(name, query), replace)
+            described = catalog_mirror.query_columns(self.catalog, self.plan_options.dialect, query)
+            columns = tuple(zip(described.column("column_name").to_pylist(), described.column("column_type").to_pylist(), strict=True))
+            self.catalog.add_view(View(name, query, columns), replace)
             return Result(None, -1)
         if kind != "TABLE":
             raise NotSupportedError(f"CREATE {kind or type(target).__name__} is not supported")

@@ -25,6 +25,9 @@ from qengine.errors import Error, NotSupportedError, OperationalError, Programmi
 class View:
     name: str
     query: exp.Expression
+    # (name, DuckDB type) of its columns when it was made: what listings show of it once a
+    # table it reads is gone, as DuckDB's do
+    columns: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
