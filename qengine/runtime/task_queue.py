@@ -119,20 +119,26 @@ class TaskQueue:
             yield events
 
     def _start(self) -> None:
-        """Start queued tasks while the worker has free slots, each of the query whose turn
-        it is (the lock is held)."""
-        while self._queries:
-            capacity = max(q.slots for q in self._queries.values())
-            full = sum(q.running for q in self._queries.values()) >= capacity
-            ready = [name for name, q in self._queries.items() if q.pending and q.running < q.slots and not (full and q.running)]
-            if not ready:
-                return
-            query = self._share.pick(ready)
-            mine = self._queries[query]
-            spec, channel = mine.pending.popleft()
-            mine.running += 1
-            self._share.started(query, id(spec))
-            self._pool.submit(self._one, query, mine, spec, channel)
+        """Start queued tasks while the worker has free slots (the lock is held)."""
+        while (chosen := self._take()) is not None:
+            self._pool.submit(self._one, *chosen)
+
+    def _take(self) -> tuple[str, _Query, dict, queue.SimpleQueue] | None:
+        """The queued task to start next, of the query whose turn it is, counted as running;
+        None while the worker has no free slot for any (the lock is held)."""
+        if not self._queries:
+            return None
+        capacity = max(q.slots for q in self._queries.values())
+        full = sum(q.running for q in self._queries.values()) >= capacity
+        ready = [name for name, q in self._queries.items() if q.pending and q.running < q.slots and not (full and q.running)]
+        if not ready:
+            return None
+        query = self._share.pick(ready)
+        mine = self._queries[query]
+        spec, channel = mine.pending.popleft()
+        mine.running += 1
+        self._share.started(query, id(spec))
+        return query, mine, spec, channel
 
     def _drop_if_idle(self, query: str, mine: _Query) -> None:
         if not mine.running and not mine.pending and self._queries.get(query) is mine:
@@ -140,6 +146,25 @@ class TaskQueue:
             self._share.forget(query)
 
     def _one(self, query: str, mine: _Query, spec: dict, channel: queue.SimpleQueue) -> None:
+        """Run a task, then, in the same thread, the next one whose turn it is while there is
+        one: a burst of short tasks costs no hand-over to another thread between them."""
+        chosen: tuple[str, _Query, dict, queue.SimpleQueue] | None = (query, mine, spec, channel)
+        while chosen is not None:
+            query, mine, spec, channel = chosen
+            reported = False
+            try:
+                self._report(query, spec, channel)
+                reported = True
+            finally:
+                with self._lock:
+                    mine.running -= 1
+                    self._share.ended(query, id(spec))
+                    self._drop_if_idle(query, mine)
+                    chosen = self._take() if reported else None
+                    self._start()
+
+    def _report(self, query: str, spec: dict, channel: queue.SimpleQueue) -> None:
+        """Run one task, its start and its end told on its call's channel."""
         stage, task, attempt = _names(spec)
         names = {"stage": stage, "task": task, "attempt": attempt}
         channel.put({"event": "started", **names})
@@ -149,12 +174,6 @@ class TaskQueue:
             if not isinstance(e, self._quiet):
                 log.exception("task %s of stage %s of %s failed", spec["task"], spec["stage"], query)
             channel.put({"event": "failed", **names, "error": error_payload(e)})
-        finally:
-            with self._lock:
-                mine.running -= 1
-                self._share.ended(query, id(spec))
-                self._drop_if_idle(query, mine)
-                self._start()
 
 
 def _names(spec: dict) -> tuple[int, int, int]:
