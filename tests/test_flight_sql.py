@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -38,7 +39,8 @@ ENDLESS = "SELECT count(*) FROM sales a, sales b, items c WHERE a.qty + b.qty + 
 class Served:
     """A ``qengine serve`` process and how to reach it."""
 
-    def __init__(self, tmp: str, data: str, *extra: str, workers: int = 2) -> None:
+    def __init__(self, tmp: str, data: str, *extra: str, workers: int = 2, wait: bool = True) -> None:
+        """``wait``: until serve says it serves (its workers joined), else only until it starts."""
         self.token = "flight-sql-" + os.urandom(8).hex()
         self.token_file = os.path.join(tmp, "token")
         with open(self.token_file, "w") as f:
@@ -51,6 +53,8 @@ class Served:
                  "--workers", str(workers), *extra],
                 stdout=subprocess.PIPE, stderr=err, text=True, env=subprocess_env(),
             )
+        if not wait:
+            return
         line = self.proc.stdout.readline()
         if "qengine serve:" not in line:
             self.stop()
@@ -261,6 +265,36 @@ def test_a_view_over_a_dropped_table_spoils_no_listing(adbc) -> None:
             assert "over_gone" in names and "items" in names
         finally:
             cur.execute("DROP VIEW over_gone")
+
+
+def test_a_client_as_quick_as_the_open_port_waits_for_the_workers(data_paths, oracle, tmp_path) -> None:
+    """The port opens before serve's workers have joined: a query then failed with "no worker
+    has joined this coordinator yet"."""
+    server = Served(str(tmp_path), os.path.dirname(next(iter(data_paths.values()))), wait=False)
+    workers: list[psutil.Process] = []
+    try:
+        wait_until(lambda: _accepts(server.address), BOUND, "serve's port to open")
+        workers = psutil.Process(server.proc.pid).children()
+        con = server.connect()
+        try:
+            with con.cursor() as cur:
+                cur.execute("SELECT count(*) FROM items")
+                assert cur.fetchall() == oracle.execute("SELECT count(*) FROM items").fetchall()
+        finally:
+            con.close()
+    finally:
+        workers = psutil.Process(server.proc.pid).children() or workers
+        server.stop()
+        _, alive = psutil.wait_procs(workers, timeout=15)
+        for proc in alive:
+            proc.kill()
+
+
+def _accepts(address: str) -> bool:
+    host, port = address.rsplit(":", 1)
+    with contextlib.suppress(OSError), socket.create_connection((host, int(port)), timeout=1):
+        return True
+    return False
 
 
 def test_a_wrong_token_is_refused(server: Served) -> None:

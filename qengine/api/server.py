@@ -44,6 +44,8 @@ CLIENT_POLL_SECONDS = 0.2  # how often a running statement's client is looked fo
 FLIGHT_SQL_USER = "flightsql"  # whose share Flight SQL statements run in (a bearer token names no user)
 
 
+OPENING_SECONDS = 60.0  # how long a session waits for the workers a server starts itself
+
 class CoordinatorServer(ActionServer):
     quiet_errors = (ProgrammingError,)
 
@@ -60,13 +62,15 @@ class CoordinatorServer(ActionServer):
         shares: Shares | None = None,
         served_tables: list[tuple[str, str, str]] | None = None,
         session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+        open_now: bool = True,
     ) -> None:
         """``shares`` is how the workers' slots are shared between users' queries
         (``runtime.shares``; by default fairly, every user weighing the same).
         ``served_tables`` (name, kind, path) are the tables Flight SQL clients find.
         ``session_timeout``: seconds a client may go unheard before its session is closed
-        (``api.session_leases``)."""
-        super().__init__(host, port, token, tls)
+        (``api.session_leases``). ``open_now``: open to sessions at once; ``qengine serve``
+        opens (``opened.set()``) once the workers it starts have joined, so that a client as
+        quick as the open port does not find none there."""
         load_converters()
         # Where every session may read and write; none given, nothing at all.
         self.policy = policy if policy is not None else AccessPolicy((), ())
@@ -85,7 +89,12 @@ class CoordinatorServer(ActionServer):
         self._flight_sql_id = secrets.token_hex(16)
         self._flight_sql_lock = threading.Lock()
         self.leases = SessionLeases(session_timeout)
+        self.opened = threading.Event()
+        if open_now:
+            self.opened.set()
         self._stopping = threading.Event()
+        # Calls are answered from here on: what they use is made above.
+        super().__init__(host, port, token, tls)
         self._reaper = threading.Thread(target=self._expire_sessions, name="session-leases", daemon=True)
         self._reaper.start()
 
@@ -138,6 +147,7 @@ class CoordinatorServer(ActionServer):
                 for m in self.registry.members()
             ]
         if name == "open_session":
+            self._wait_until_opened()
             user = body.get("user") or DEFAULT_USER
             if not isinstance(user, str) or len(user) > 128:
                 raise ProgrammingError("user must be a name of at most 128 characters")
@@ -235,6 +245,10 @@ class CoordinatorServer(ActionServer):
             ended.set()
             watcher.join()
 
+    def _wait_until_opened(self) -> None:
+        if not self.opened.wait(OPENING_SECONDS):
+            raise OperationalError(f"this server's workers did not join within {OPENING_SECONDS:g} s")
+
     def _new_session(self, settings: SessionSettings, user: str) -> Session:
         """A session over the registry's workers, its queries admitted by memory."""
         session = Session(self.registry, settings.validated(), len(self.registry.addresses), Catalog(self.policy, extendable=False), user)
@@ -248,6 +262,7 @@ class CoordinatorServer(ActionServer):
             with self._lock:
                 session = self._sessions.get(self._flight_sql_id)
             if session is None:
+                self._wait_until_opened()
                 if not self.registry.addresses:
                     raise OperationalError("no worker has joined this coordinator yet")
                 session = self._new_session(SessionSettings(), FLIGHT_SQL_USER)

@@ -83,7 +83,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     tables = [table for directory in data for table in directory_tables(directory)]
     policy = access_policy(data, args.output_root)
     server = CoordinatorServer(
-        host, port, token, DEFAULT_HEARTBEAT_TIMEOUT, pair, root, policy, served_tables=tables, session_timeout=args.session_timeout
+        host, port, token, DEFAULT_HEARTBEAT_TIMEOUT, pair, root, policy, served_tables=tables, session_timeout=args.session_timeout,
+        open_now=False,  # its port is open: sessions wait for the workers started below
     )
     procs: list[subprocess.Popen] = []
     health = None
@@ -91,6 +92,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         stop_on_sigterm(server.shutdown)
         procs = _start_workers(args, server.address, token_file)
         _await_workers(server, procs, args.workers)
+        server.opened.set()
         health = health_endpoint(args, token, pair, "coordinator")
         if health is not None:
             health.set_serving(True)

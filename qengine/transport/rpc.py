@@ -50,13 +50,15 @@ class ActionServer(flight.FlightServerBase):
     quiet_errors: tuple[type[BaseException], ...] = ()
 
     def __init__(self, host: str, port: int, token: str, tls: tuple[bytes, bytes] | None = None) -> None:
+        """The server answers calls from here on, before a subclass's ``__init__`` goes on:
+        a subclass makes what its calls use before it calls this."""
+        self._call = threading.local()
         super().__init__(
             f"{'grpc+tls' if tls else 'grpc+tcp'}://{host}:{port}",
             middleware={"auth": TokenAuthMiddlewareFactory(token)},
             tls_certificates=[flight.CertKeyPair(*tls)] if tls else None,
         )
         self.address = f"{host}:{self.port}"
-        self._call = threading.local()
 
     def _handle(self, name: str, body: dict) -> Any:
         raise NotImplementedError
