@@ -712,6 +712,9 @@ ORDER_BY_ALL = {
     "joined_star_and_a_column": "SELECT s.*, b.d FROM small s JOIN big b USING (id) ORDER BY ALL NULLS FIRST",
     "inside_a_derived_table_with_limit": "SELECT * FROM (SELECT k, id FROM big ORDER BY ALL DESC LIMIT 9) ORDER BY id",
     "with_a_correlated_subquery": "SELECT k, (SELECT max(x) FROM small s WHERE s.k = one.k) FROM one ORDER BY ALL",
+    # a column named "all" is a column: sqlglot reads ORDER BY "all" as ORDER BY ALL
+    "a_quoted_column_named_all": "SELECT x, k AS \"all\" FROM small ORDER BY \"all\" DESC NULLS LAST, x NULLS FIRST LIMIT 5",
+    "a_quoted_column_named_all_alone": "SELECT id, \"ALL\" FROM (SELECT id, k AS \"all\" FROM small) ORDER BY \"ALL\", id",
 }
 
 # Named windows, written out where they are used (they were refused)

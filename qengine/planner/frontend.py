@@ -132,6 +132,7 @@ def parse(sql: str, dialect: str) -> list[exp.Expression]:
     tokens = _bracket_typed_literals(tokens, reader)
     tokens = _interval_strings_as_casts(tokens)
     tokens = _leading_point_numbers(tokens)
+    tokens = _quoted_all_apart(tokens)
     try:
         statements = [s for s in parse_tokens(reader, tokens, sql) if s is not None]
     except sqlglot.errors.ParseError as e:
@@ -139,6 +140,7 @@ def parse(sql: str, dialect: str) -> list[exp.Expression]:
     if not statements:
         raise ProgrammingError("empty statement")
     for statement in statements:
+        _restore_quoted_all(statement)
         _check_aliases(sql, tokens, statement)
         inline_named_windows(statement)
         refuse_unmodelled(statement)
@@ -585,6 +587,22 @@ def _interval_strings_as_casts(tokens: list[Token]) -> list[Token]:
             continue
         out.append(t)
     return out
+
+
+_QUOTED_ALL = "__qengine_quoted_all_"
+
+
+def _quoted_all_apart(tokens: list[Token]) -> list[Token]:
+    """A quoted ``"all"`` under another name while sqlglot parses: it reads ``ORDER BY "all"``
+    as ``ORDER BY ALL`` (every select item), where the user named a column."""
+    return [Token(t.token_type, _QUOTED_ALL + t.text, t.line, t.col, t.start, t.end, t.comments)
+            if t.token_type == TokenType.IDENTIFIER and t.text.upper() == "ALL" else t for t in tokens]
+
+
+def _restore_quoted_all(statement: exp.Expression) -> None:
+    for node in statement.find_all(exp.Identifier):
+        if isinstance(node.this, str) and node.this.startswith(_QUOTED_ALL):
+            node.set("this", node.this.removeprefix(_QUOTED_ALL))
 
 
 _ACCESSED = {TokenType.VAR, TokenType.IDENTIFIER, TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.R_BRACE, TokenType.STRING}
