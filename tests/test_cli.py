@@ -254,6 +254,30 @@ def test_an_output_file_that_cannot_be_written_is_one_error_line(tmp_path, fmt: 
     assert result.stderr.startswith("Error: cannot write") and "Traceback" not in result.stderr
 
 
+def test_each_statement_shows_its_result_and_a_failure_stops_the_rest() -> None:
+    """Only the last statement's result was shown; DuckDB's shell shows each."""
+    assert ok(run_cli("sql", "--format", "csv", "-c", "SELECT 1 AS a; SELECT ';' AS b; -- c;\nSELECT 3 AS c")).split() == [
+        "a", "1", "b", ";", "c", "3"]
+    failed = run_cli("sql", "--format", "csv", "-c", "SELECT 1 AS a; SELEC; SELECT 3 AS c")
+    assert failed.returncode != 0 and failed.stdout.split() == ["a", "1"]
+    assert failed.stderr.startswith("Error:") and "SELEC" in failed.stderr
+
+
+def test_csv_on_standard_output_appends_to_a_redirected_file(tmp_path) -> None:
+    """DuckDB's COPY to /dev/stdout opened it anew: a file the shell appended to (>>) was
+    truncated, and each statement's result overwrote the last."""
+    target = tmp_path / "out.csv"
+    target.write_text("previous line\n")
+    with open(target, "a") as out:
+        subprocess.run([sys.executable, "-m", "qengine.cli", "sql", "--format", "csv", "-c", "SELECT 1 AS a; SELECT 2 AS b"],
+                       stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, timeout=120, env=subprocess_env(), check=True)
+    assert target.read_text() == "previous line\na\n1\nb\n2\n"
+
+
+def test_csv_of_repeated_column_names_as_duckdb_writes_it() -> None:
+    assert ok(run_cli("sql", "--format", "csv", "-c", "SELECT 1 AS k, 2 AS k, 3 AS K")).split() == ["k,k_1,K_2", "1,2,3"]
+
+
 def test_bad_usage_exits_non_zero() -> None:
     result = run_cli("sql", "--format", "xml", "-c", "SELECT 1 AS a")
     assert result.returncode != 0

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,20 +40,44 @@ def write_result(table: pa.Table, fmt: str, output: str | None) -> None:
 
 
 def _copy(table: pa.Table, fmt: str, output: str | None) -> None:
-    """DuckDB's ``COPY`` of ``table`` to ``output`` (standard output when None)."""
+    """DuckDB's ``COPY`` of ``table`` to ``output``; for standard output, to a temporary file
+    whose bytes are then written there (DuckDB opens a path anew, which truncated a file the
+    shell's ``>>`` appended to, and each statement's result overwrote the one before)."""
     import duckdb
 
-    target = output or "/dev/stdout"
+    names = _deduplicated(table.column_names)  # DuckDB's own names for a repeated one: k, k_1
     options = "FORMAT csv, HEADER" if fmt == "csv" else "FORMAT parquet"
     con = duckdb.connect()
     try:
-        con.register("result", table)
-        sys.stdout.flush()  # what was printed before goes first
-        con.execute(f"COPY result TO {string_literal(target)} ({options})")
+        con.register("result", table.rename_columns(names))
+        if output:
+            con.execute(f"COPY result TO {string_literal(output)} ({options})")
+            return
+        with tempfile.TemporaryDirectory(prefix="qengine-out-") as scratch:
+            path = os.path.join(scratch, f"result.{fmt}")
+            con.execute(f"COPY result TO {string_literal(path)} ({options})")
+            sys.stdout.flush()
+            with open(path, "rb") as f:
+                shutil.copyfileobj(f, sys.stdout.buffer)
+            sys.stdout.buffer.flush()
     except duckdb.Error as e:
         raise qengine.OperationalError(f"cannot write {fmt} to {output or 'standard output'}: {first_line(str(e))}") from e
     finally:
         con.close()
+
+
+def _deduplicated(names: list[str]) -> list[str]:
+    """Result column names made distinct as DuckDB makes them (the second ``k`` is ``k_1``)."""
+    seen: set[str] = set()
+    out = []
+    for name in names:
+        candidate, n = name, 0
+        while candidate.lower() in seen:
+            n += 1
+            candidate = f"{name}_{n}"
+        seen.add(candidate.lower())
+        out.append(candidate)
+    return out
 
 
 @contextlib.contextmanager

@@ -9,6 +9,10 @@ import os
 import sys
 from typing import Any
 
+import sqlglot.errors
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.tokens import TokenType
+
 from qengine.api.trace import chrome_trace
 from qengine.catalog.types import column_type
 from qengine.cli.common import progress_bar
@@ -19,6 +23,29 @@ HISTORY = os.path.expanduser("~/.qengine_history")
 
 
 def run_statement(con: Any, sql: str, args: argparse.Namespace) -> None:
+    """Run each statement of ``sql`` in turn, showing each one's result, as DuckDB's shell
+    does (it showed only the last); the first that fails stops the rest."""
+    for text in statement_texts(sql, getattr(args, "dialect", None) or "duckdb"):
+        _run_one(con, text, args)
+
+
+def statement_texts(sql: str, dialect: str) -> list[str]:
+    """``sql`` cut at its top-level semicolons, as written (a ';' inside a string or comment
+    does not cut); text sqlglot cannot tokenize is left whole, for its statement to fail."""
+    try:
+        tokens = Dialect.get_or_raise(dialect).tokenize(sql)
+    except (sqlglot.errors.SqlglotError, ValueError):
+        return [sql]
+    texts, start = [], 0
+    for token in [*(t for t in tokens if t.token_type == TokenType.SEMICOLON), None]:
+        end = token.start if token is not None else len(sql)
+        if any(start <= t.start < end and t.token_type != TokenType.SEMICOLON for t in tokens):
+            texts.append(sql[start:end])
+        start = end + 1
+    return texts or [sql]
+
+
+def _run_one(con: Any, sql: str, args: argparse.Namespace) -> None:
     with progress_bar(sys.stderr.isatty() and not args.no_progress) as progress:
         cur = con.cursor().execute_scoped(sql, {}, progress=progress)  # no Python variables to read in FROM
     if cur.description is not None:
