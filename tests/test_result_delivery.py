@@ -196,3 +196,17 @@ def test_a_reader_reads_its_own_result_after_the_cursor_moves_on(streaming, orac
     theirs = ours.arrow()
     ours.execute("SELECT i * 100 AS x FROM range(3) t(i)")
     assert theirs.read_all().num_rows == 0
+
+
+def test_result_batches_are_cut_below_a_grpc_message_by_their_rows() -> None:
+    """Batches over 16 MiB did not reach ADBC clients; a dictionary column's dictionary, which
+    goes whole with each piece, must not count per row (its slices were cut one row each)."""
+    from qengine.transport.rpc import MESSAGE_BYTES, _pieces
+
+    plain = pa.record_batch({"s": pa.array(["x" * 40 + str(i) for i in range(600_000)])})
+    pieces = list(_pieces(plain))
+    assert len(pieces) > 2 and all(p.nbytes <= MESSAGE_BYTES for p in pieces)
+    assert pa.Table.from_batches(pieces).column("s").to_pylist() == plain.column("s").to_pylist()
+    words = pa.array(["w" * 200 + str(i) for i in range(50_000)])  # a 10 MB dictionary
+    coded = pa.record_batch({"e": pa.DictionaryArray.from_arrays(pa.array(range(50_000), pa.int32()), words)})
+    assert len(list(_pieces(coded))) == 1

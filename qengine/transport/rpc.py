@@ -126,13 +126,20 @@ def batch_stream(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> flight
 
 
 def _pieces(batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
-    """``batch`` in slices of at most ``MESSAGE_BYTES`` each (a single larger row alone)."""
-    if batch.nbytes <= MESSAGE_BYTES or batch.num_rows <= 1:
+    """``batch`` in slices of at most ``MESSAGE_BYTES`` of rows each (a single larger row
+    alone). A dictionary column counts its indices: its dictionary goes whole with each slice
+    (a slice's ``nbytes`` counts it whole too), and cutting by it made one-row slices."""
+    size = _row_bytes(batch)
+    if size <= MESSAGE_BYTES or batch.num_rows <= 1:
         yield batch
         return
-    rows = max(1, batch.num_rows * MESSAGE_BYTES // batch.nbytes)
+    rows = max(1, batch.num_rows * MESSAGE_BYTES // size)
     for start in range(0, batch.num_rows, rows):
         yield from _pieces(batch.slice(start, rows))
+
+
+def _row_bytes(batch: pa.RecordBatch) -> int:
+    return sum(column.indices.nbytes if pa.types.is_dictionary(column.type) else column.nbytes for column in batch.columns)
 
 
 def _bare_errors(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
