@@ -746,6 +746,11 @@ COLUMN_ALIASES = {
     "star_of_a_renamed_table": "SELECT * FROM small AS s(x, id, k) WHERE id < 3 ORDER BY 1, 2, 3",
     "qualified_new_name": "SELECT s.a FROM small AS s(a) WHERE s.a < 4 ORDER BY 1",
     "joined_renamed_tables": "SELECT a.i, b.j, b.k FROM small a(i) JOIN big b(j) ON a.i = b.j ORDER BY 1, 2",
+    # more names than a table function has columns: DuckDB keeps the first (it was refused)
+    "more_names_than_a_range_has": "SELECT * FROM range(3) AS r(a, b) ORDER BY 1",
+    # a nested WITH of the same name is its own: the outer one's width was checked against it
+    "nested_with_of_the_same_name": "WITH c AS (SELECT 1 AS a, 2 AS b) SELECT * FROM c AS x(p, q), "
+                                    "(WITH c AS (SELECT 1 AS a) SELECT * FROM c) y",
 }
 
 # struct_pack(x) names its field after the column: it took the planner's name for it (c1)

@@ -1056,12 +1056,11 @@ def _name_struct_fields(query: exp.Expression, schema: dict[str, dict[str, str]]
 def _check_alias_widths(query: exp.Expression) -> None:
     """Refuse more column aliases than a derived table or a WITH query has columns, as DuckDB
     does: sqlglot's qualifier dropped the extra names, or failed inside on them."""
-    ctes = {cte.alias_or_name.lower(): cte.this for cte in query.find_all(exp.CTE)}
     for node in query.find_all(exp.Subquery, exp.Table):
         alias = node.args.get("alias")
-        if alias is None or not alias.columns:
+        if alias is None or not alias.columns or node.meta.get(table_sources.SOURCE_ALIASES):
             continue
-        inner = node.this if isinstance(node, exp.Subquery) else ctes.get(node.name.lower()) if _is_cte_reference(node) else None
+        inner = node.this if isinstance(node, exp.Subquery) else _cte_query(node)
         if not isinstance(inner, exp.Query) or any(e.unalias().is_star for e in inner.selects):
             continue
         if len(alias.columns) > len(inner.selects):
@@ -1070,6 +1069,19 @@ def _check_alias_widths(query: exp.Expression) -> None:
         repeated = next((n for n in names if names.count(n) > 1), None)
         if repeated is not None:  # sqlglot's qualifier failed inside on a star over it
             raise NotSupportedError(f'column aliases that leave table "{alias.name}" two columns named {repeated!r}')
+
+
+def _cte_query(table: exp.Table) -> exp.Expression | None:
+    """The query of the WITH entry ``table`` names, the nearest one around it; None if none."""
+    node: exp.Expression | None = table
+    while node is not None:
+        with_ = node.args.get("with_") if isinstance(node, exp.Query) else None
+        if with_ is not None:
+            for cte in with_.expressions:
+                if cte.alias_or_name.lower() == table.name.lower() and not table.args.get("db"):
+                    return cte.this
+        node = node.parent
+    return None
 
 
 def _listed(star: exp.Expression) -> bool:

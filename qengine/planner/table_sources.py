@@ -105,6 +105,8 @@ def _maker(kind: str, files: list[tuple[str, str]], options: Any, fname: str = "
     return lambda name: CsvSource(name, paths)
 
 
+SOURCE_ALIASES = "qengine_source_aliases"  # meta of a table function or file renamed by its alias
+
 def _replace(
     table: exp.Table, catalog: Catalog, make: Callable[[str], Source], kind: str, shown: str, alias: str, written: str
 ) -> None:
@@ -122,7 +124,9 @@ def _replace(
     written = table.args.get("alias")
     if written is not None and written.columns:  # t(a, b) renames columns: the planner does so for a subquery
         columns = [exp.column(c, quoted=True) for c in source.schema.names]
-        table.replace(exp.Subquery(this=exp.select(*columns).from_(exp.Table(this=exp.to_identifier(name))), alias=written.copy()))
+        renamed = exp.Subquery(this=exp.select(*columns).from_(exp.Table(this=exp.to_identifier(name))), alias=written.copy())
+        renamed.meta[SOURCE_ALIASES] = True  # DuckDB takes more names than a table function has columns
+        table.replace(renamed)
         return
     table.replace(exp.Table(this=exp.to_identifier(name), alias=written.copy() if written else exp.TableAlias(this=exp.to_identifier(alias))))
 
