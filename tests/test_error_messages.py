@@ -106,6 +106,8 @@ CORPUS = [
     # a word alone was read as an expression, and refused as an unsupported statement
     Bad("syntax-misspelt-keyword-alone", "SELEC", SYNTAX, r"^syntax error: 'SELEC' does not begin an SQL statement$"),
     Bad("syntax-two-words", "HELLO WORLD", SYNTAX, r"^syntax error: 'HELLO' does not begin an SQL statement$"),
+    # DuckDB's own, read by sqlglot as a bare word too: not supported, not mistyped
+    Bad("unsupported-end", "END", qengine.NotSupportedError, r"^END statements are not supported$"),
     Bad("syntax-multiline-operator", "SELECT sale_id,\n       qty\nFROM sales\nWHERE qty >> > 3", SYNTAX, r"^syntax error at line 4, column 1[0-4]: "),
     Bad("syntax-multiline-trailing-comma", "SELECT 1 AS a,\n  2 AS b,\n  FROM", SYNTAX,
         r"^syntax error at line 3, column 3: expected table name after 'FROM', but the statement ends there$"),

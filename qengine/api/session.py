@@ -89,7 +89,7 @@ class Result:
 # What sqlglot makes of a statement it cannot read as one, and DuckDB's one-word statements it
 # reads so (qengine refuses those by name)
 _BARE_EXPRESSIONS = (exp.Column, exp.Alias, exp.Identifier, exp.Literal, exp.Binary, exp.Func, exp.Paren, exp.Neg, exp.Not, exp.Dot)
-_ONE_WORD_STATEMENTS = frozenset({"CHECKPOINT", "ANALYZE", "VACUUM", "ROLLBACK", "COMMIT", "ABORT"})
+_ONE_WORD_STATEMENTS = frozenset({"CHECKPOINT", "ANALYZE", "VACUUM", "ROLLBACK", "COMMIT", "ABORT", "END", "DEALLOCATE"})
 
 class Session:
     def __init__(self, cluster: Any, settings: SessionSettings, workers: int, catalog: Catalog, user: str | None = None) -> None:
@@ -225,10 +225,11 @@ class Session:
             names = set_statements.reset_names(st)
             return self._set(dataclasses.replace(self.settings, **{n: getattr(self.opened_with, n) for n in names}))
         text = st.sql(dialect=self.plan_options.dialect)  # not sqlglot's own dialect: it spells fewer statements
-        what = text.split()[0].upper() if text else type(st).__name__
+        word = text.split()[0].strip('"') if text else type(st).__name__
+        what = word.upper()
         if isinstance(st, _BARE_EXPRESSIONS) and what not in _ONE_WORD_STATEMENTS:
             # sqlglot reads a mistyped word (SELEC, FOO) as an expression: no statement at all
-            raise ProgrammingError(f"syntax error: {text.split()[0] if text else what!r} does not begin an SQL statement")
+            raise ProgrammingError(f"syntax error: {word!r} does not begin an SQL statement")
         raise NotSupportedError(f"{what} statements are not supported")
 
     def plan(self, query: exp.Expression) -> StagePlan:
