@@ -746,6 +746,11 @@ COLUMN_ALIASES = {
     "star_of_a_renamed_table": "SELECT * FROM small AS s(x, id, k) WHERE id < 3 ORDER BY 1, 2, 3",
     "qualified_new_name": "SELECT s.a FROM small AS s(a) WHERE s.a < 4 ORDER BY 1",
     "joined_renamed_tables": "SELECT a.i, b.j, b.k FROM small a(i) JOIN big b(j) ON a.i = b.j ORDER BY 1, 2",
+    # a WITH query's columns renamed in another order: each was read as the other
+    "with_query_columns_swapped": "WITH c AS (SELECT id, k FROM small) SELECT * FROM c AS x(k, id) WHERE x.id < 5 ORDER BY 1, 2",
+    "with_query_columns_swapped_in_a_join": "WITH c AS (SELECT id, k FROM small) SELECT a.k, b.id FROM c AS a(k, id) JOIN c b "
+                                            "ON a.k = b.id ORDER BY 1, 2",
+    "with_query_renamed_twice": "WITH c(a, b) AS (SELECT id, k FROM small) SELECT * FROM c x(k) ORDER BY 1, 2 LIMIT 9",
     # more names than a table function has columns: DuckDB keeps the first (it was refused)
     "more_names_than_a_range_has": "SELECT * FROM range(3) AS r(a, b) ORDER BY 1",
     # a nested WITH of the same name is its own: the outer one's width was checked against it

@@ -983,6 +983,7 @@ def referenced_tables(statement: exp.Expression) -> set[str]:
 
 def optimize_query(query: exp.Expression, catalog: Catalog, dialect: str) -> exp.Expression:
     """Qualify, decorrelate and push down; unknown tables and columns become ProgrammingErrors."""
+    _cte_aliases_as_derived_tables(query)
     _check_alias_widths(query)
     query = subquery_conditions_in_parentheses(exists_select_one(factor_disjunctions(spell_out_null_safe(unique_inner_columns(query)))))
     _name_values_columns(query)
@@ -1055,31 +1056,64 @@ def _name_struct_fields(query: exp.Expression, schema: dict[str, dict[str, str]]
 
 def _check_alias_widths(query: exp.Expression) -> None:
     """Refuse more column aliases than a derived table or a WITH query has columns, as DuckDB
-    does: sqlglot's qualifier dropped the extra names, or failed inside on them."""
-    for node in query.find_all(exp.Subquery, exp.Table):
+    does: sqlglot's qualifier dropped the extra names, or failed inside on them. Table
+    functions and files renamed by their aliases take more names, as in DuckDB."""
+    for node in query.find_all(exp.Subquery):
         alias = node.args.get("alias")
         if alias is None or not alias.columns or node.meta.get(table_sources.SOURCE_ALIASES):
             continue
-        inner = node.this if isinstance(node, exp.Subquery) else _cte_query(node)
-        if not isinstance(inner, exp.Query) or any(e.unalias().is_star for e in inner.selects):
+        inner = _output_names(node.this)
+        if inner is None:
             continue
-        if len(alias.columns) > len(inner.selects):
-            raise ProgrammingError(f'table "{alias.name}" has {len(inner.selects)} columns available but {len(alias.columns)} columns specified')
-        names = [c.name.lower() for c in alias.columns] + [e.alias_or_name.lower() for e in inner.selects[len(alias.columns):]]
+        if len(alias.columns) > len(inner):
+            raise ProgrammingError(f'table "{alias.name}" has {len(inner)} columns available but {len(alias.columns)} columns specified')
+        names = [c.name.lower() for c in alias.columns] + [n.lower() for n in inner[len(alias.columns):]]
         repeated = next((n for n in names if names.count(n) > 1), None)
         if repeated is not None:  # sqlglot's qualifier failed inside on a star over it
             raise NotSupportedError(f'column aliases that leave table "{alias.name}" two columns named {repeated!r}')
 
 
-def _cte_query(table: exp.Table) -> exp.Expression | None:
-    """The query of the WITH entry ``table`` names, the nearest one around it; None if none."""
+def _output_names(query: exp.Expression) -> list[str] | None:
+    """The names of what ``query`` selects, where they show without the schema: its select
+    list without a star, or ``SELECT * FROM`` a WITH query's; None otherwise."""
+    if not isinstance(query, exp.Query):
+        return None
+    stars = [e for e in query.selects if e.unalias().is_star]
+    if not stars:
+        return [e.alias_or_name for e in query.selects]
+    source = query.args.get("from_") if isinstance(query, exp.Select) else None
+    if len(query.selects) != 1 or source is None or query.args.get("joins") or not isinstance(source.this, exp.Table):
+        return None
+    cte = _cte_of(source.this)
+    names = _output_names(cte.this) if cte is not None else None
+    for renamed in (cte.args.get("alias") if cte is not None else None, source.this.args.get("alias")):
+        if names is not None and renamed is not None and renamed.columns:
+            names = [c.name for c in renamed.columns] + names[len(renamed.columns):]
+    return names
+
+
+def _cte_aliases_as_derived_tables(query: exp.Expression) -> None:
+    """``c AS x(g, k)`` over a WITH query ``c`` as ``(SELECT * FROM c) AS x(g, k)``: sqlglot's
+    qualifier bound the new names to the WITH query's columns of those names, so renaming
+    ``k, g`` to ``g, k`` read each as the other; a derived table's aliases it binds by position."""
+    for table in list(query.find_all(exp.Table)):
+        alias = table.args.get("alias")
+        if alias is None or not alias.columns or _cte_of(table) is None:
+            continue
+        source = table.copy()
+        source.set("alias", None)
+        table.replace(exp.Subquery(this=exp.select("*").from_(source), alias=alias.copy()))
+
+
+def _cte_of(table: exp.Table) -> exp.CTE | None:
+    """The WITH entry ``table`` names, the nearest one around it; None if none."""
     node: exp.Expression | None = table
     while node is not None:
         with_ = node.args.get("with_") if isinstance(node, exp.Query) else None
-        if with_ is not None:
+        if with_ is not None and not table.args.get("db"):
             for cte in with_.expressions:
-                if cte.alias_or_name.lower() == table.name.lower() and not table.args.get("db"):
-                    return cte.this
+                if cte.alias_or_name.lower() == table.name.lower():
+                    return cte
         node = node.parent
     return None
 
