@@ -846,6 +846,9 @@ def test_answer_matches_duckdb(con, duck, sql: str) -> None:
         # a NUL made the statement unparsable; 2^63 was typed HUGEINT where DuckDB's is UBIGINT
         ("SELECT ? AS v, length(?) AS n, k FROM one", ["x\x00y", "\x00a\x00"]),
         ("SELECT ? AS v, typeof(?) AS t, typeof(?) AS h, k FROM one", [2**63, 2**64 - 1, 2**64]),
+        # a list index read one element on: sqlglot adds 1 to an integer index it writes
+        ("SELECT [10, 20, 30][?] AS v, k FROM one", [2]),
+        ("SELECT [k, k + 1, k + 2][?] AS v, [k, x][? + 0] AS w FROM small ORDER BY id", [3, 1]),
     ],
 )
 def test_question_mark_parameters_bind_in_the_order_written(con, duck, sql: str, params: list) -> None:
@@ -1292,3 +1295,10 @@ def test_maps_with_list_or_struct_keys_are_fetched_as_duckdb_fetches_them(con, d
     """Python cannot hash such keys: fetching them failed (unhashable type: 'list'); DuckDB
     gives {'key': [...], 'value': [...]}."""
     assert con.execute(sql).fetchall() == duck.execute(sql).fetchall()
+
+
+def test_a_list_index_parameter_reads_its_element_on_every_run(con, duck) -> None:
+    """A repeated statement fills its plan's parameters in: each run reads the element named."""
+    sql = "SELECT [k, k * 10, k * 100][?] AS v FROM small WHERE id < 4 ORDER BY id"
+    for index in (1, 3, 2, -1):
+        assert con.execute(sql, [index]).fetchall() == duck.execute(sql, [index]).fetchall()

@@ -146,6 +146,11 @@ def _bound(holder: exp.Expression, value: Any, index: int) -> exp.Expression:
     """``value``, bound at ``holder``, as a literal that remembers it is parameter ``index``, for
     ``planner.templates`` to fill a later run's value in where it went."""
     node = literal(value, duckdb_width=not compared(holder))
+    if isinstance(holder.parent, exp.Bracket) and holder.arg_key == "expressions":
+        # a list index: sqlglot takes 1 off an integer literal index as it parses and adds it
+        # back as it writes, which it could not do to the placeholder; typed as unknown, the
+        # bound value is written as it is (l[?] with 2 read the third element)
+        node.type = exp.DataType.build("unknown")
     node.meta[PARAMETER] = index
     node.meta[PLACEHOLDER] = holder.sql(dialect="duckdb")
     return node
