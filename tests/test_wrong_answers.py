@@ -765,6 +765,11 @@ STRUCT_FIELDS = {
     "inserted_column": "SELECT struct_insert({'a': 1}, k) AS s FROM small ORDER BY id",
     "qualified_column_read_back": "SELECT struct_pack(s.k).k AS v FROM small s ORDER BY id",
     "lambda_variable": "SELECT list_transform([k, x], v -> struct_pack(v)) AS l FROM small ORDER BY id",
+    # the name where the column is made, as written there
+    "from_a_derived_tables_alias": "SELECT struct_pack(kk) AS s FROM (SELECT id, k AS \"KK\" FROM small) ORDER BY id",
+    "from_a_with_query": "WITH c AS (SELECT id AS \"Id\", k FROM small) SELECT struct_pack(id, k) AS s FROM c ORDER BY 1",
+    "quoted_in_another_case": "SELECT struct_pack(\"K\") AS s FROM small ORDER BY id",
+    "renamed_by_column_aliases": "SELECT struct_pack(kk) AS s FROM small AS t(i, \"KK\") ORDER BY i",
 }
 
 # Spellings sqlglot re-wrote into something of another type

@@ -992,7 +992,7 @@ def optimize_query(query: exp.Expression, catalog: Catalog, dialect: str) -> exp
     for name in referenced_tables(query) - ctes:
         schema[name] = catalog.table(name).sql_schema()
     _semi_join_aliases_apart(query, schema)
-    _name_struct_fields(query, schema)
+    _name_struct_fields(query, schema, dialect)
     _check_star_lists(query, schema, dialect)
     _order_by_all_as_positions(query, schema, dialect)
     _check_positions(query)
@@ -1027,31 +1027,90 @@ def _refuse_rows_as_values(query: exp.Expression) -> None:
                                 "name its columns, as in struct_pack(a, b) or {'a': a}")
 
 
-def _name_struct_fields(query: exp.Expression, schema: dict[str, dict[str, str]]) -> None:
+def _name_struct_fields(query: exp.Expression, schema: dict[str, dict[str, str]], dialect: str) -> None:
     """Give ``struct_pack(x)`` and ``struct_insert(s, x)`` the field name DuckDB gives them,
-    the column's own as its table spells it, written out (``x := x``): the planner renames
-    columns (``c1``), and the field took that name. Only a column or a lambda's variable may
-    go unnamed, as in DuckDB."""
-    spelled: dict[str, str] = {}
-    for columns in schema.values():
-        for name in columns:
-            spelled[name.lower()] = name if spelled.get(name.lower(), name) == name else ""  # "": two spellings
-    for node in list(query.find_all(exp.Struct, exp.Anonymous)):
-        if isinstance(node, exp.Anonymous) and node.name.lower() != "struct_insert":
+    written out (``x := x``): the planner renames columns (``c1``), and the field took that
+    name. DuckDB's is the column's own name where it is made: a table's column as the table
+    spells it, a derived table's or WITH query's as its select list writes it. That is found
+    on a qualified copy of the query, whose identifiers remember how they were written. Only a
+    column or a lambda's variable may go unnamed, as in DuckDB."""
+    args = [(node, arg) for node in query.find_all(exp.Struct, exp.Anonymous) for arg in _struct_arguments(node)]
+    if not args:
+        return
+    copy = query.copy()
+    for identifier in copy.find_all(exp.Identifier):
+        identifier.meta["written"] = identifier.this
+    for derived in copy.find_all(exp.Subquery):  # the qualifier moves AS x(a, b) into the select list
+        renamed = derived.args.get("alias")
+        if renamed is not None and renamed.columns:
+            derived.meta["renamed"] = [c.this for c in renamed.columns]
+    positions = [[i for i, arg in enumerate(_struct_arguments(node, named=True)) if not isinstance(arg, exp.PropertyEQ)]
+                 for node in query.find_all(exp.Struct, exp.Anonymous)]
+    try:
+        qualify(copy, schema=schema, dialect=dialect, isolate_tables=False)
+    except sqlglot.errors.SqlglotError:
+        return  # the query itself fails as it would have
+    nodes = list(copy.find_all(exp.Struct, exp.Anonymous))
+    if len(nodes) != len(positions):
+        return
+    copied = []
+    for node, wanted in zip(nodes, positions, strict=True):
+        given = _struct_arguments(node, named=True)
+        # the qualifier names some itself, in lower case: the column is inside
+        copied += [given[i].expression if isinstance(given[i], exp.PropertyEQ) else given[i] for i in wanted if i < len(given)]
+    if len(copied) != len(args):
+        return
+    scopes = {id(column): scope for scope in traverse_scope(copy) for column in scope.columns}
+    for (node, arg), qualified in zip(args, copied, strict=True):
+        if not isinstance(arg, exp.Column | exp.Identifier):
+            function = "struct pack" if isinstance(node, exp.Struct) else "struct insert"
+            raise ProgrammingError(f"Need named argument for {function}, e.g. STRUCT_PACK(a := b)")
+        if isinstance(arg, exp.Identifier):  # a lambda's variable, as written
+            name = arg.name
+        else:
+            name = _source_name(qualified, scopes.get(id(qualified)), schema) if isinstance(qualified, exp.Column) else None
+            if name is None:
+                raise NotSupportedError(f"struct_pack({arg.sql(dialect='duckdb')}) with the field unnamed: name it, as in "
+                                        f"struct_pack({arg.name} := {arg.sql(dialect='duckdb')})")
+        field = exp.to_identifier(name, quoted=True)
+        field.meta["case_sensitive"] = True  # DuckDB's normalization lowercases quoted names too
+        arg.replace(exp.PropertyEQ(this=field, expression=arg.copy()))
+
+
+def _struct_arguments(node: exp.Expression, named: bool = False) -> list[exp.Expression]:
+    """The fields given to a ``struct_pack`` (a Struct) or a ``struct_insert`` call; the
+    unnamed ones only unless ``named``."""
+    if isinstance(node, exp.Anonymous) and node.name.lower() != "struct_insert":
+        return []
+    given = node.expressions if isinstance(node, exp.Struct) else node.expressions[1:]
+    return list(given) if named else [arg for arg in given if not isinstance(arg, exp.PropertyEQ)]
+
+
+def _source_name(column: exp.Column, scope: Scope | None, schema: dict[str, dict[str, str]]) -> str | None:
+    """A qualified column's name where it is made (see :func:`_name_struct_fields`), or None."""
+    if scope is None or not column.table:
+        return None
+    source = scope.sources.get(column.table)
+    if isinstance(source, exp.Table):
+        names = [n for n in schema.get(source.name.lower(), schema.get(source.name, {})) if n.lower() == column.name.lower()]
+        return names[0] if len(names) == 1 else None
+    if not isinstance(source, Scope) or not isinstance(source.expression, exp.Select):
+        return None
+    parent = source.expression.parent
+    given = parent.meta.get("renamed", []) if isinstance(parent, exp.Subquery) else []
+    for written in given:  # AS x(a, b): the first columns' names are these
+        if written.lower() == column.name.lower():
+            return written
+    for item in source.expression.selects[len(given):]:
+        if item.alias_or_name.lower() != column.name.lower():
             continue
-        function = "struct pack" if isinstance(node, exp.Struct) else "struct insert"
-        for arg in node.expressions if isinstance(node, exp.Struct) else node.expressions[1:]:
-            if isinstance(arg, exp.PropertyEQ):
-                continue
-            if not isinstance(arg, exp.Column | exp.Identifier):
-                raise ProgrammingError(f"Need named argument for {function}, e.g. STRUCT_PACK(a := b)")
-            identifier = arg if isinstance(arg, exp.Identifier) else arg.this
-            name = identifier.name
-            if isinstance(arg, exp.Column) and not identifier.quoted:
-                name = spelled.get(name.lower()) or name
-            field = exp.to_identifier(name, quoted=True)
-            field.meta["case_sensitive"] = True  # DuckDB's normalization lowercases quoted names too
-            arg.replace(exp.PropertyEQ(this=field, expression=arg.copy()))
+        if isinstance(item, exp.Alias):
+            identifier = item.args["alias"]
+            return identifier.meta.get("written", identifier.this)
+        if isinstance(item, exp.Column):
+            return _source_name(item, source, schema)
+        return None
+    return None
 
 
 def _check_alias_widths(query: exp.Expression) -> None:
