@@ -732,8 +732,7 @@ NAMED_WINDOWS = {
     "ignore_nulls_and_filter": "SELECT id, first_value(x IGNORE NULLS) OVER w AS f, count(*) FILTER (WHERE x > 3) OVER (w ORDER BY id) AS c "
                                "FROM small WINDOW w AS (PARTITION BY k) ORDER BY id",
     "a_subquery_sees_the_outer_one": "SELECT id, (SELECT max(x) FROM small) - sum(x) OVER w AS s FROM small WINDOW w AS (ORDER BY id) ORDER BY id",
-    "inner_one_first": "SELECT id, s, sum(x) OVER w AS t FROM (SELECT id, x, sum(x) OVER w AS s FROM small WINDOW w AS (PARTITION BY k)) "
-                       "WINDOW w AS (ORDER BY id) ORDER BY id",
+    "an_unused_one_naming_none": "SELECT id, sum(x) OVER w AS s FROM small WINDOW w AS (ORDER BY id), v AS (nothing) ORDER BY id",
     "in_a_cte_of_a_union": "WITH c AS (SELECT id, lag(x) OVER w AS l FROM small WINDOW w AS (ORDER BY id)) "
                            "SELECT * FROM c UNION ALL SELECT id, k FROM one ORDER BY id, l",
 }
@@ -1231,6 +1230,11 @@ def test_a_semi_join_reads_the_column_of_its_right_table_not_a_struct_field(con,
          'cannot copy window "w" because it has a frame clause'),
         ("SELECT sum(x) OVER v FROM small WINDOW w AS (PARTITION BY k)", 'window "v" does not exist'),
         ("SELECT sum(x) OVER w FROM small WINDOW w AS (PARTITION BY k), w AS (ORDER BY id)", 'window "w" is already defined'),
+        # a name is the statement's: defined again in another query of it
+        ("SELECT sum(x) OVER w FROM small WINDOW w AS (ORDER BY id) UNION ALL SELECT sum(x) OVER w FROM small WINDOW w AS (ORDER BY k)",
+         'window "w" is already defined'),
+        # a definition naming another copies it: not one with a frame
+        ("SELECT sum(x) OVER v FROM small WINDOW w AS (ORDER BY id ROWS 1 PRECEDING), v AS (w)", 'cannot copy window "w" because it has a frame clause'),
     ],
 )
 def test_named_window_misuse_fails_as_in_duckdb(con, duck, sql: str, message: str) -> None:
@@ -1238,6 +1242,13 @@ def test_named_window_misuse_fails_as_in_duckdb(con, duck, sql: str, message: st
         duck.execute(sql)
     with pytest.raises(qengine.ProgrammingError, match=re.escape(message)):
         con.execute(sql)
+
+
+def test_named_window_used_in_another_query_is_refused(con) -> None:
+    """DuckDB lets a scalar subquery use the windows around it but not a derived table, and a
+    later UNION branch use an earlier one's: qengine resolves a name in its own query only."""
+    with pytest.raises(qengine.NotSupportedError, match='window "w" used outside the query whose WINDOW clause defines it'):
+        con.execute("SELECT * FROM (SELECT sum(x) OVER w AS s FROM small) WINDOW w AS (ORDER BY id)")
 
 
 def test_named_window_defined_by_itself_is_refused(con) -> None:

@@ -2,13 +2,17 @@
 each OVER that names one, as DuckDB reads them, so that the planner sees only plain windows.
 
 DuckDB's rules, which its errors are kept for:
+- a window name is defined once in a statement;
 - a reference may add a PARTITION BY, an ORDER BY or a frame to the window it names, but not
   replace the PARTITION BY or ORDER BY that window has;
-- a window with a frame may be used as it is, but not copied into another with more clauses;
-- a definition may name another, defined before or after it in the same WINDOW clause;
-- a subquery sees the windows of the queries around it, its own first.
-A definition that names itself, directly or through others, is refused: DuckDB reads it as an
-empty window, which no standard gives a meaning to.
+- a window with a frame may be used as it is, but not copied into another definition, nor
+  into a reference that adds clauses;
+- a definition may name another of the same WINDOW clause, before or after it; one that is
+  never used is never looked at.
+Refused: a window used in a query other than the one whose WINDOW clause defines it (DuckDB
+lets a scalar subquery see the windows around it, but not a derived table, and a later UNION
+branch see an earlier one's), and a definition that names itself, directly or through others
+(DuckDB reads it as an empty window).
 """
 
 from __future__ import annotations
@@ -22,83 +26,69 @@ _CLAUSES = ("partition_by", "order", "spec")
 
 def inline_named_windows(statement: exp.Expression) -> None:
     """Write every named window out where it is used, and drop the WINDOW clauses."""
-    if not any(select.args.get("windows") for select in statement.find_all(exp.Select)):
+    selects = [select for select in statement.find_all(exp.Select) if select.args.get("windows")]
+    if not selects:
         return
-    _inline(statement, {})
-
-
-def _inline(node: exp.Expression, outer: dict[str, exp.Window]) -> None:
-    """Resolve the windows used in ``node``'s own scope with ``outer``'s and its own WINDOW
-    clause's definitions, then descend into the queries nested in it."""
-    named = dict(outer)
-    if isinstance(node, exp.Select) and node.args.get("windows"):
-        own: dict[str, exp.Window] = {}
-        for definition in node.args["windows"]:
+    everywhere: set[str] = set()
+    for select in selects:
+        for definition in select.args["windows"]:
             name = definition.this.name.lower()
-            if name in own:
+            if name in everywhere:
                 raise ProgrammingError(f'window "{definition.this.name}" is already defined')
-            own[name] = definition
-        named.update(_resolved(own, outer))
-        node.set("windows", None)
-    nested: list[exp.Expression] = []
-    for child in _own_scope(node, nested):
-        if isinstance(child, exp.Window) and child.args.get("alias") is not None and child.args.get("over"):
-            child.replace(_applied(child, named))
-    for query in nested:
-        _inline(query, named)
+            everywhere.add(name)
+    for select in statement.find_all(exp.Select):
+        own = {definition.this.name.lower(): definition for definition in select.args.get("windows") or []}
+        for window in _own_windows(select):
+            window.replace(_applied(window, own, everywhere))
+    for select in selects:
+        select.set("windows", None)
 
 
-def _own_scope(node: exp.Expression, nested: list[exp.Expression]) -> list[exp.Expression]:
-    """The nodes under ``node`` outside the queries nested in it; those go in ``nested``."""
-    found: list[exp.Expression] = []
-    stack = list(node.iter_expressions())
+def _own_windows(select: exp.Select) -> list[exp.Window]:
+    """The windows that name a window, in ``select`` outside the queries nested in it."""
+    found: list[exp.Window] = []
+    stack = [child for child in select.iter_expressions() if child.arg_key != "windows"]
     while stack:
-        child = stack.pop()
-        if isinstance(child, exp.Select):
-            nested.append(child)
+        node = stack.pop()
+        if isinstance(node, exp.Query):
             continue
-        found.append(child)
-        stack.extend(child.iter_expressions())
+        if isinstance(node, exp.Window) and node.args.get("alias") is not None and node.args.get("over"):
+            found.append(node)
+        stack.extend(node.iter_expressions())
     return found
 
 
-def _resolved(own: dict[str, exp.Window], outer: dict[str, exp.Window]) -> dict[str, exp.Window]:
-    """Each definition of a WINDOW clause with the window it names (if any) merged in."""
-    done: dict[str, exp.Window] = {}
-
-    def resolve(name: str, seen: tuple[str, ...]) -> exp.Window:
-        if name in done:
-            return done[name]
-        if name in seen:
-            raise NotSupportedError(f'window "{name}" is defined by itself')
-        definition = own[name]
-        base = definition.args.get("alias")
-        if base is None:
-            done[name] = definition
-        else:
-            base_name = base.name.lower()
-            known = resolve(base_name, (*seen, name)) if base_name in own else outer.get(base_name)
-            done[name] = _merged(definition, known, base.name)
-        return done[name]
-
-    for name in own:
-        resolve(name, ())
-    return done
-
-
-def _applied(window: exp.Window, named: dict[str, exp.Window]) -> exp.Window:
+def _applied(window: exp.Window, own: dict[str, exp.Window], everywhere: set[str]) -> exp.Window:
     """``window`` (``f() OVER name`` or ``OVER (name ...)``) with the named window written in."""
     reference = window.args["alias"]
-    merged = _merged(window, named.get(reference.name.lower()), reference.name)
+    merged = _merged(window, _resolved(reference.name, own, everywhere, ()), reference.name)
     merged.set("this", window.this)
     merged.set("over", window.args.get("over"))
     return merged
 
 
-def _merged(reference: exp.Window, base: exp.Window | None, name: str) -> exp.Window:
-    """A window of ``base``'s clauses and those ``reference`` adds, under DuckDB's rules."""
-    if base is None:
+def _resolved(name: str, own: dict[str, exp.Window], everywhere: set[str], seen: tuple[str, ...]) -> exp.Window:
+    """The definition of ``name`` in ``own`` with the window it names (if any) merged in."""
+    key = name.lower()
+    if key not in own:
+        if key in everywhere:
+            raise NotSupportedError(f'window "{name}" used outside the query whose WINDOW clause defines it '
+                                    "(define it where it is used)")
         raise ProgrammingError(f'window "{name}" does not exist')
+    if key in seen:
+        raise NotSupportedError(f'window "{name}" is defined by itself')
+    definition = own[key]
+    base = definition.args.get("alias")
+    if base is None:
+        return definition
+    known = _resolved(base.name, own, everywhere, (*seen, key))
+    if known.args.get("spec"):
+        raise ProgrammingError(f'cannot copy window "{base.name}" because it has a frame clause')
+    return _merged(definition, known, base.name)
+
+
+def _merged(reference: exp.Window, base: exp.Window, name: str) -> exp.Window:
+    """A window of ``base``'s clauses and those ``reference`` adds, under DuckDB's rules."""
     added = {clause: reference.args.get(clause) for clause in _CLAUSES if reference.args.get(clause)}
     if added and base.args.get("spec"):
         raise ProgrammingError(f'cannot copy window "{name}" because it has a frame clause')
