@@ -1318,3 +1318,13 @@ def test_a_list_index_parameter_reads_its_element_on_every_run(con, duck) -> Non
     sql = "SELECT [k, k * 10, k * 100][?] AS v FROM small WHERE id < 4 ORDER BY id"
     for index in (1, 3, 2, -1):
         assert con.execute(sql, [index]).fetchall() == duck.execute(sql, [index]).fetchall()
+
+
+def test_date_add_keeps_its_column_name(con, duck) -> None:
+    """Written as DATE + n for DuckDB, an unaliased date_add() was named ((d) + (3))."""
+    sql = "SELECT date_add(DATE '2022-04-12' + k::INTEGER, 3), date_add(DATE '2022-04-12', k::INTEGER + 1) AS named FROM one"
+    inner = "SELECT DATE '2022-04-12' + k::INTEGER AS d, k FROM one"
+    for query in (sql, f"SELECT date_add(d, 3) FROM ({inner})"):
+        got, expected = con.execute(query), duck.execute(query)
+        assert [c[0] for c in got.description][-1:] == [c[0] for c in expected.description][-1:]
+        assert got.fetchall() == expected.fetchall()

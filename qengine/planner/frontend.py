@@ -158,8 +158,23 @@ def _date_add_as_plus(statement: exp.Expression) -> None:
     days and writes ``a + INTERVAL b DAY``, which made ``date_add(DATE, 5)`` a TIMESTAMP where
     DuckDB's answer is a DATE."""
     for node in list(statement.find_all(exp.DateAdd)):
-        if node.args.get("unit") is None and not isinstance(node.expression, exp.Interval):
-            node.replace(exp.Add(this=exp.paren(node.this.copy(), copy=False), expression=exp.paren(node.expression.copy(), copy=False)))
+        if node.args.get("unit") is not None or isinstance(node.expression, exp.Interval):
+            continue
+        added = exp.Add(this=exp.paren(node.this.copy(), copy=False), expression=exp.paren(node.expression.copy(), copy=False))
+        if isinstance(node.parent, exp.Select) and node.arg_key == "expressions":  # unaliased: named as DuckDB names it
+            name = f"date_add({_output_name(node.this)}, {_output_name(node.expression)})"
+            added = exp.Alias(this=added, alias=exp.to_identifier(name, quoted=True))
+        node.replace(added)
+
+
+def _output_name(e: exp.Expression) -> str:
+    """An unaliased expression as DuckDB names its result column ("count(x)", "(a + 1)"); a
+    bound parameter as it was written."""
+    if isinstance(e, exp.Count) and isinstance(e.this, exp.Star):
+        return "count_star()"
+    shown = e.transform(lambda n: exp.Var(this=n.meta[PLACEHOLDER]) if n.meta and PLACEHOLDER in n.meta else n)
+    text = shown.sql(dialect="duckdb", normalize_functions="lower", comments=False)
+    return f"({text})" if isinstance(e, exp.Binary) else text
 
 
 def _empty_maps_as_calls(statement: exp.Expression) -> None:
@@ -668,13 +683,7 @@ def _name_select_outputs(query: exp.Expression) -> None:
     for e in list(query.expressions):
         if isinstance(e, exp.Alias | exp.Column | exp.Star) or e.find(exp.Star) and not isinstance(e, exp.Count):
             continue
-        if isinstance(e, exp.Count) and isinstance(e.this, exp.Star):
-            name = "count_star()"
-        else:
-            shown = e.transform(lambda n: exp.Var(this=n.meta[PLACEHOLDER]) if n.meta and PLACEHOLDER in n.meta else n)
-            name = shown.sql(dialect="duckdb", normalize_functions="lower", comments=False)
-            if isinstance(e, exp.Binary):
-                name = f"({name})"
+        name = _output_name(e)
         # an Alias node even around a subquery, which ``alias_`` would give a table alias of
         # its own: sqlglot's ORDER BY and GROUP BY positions take only an Alias for a name
         e.replace(exp.Alias(this=e.copy(), alias=exp.to_identifier(name, quoted=True)))
