@@ -1328,3 +1328,13 @@ def test_date_add_keeps_its_column_name(con, duck) -> None:
         got, expected = con.execute(query), duck.execute(query)
         assert [c[0] for c in got.description][-1:] == [c[0] for c in expected.description][-1:]
         assert got.fetchall() == expected.fetchall()
+
+
+def test_a_unicode_escape_in_an_e_string_fails_as_in_duckdb(con, duck) -> None:
+    """sqlglot's tokenizer dropped the backslash: e'\\u00e9' was the text 'u00e9'."""
+    sql = r"SELECT e'\u00e9' AS v"
+    with pytest.raises(duckdb.ParserException):
+        duck.execute(sql)
+    with pytest.raises(qengine.ProgrammingError, match=r"\\u escape"):
+        con.execute(sql)
+    assert con.execute(r"SELECT e'a\\u\tb' AS v").fetchall() == duck.execute(r"SELECT e'a\\u\tb' AS v").fetchall()

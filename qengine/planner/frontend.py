@@ -127,6 +127,7 @@ def parse(sql: str, dialect: str) -> list[exp.Expression]:
     _check_nesting(sql, tokens)
     _check_operators(sql, tokens)
     _check_clauses(sql, tokens)
+    _check_escape_strings(sql, tokens)
     numbered = numbered_placeholders(tokens)
     question_marks, tokens = numbered is not tokens, numbered
     tokens = _bracket_typed_literals(tokens, reader)
@@ -602,6 +603,17 @@ def _interval_strings_as_casts(tokens: list[Token]) -> list[Token]:
             continue
         out.append(t)
     return out
+
+
+_UNICODE_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\[uU]")
+
+
+def _check_escape_strings(sql: str, tokens: list[Token]) -> None:
+    """Refuse a ``\\u`` escape in an ``E'...'`` string, as DuckDB does: sqlglot's tokenizer
+    dropped its backslash, and ``e'\\u00e9'`` was the text ``u00e9``."""
+    for token in tokens:
+        if token.token_type == TokenType.BYTE_STRING and _UNICODE_ESCAPE.search(sql[token.start:token.end + 1]):
+            raise ProgrammingError(f"a \\u escape in an E'...' string is not supported, as in DuckDB (at {_position(sql, token.start)})")
 
 
 _QUOTED_ALL = "__qengine_quoted_all_"
