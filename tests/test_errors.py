@@ -343,6 +343,11 @@ def _children() -> set[int]:
         {"broadcast_threshold": -1},
         {"replicate_size": "big"},
         {"replicate_size": -1},
+        # sizes as text were not checked for sign: taken, or failed inside ("inf")
+        {"split_size": "-1MB"},
+        {"broadcast_threshold": "-5"},
+        {"replicate_size": "inf"},
+        {"shuffle_memory": "nan"},
     ],
 )
 def test_bad_connect_arguments(kwargs: dict) -> None:

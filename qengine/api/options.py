@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,9 +23,12 @@ def parse_size(value: int | str | None, what: str) -> int | None:
     number = text.rstrip("KMGTIB")
     unit = text[len(number):]
     try:
-        return int(float(number) * units[unit])
+        size = float(number) * units[unit]
     except (ValueError, KeyError):
         raise ProgrammingError(f"{what}: cannot read {value!r} as a size (e.g. 268435456, '256MB', '4GB')") from None
+    if not math.isfinite(size) or size < 0:  # "-1MB" was taken, and "inf" failed inside
+        raise ProgrammingError(f"{what} must be a size of zero or more bytes, not {value!r}")
+    return int(size)
 
 
 DEFAULT_WORKERS = 2
