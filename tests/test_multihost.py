@@ -229,6 +229,18 @@ def test_coordinator_shutdown_stops_workers_and_workers_leave_a_dead_coordinator
         assert c.workers[0].wait(timeout=HEARTBEAT_TIMEOUT + HANG_BOUND) == 0
 
 
+def test_a_connection_closes_quietly_once_its_coordinator_is_gone(tmp_path):
+    """close() raised OperationalError: the coordinator was unreachable."""
+    with cluster(tmp_path, 1) as c:
+        con = c.connect()
+        assert con.execute("SELECT 1 AS a").fetchall() == [(1,)]
+        c.coordinator.kill()
+        c.coordinator.wait(timeout=HANG_BOUND)
+        with pytest.raises(qengine.OperationalError):
+            con.execute("SELECT 2 AS b")
+        con.close()
+
+
 def test_unreadable_path_is_named(tmp_path):
     with cluster(tmp_path, 1) as c:
         worker = c.members()[0]["address"]
