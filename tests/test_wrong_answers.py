@@ -780,6 +780,18 @@ RESPELLED = {
     "number_with_a_leading_point": "SELECT typeof(.5) AS t, .5::VARCHAR AS v, 'v=' || .5 AS s, k * .25 AS m, -.5 AS n FROM one",
 }
 
+# A USING (or NATURAL) join's column is the left table's for an inner or left join and the right
+# table's for a right one, as DuckDB gives it: it was COALESCE of both, in their common type
+USING_COLUMNS = {
+    "inner": "SELECT k, typeof(k) AS t FROM small JOIN (SELECT k::DOUBLE AS k, id AS j FROM one) o USING (k)",
+    "left_star": "SELECT *, typeof(k) AS t FROM small LEFT JOIN (SELECT k::DOUBLE AS k, 7 AS j FROM one) o USING (k) ORDER BY id",
+    "right": "SELECT k, typeof(k) AS t FROM (SELECT k::DOUBLE AS k FROM one) o RIGHT JOIN small USING (k) ORDER BY id",
+    "full_coalesces": "SELECT k, typeof(k) AS t FROM small FULL JOIN (SELECT k::DOUBLE AS k FROM one) o USING (k) ORDER BY id",
+    "natural": "SELECT *, typeof(k) AS t FROM small NATURAL JOIN (SELECT k::DOUBLE AS k, 7 AS j FROM one) o",
+    "written_coalesce_stays": "SELECT coalesce(small.k, o.k) AS c, typeof(c) AS t FROM small JOIN (SELECT k::DOUBLE AS k FROM one) o USING (k)",
+    "grouped": "SELECT k, count(*) AS n, typeof(min(k)) AS t FROM big JOIN (SELECT k::DOUBLE AS k FROM one) o USING (k) GROUP BY k",
+}
+
 
 # Every group of queries above is answered exactly as DuckDB answers it; a test's id names the
 # group (what went wrong) and the query.
@@ -818,6 +830,7 @@ ANSWERED_AS_DUCKDB = {
     "column_aliases_of_a_table": COLUMN_ALIASES,
     "struct_fields_named_after_columns": STRUCT_FIELDS,
     "respelled_by_the_parser": RESPELLED,
+    "using_columns_as_duckdb_gives_them": USING_COLUMNS,
 }
 
 

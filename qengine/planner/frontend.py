@@ -46,6 +46,7 @@ from qengine.planner.named_windows import inline_named_windows
 from qengine.planner.parameters import OPERAND_END, PLACEHOLDER, QUESTION_MARKS, counted, numbered_placeholders
 from qengine.planner.unnest import unnest_subqueries
 from qengine.planner.unsupported import is_order_by_all, refuse_unmodelled
+from qengine.planner.using_columns import qualify_with_using_sides
 
 
 class _Rule:
@@ -74,6 +75,7 @@ class _Rule:
 # planner/merge_derived.py, planner/eliminate_joins.py), which keep each rule off those it would
 # answer wrongly for.
 _WRAPPED = {
+    qualify: qualify_with_using_sides,
     sqlglot_unnest_subqueries: unnest_subqueries,
     sqlglot_optimize_joins: optimize_joins,
     sqlglot_merge_subqueries: merge_subqueries,
