@@ -712,6 +712,8 @@ ORDER_BY_ALL = {
     "joined_star_and_a_column": "SELECT s.*, b.d FROM small s JOIN big b USING (id) ORDER BY ALL NULLS FIRST",
     "inside_a_derived_table_with_limit": "SELECT * FROM (SELECT k, id FROM big ORDER BY ALL DESC LIMIT 9) ORDER BY id",
     "with_a_correlated_subquery": "SELECT k, (SELECT max(x) FROM small s WHERE s.k = one.k) FROM one ORDER BY ALL",
+    # a name that begins as the marker for a quoted "all" once did, kept as it is
+    "a_name_like_the_quoted_all_marker": "SELECT __qengine_quoted_all_k, k FROM (SELECT 1 AS __qengine_quoted_all_k, 2 AS k)",
     # a column named "all" is a column: sqlglot reads ORDER BY "all" as ORDER BY ALL
     "a_quoted_column_named_all": "SELECT x, k AS \"all\" FROM small ORDER BY \"all\" DESC NULLS LAST, x NULLS FIRST LIMIT 5",
     "a_quoted_column_named_all_alone": "SELECT id, \"ALL\" FROM (SELECT id, k AS \"all\" FROM small) ORDER BY \"ALL\", id",
@@ -769,6 +771,13 @@ STRUCT_FIELDS = {
     "from_a_with_query": "WITH c AS (SELECT id AS \"Id\", k FROM small) SELECT struct_pack(id, k) AS s FROM c ORDER BY 1",
     "quoted_in_another_case": "SELECT struct_pack(\"K\") AS s FROM small ORDER BY id",
     "renamed_by_column_aliases": "SELECT struct_pack(kk) AS s FROM small AS t(i, \"KK\") ORDER BY i",
+    # each was named c0 or refused, or lower-cased, after the lookup
+    "grouped_by_its_alias": "SELECT struct_pack(\"K\") AS s, count(*) AS n FROM (SELECT k AS \"K\" FROM small) GROUP BY s ORDER BY n, s",
+    "over_a_star": "SELECT struct_pack(kk) AS s FROM (SELECT * FROM (SELECT id, k AS \"KK\" FROM small)) ORDER BY s",
+    "with_query_column_aliases": "WITH c(\"Zz\") AS (SELECT k FROM small) SELECT struct_pack(zz) AS s FROM c ORDER BY s",
+    "a_using_column": "SELECT struct_pack(k) AS s FROM small JOIN (SELECT DISTINCT k FROM big) b USING (k) ORDER BY s",
+    "an_alias_of_the_same_list": "SELECT sum(k) AS k2, struct_pack(k2) AS s FROM small",
+    "a_union_column": "SELECT struct_pack(k) AS s FROM (SELECT k FROM small UNION ALL SELECT k FROM one) ORDER BY s",
 }
 
 # Spellings sqlglot re-wrote into something of another type

@@ -618,7 +618,7 @@ def _check_escape_strings(sql: str, tokens: list[Token]) -> None:
             raise ProgrammingError(f"a \\u escape in an E'...' string is not supported, as in DuckDB (at {_position(sql, token.start)})")
 
 
-_QUOTED_ALL = "__qengine_quoted_all_"
+_QUOTED_ALL = "\x00qengine quoted all\x00"  # no name a statement can spell: SQL text holds no NUL
 
 
 def _quoted_all_apart(tokens: list[Token]) -> list[Token]:
@@ -1054,50 +1054,56 @@ def _name_struct_fields(query: exp.Expression, schema: dict[str, dict[str, str]]
     """Give ``struct_pack(x)`` and ``struct_insert(s, x)`` the field name DuckDB gives them,
     written out (``x := x``): the planner renames columns (``c1``), and the field took that
     name. DuckDB's is the column's own name where it is made: a table's column as the table
-    spells it, a derived table's or WITH query's as its select list writes it. That is found
-    on a qualified copy of the query, whose identifiers remember how they were written. Only a
-    column or a lambda's variable may go unnamed, as in DuckDB."""
+    spells it, a derived table's or WITH query's as its select list or column aliases write it.
+    That is looked up on a qualified copy of the query, whose identifiers remember how they
+    were written; where it cannot be told there (a USING column, an alias of the same select
+    list), the name as the argument writes it. Only a column or a lambda's variable may go
+    unnamed, as in DuckDB."""
     args = [(node, arg) for node in query.find_all(exp.Struct, exp.Anonymous) for arg in _struct_arguments(node)]
     if not args:
         return
-    copy = query.copy()
-    for identifier in copy.find_all(exp.Identifier):
-        identifier.meta["written"] = identifier.this
-    for derived in copy.find_all(exp.Subquery):  # the qualifier moves AS x(a, b) into the select list
-        renamed = derived.args.get("alias")
-        if renamed is not None and renamed.columns:
-            derived.meta["renamed"] = [c.this for c in renamed.columns]
-    positions = [[i for i, arg in enumerate(_struct_arguments(node, named=True)) if not isinstance(arg, exp.PropertyEQ)]
-                 for node in query.find_all(exp.Struct, exp.Anonymous)]
-    try:
-        qualify(copy, schema=schema, dialect=dialect, isolate_tables=False)
-    except sqlglot.errors.SqlglotError:
-        return  # the query itself fails as it would have
-    nodes = list(copy.find_all(exp.Struct, exp.Anonymous))
-    if len(nodes) != len(positions):
-        return
-    copied = []
-    for node, wanted in zip(nodes, positions, strict=True):
-        given = _struct_arguments(node, named=True)
-        # the qualifier names some itself, in lower case: the column is inside
-        copied += [given[i].expression if isinstance(given[i], exp.PropertyEQ) else given[i] for i in wanted if i < len(given)]
-    if len(copied) != len(args):
-        return
-    scopes = {id(column): scope for scope in traverse_scope(copy) for column in scope.columns}
-    for (node, arg), qualified in zip(args, copied, strict=True):
+    for node, arg in args:
         if not isinstance(arg, exp.Column | exp.Identifier):
             function = "struct pack" if isinstance(node, exp.Struct) else "struct insert"
             raise ProgrammingError(f"Need named argument for {function}, e.g. STRUCT_PACK(a := b)")
-        if isinstance(arg, exp.Identifier):  # a lambda's variable, as written
-            name = arg.name
-        else:
-            name = _source_name(qualified, scopes.get(id(qualified)), schema) if isinstance(qualified, exp.Column) else None
-            if name is None:
-                raise NotSupportedError(f"struct_pack({arg.sql(dialect='duckdb')}) with the field unnamed: name it, as in "
-                                        f"struct_pack({arg.name} := {arg.sql(dialect='duckdb')})")
+    for number, (_, arg) in enumerate(args):
+        arg.meta[_STRUCT_ARGUMENT] = number
+    spelled = _spellings_where_made(query, schema, dialect)
+    for number, (_, arg) in enumerate(args):
+        del arg.meta[_STRUCT_ARGUMENT]
+        name = spelled.get(number) or (arg.name if isinstance(arg, exp.Identifier) else arg.this.name)
         field = exp.to_identifier(name, quoted=True)
         field.meta["case_sensitive"] = True  # DuckDB's normalization lowercases quoted names too
         arg.replace(exp.PropertyEQ(this=field, expression=arg.copy()))
+
+
+_STRUCT_ARGUMENT = "qengine_struct_argument"
+
+
+def _spellings_where_made(query: exp.Expression, schema: dict[str, dict[str, str]], dialect: str) -> dict[int, str]:
+    """For each struct argument column (numbered in its meta), its name where it is made, found
+    on a qualified copy of ``query``; those it cannot tell are left out."""
+    copy = query.copy()
+    for identifier in copy.find_all(exp.Identifier):
+        identifier.meta["written"] = identifier.this
+    for holder in copy.find_all(exp.Subquery, exp.CTE):  # the qualifier moves AS x(a, b) into select lists
+        renamed = holder.args.get("alias")
+        if renamed is not None and renamed.columns:
+            holder.this.meta["renamed"] = [c.this for c in renamed.columns]
+    try:
+        qualify(copy, schema=schema, dialect=dialect, isolate_tables=False)
+    except sqlglot.errors.SqlglotError:
+        return {}  # the query itself fails as it would have
+    scopes = {id(column): scope for scope in traverse_scope(copy) for column in scope.columns}
+    spelled: dict[int, str] = {}
+    for node in copy.walk():
+        number = node.meta.get(_STRUCT_ARGUMENT) if node.meta else None
+        if number is None or number in spelled or not isinstance(node, exp.Column):
+            continue  # an alias reference the qualifier copied in is the first one's again
+        name = _source_name(node, scopes.get(id(node)), schema)
+        if name is not None:
+            spelled[number] = name
+    return spelled
 
 
 def _struct_arguments(node: exp.Expression, named: bool = False) -> list[exp.Expression]:
@@ -1119,20 +1125,17 @@ def _source_name(column: exp.Column, scope: Scope | None, schema: dict[str, dict
         return names[0] if len(names) == 1 else None
     if not isinstance(source, Scope) or not isinstance(source.expression, exp.Select):
         return None
-    parent = source.expression.parent
-    given = parent.meta.get("renamed", []) if isinstance(parent, exp.Subquery) else []
+    given = source.expression.meta.get("renamed", [])
     for written in given:  # AS x(a, b): the first columns' names are these
         if written.lower() == column.name.lower():
             return written
     for item in source.expression.selects[len(given):]:
         if item.alias_or_name.lower() != column.name.lower():
             continue
-        if isinstance(item, exp.Alias):
-            identifier = item.args["alias"]
-            return identifier.meta.get("written", identifier.this)
-        if isinstance(item, exp.Column):
-            return _source_name(item, source, schema)
-        return None
+        if isinstance(item, exp.Alias) and "written" in item.args["alias"].meta:
+            return item.args["alias"].meta["written"]
+        inner = item.this if isinstance(item, exp.Alias) else item  # a star's column, aliased by the qualifier
+        return _source_name(inner, source, schema) if isinstance(inner, exp.Column) else None
     return None
 
 
