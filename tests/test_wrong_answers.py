@@ -734,6 +734,9 @@ NAMED_WINDOWS = {
     "ignore_nulls_and_filter": "SELECT id, first_value(x IGNORE NULLS) OVER w AS f, count(*) FILTER (WHERE x > 3) OVER (w ORDER BY id) AS c "
                                "FROM small WINDOW w AS (PARTITION BY k) ORDER BY id",
     "a_subquery_sees_the_outer_one": "SELECT id, (SELECT max(x) FROM small) - sum(x) OVER w AS s FROM small WINDOW w AS (ORDER BY id) ORDER BY id",
+    "inner_one_first": "SELECT id, s, sum(x) OVER w AS t FROM (SELECT id, x, sum(x) OVER w AS s FROM small WINDOW w AS (PARTITION BY k)) "
+                       "WINDOW w AS (ORDER BY id) ORDER BY id",
+    "a_framed_one_used_as_it_is": "SELECT id, sum(x) OVER w AS s FROM small WINDOW w AS (ORDER BY id ROWS 1 PRECEDING) ORDER BY id",
     "an_unused_one_naming_none": "SELECT id, sum(x) OVER w AS s FROM small WINDOW w AS (ORDER BY id), v AS (nothing) ORDER BY id",
     "in_a_cte_of_a_union": "WITH c AS (SELECT id, lag(x) OVER w AS l FROM small WINDOW w AS (ORDER BY id)) "
                            "SELECT * FROM c UNION ALL SELECT id, k FROM one ORDER BY id, l",
@@ -1255,6 +1258,8 @@ def test_a_semi_join_reads_the_column_of_its_right_table_not_a_struct_field(con,
         # a name is the statement's: defined again in another query of it
         ("SELECT sum(x) OVER w FROM small WINDOW w AS (ORDER BY id) UNION ALL SELECT sum(x) OVER w FROM small WINDOW w AS (ORDER BY k)",
          'window "w" is already defined'),
+        # in parentheses a reference copies the window: not one with a frame
+        ("SELECT sum(x) OVER (w) FROM small WINDOW w AS (ORDER BY id ROWS 1 PRECEDING)", 'cannot copy window "w" because it has a frame clause'),
         # a definition naming another copies it: not one with a frame
         ("SELECT sum(x) OVER v FROM small WINDOW w AS (ORDER BY id ROWS 1 PRECEDING), v AS (w)", 'cannot copy window "w" because it has a frame clause'),
     ],

@@ -2,11 +2,12 @@
 each OVER that names one, as DuckDB reads them, so that the planner sees only plain windows.
 
 DuckDB's rules, which its errors are kept for:
-- a window name is defined once in a statement;
+- a window name is defined once in a WINDOW clause, and once over the branches of a set
+  operation (a WITH query or a derived table may define it again);
 - a reference may add a PARTITION BY, an ORDER BY or a frame to the window it names, but not
   replace the PARTITION BY or ORDER BY that window has;
-- a window with a frame may be used as it is, but not copied into another definition, nor
-  into a reference that adds clauses;
+- a window with a frame may be used as it is (``OVER w``), but not copied: not into another
+  definition, nor in parentheses (``OVER (w)``, ``OVER (w ORDER BY x)``);
 - a definition may name another of the same WINDOW clause, before or after it; one that is
   never used is never looked at.
 Refused: a window used in a query other than the one whose WINDOW clause defines it (DuckDB
@@ -29,19 +30,44 @@ def inline_named_windows(statement: exp.Expression) -> None:
     selects = [select for select in statement.find_all(exp.Select) if select.args.get("windows")]
     if not selects:
         return
-    everywhere: set[str] = set()
-    for select in selects:
-        for definition in select.args["windows"]:
+    everywhere = {definition.this.name.lower() for select in selects for definition in select.args["windows"]}
+    for group in _definition_groups(statement, selects):
+        seen: set[str] = set()
+        for definition in group:
             name = definition.this.name.lower()
-            if name in everywhere:
+            if name in seen:
                 raise ProgrammingError(f'window "{definition.this.name}" is already defined')
-            everywhere.add(name)
+            seen.add(name)
     for select in statement.find_all(exp.Select):
         own = {definition.this.name.lower(): definition for definition in select.args.get("windows") or []}
         for window in _own_windows(select):
             window.replace(_applied(window, own, everywhere))
     for select in selects:
         select.set("windows", None)
+
+
+def _definition_groups(statement: exp.Expression, selects: list[exp.Select]) -> list[list[exp.Window]]:
+    """The definitions a name may be given once in: one WINDOW clause, or those of the
+    branches of one set operation."""
+    groups: list[list[exp.Window]] = []
+    grouped: set[int] = set()
+    for operation in statement.find_all(exp.SetOperation):
+        if isinstance(operation.parent, exp.SetOperation):
+            continue
+        branches = [b for b in _branches(operation) if b.args.get("windows")]
+        grouped.update(id(b) for b in branches)
+        groups.append([d for b in branches for d in b.args["windows"]])
+    groups += [list(s.args["windows"]) for s in selects if id(s) not in grouped]
+    return groups
+
+
+def _branches(node: exp.Expression) -> list[exp.Select]:
+    """The selects a chain of set operations combines."""
+    while isinstance(node, exp.Subquery):
+        node = node.this
+    if isinstance(node, exp.SetOperation):
+        return _branches(node.this) + _branches(node.expression)
+    return [node] if isinstance(node, exp.Select) else []
 
 
 def _own_windows(select: exp.Select) -> list[exp.Window]:
@@ -88,9 +114,11 @@ def _resolved(name: str, own: dict[str, exp.Window], everywhere: set[str], seen:
 
 
 def _merged(reference: exp.Window, base: exp.Window, name: str) -> exp.Window:
-    """A window of ``base``'s clauses and those ``reference`` adds, under DuckDB's rules."""
+    """A window of ``base``'s clauses and those ``reference`` adds, under DuckDB's rules. In
+    parentheses a reference copies the window: sqlglot gives it the clauses' keys, empty."""
     added = {clause: reference.args.get(clause) for clause in _CLAUSES if reference.args.get(clause)}
-    if added and base.args.get("spec"):
+    copied = added or any(clause in reference.args for clause in _CLAUSES)
+    if copied and base.args.get("spec"):
         raise ProgrammingError(f'cannot copy window "{name}" because it has a frame clause')
     for clause, words in (("partition_by", "PARTITION BY"), ("order", "ORDER BY")):
         if clause in added and base.args.get(clause):
