@@ -66,7 +66,8 @@ def test_cli_writes_a_trace_file(tmp_path, data_paths) -> None:
     out = tmp_path / "run.json"
     done = subprocess.run(
         [sys.executable, "-m", "qengine.cli", "sql", "-d", data_paths["sales"].rsplit("/", 1)[0], "--no-progress",
-         "--trace", str(out), "-c", "SELECT store_id, count(*) FROM sales GROUP BY store_id"],
+         # a statement before it, that runs no query: the trace is the last one's
+         "--trace", str(out), "-c", "CREATE VIEW per_store AS SELECT store_id FROM sales; SELECT store_id, count(*) FROM per_store GROUP BY store_id"],
         capture_output=True, text=True, env=subprocess_env(), timeout=120, cwd=str(tmp_path),
     )
     assert done.returncode == 0, done.stderr

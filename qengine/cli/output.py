@@ -58,8 +58,12 @@ def _copy(table: pa.Table, fmt: str, output: str | None) -> None:
             con.execute(f"COPY result TO {string_literal(path)} ({options})")
             sys.stdout.flush()
             with open(path, "rb") as f:
-                shutil.copyfileobj(f, sys.stdout.buffer)
-            sys.stdout.buffer.flush()
+                binary = getattr(sys.stdout, "buffer", None)  # None: a text stream put in its place
+                if binary is not None:
+                    shutil.copyfileobj(f, binary)
+                    binary.flush()
+                else:
+                    sys.stdout.write(f.read().decode("utf-8", errors="replace"))
     except duckdb.Error as e:
         raise qengine.OperationalError(f"cannot write {fmt} to {output or 'standard output'}: {first_line(str(e))}") from e
     finally:

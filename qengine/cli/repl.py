@@ -25,8 +25,9 @@ HISTORY = os.path.expanduser("~/.qengine_history")
 def run_statement(con: Any, sql: str, args: argparse.Namespace) -> None:
     """Run each statement of ``sql`` in turn, showing each one's result, as DuckDB's shell
     does (it showed only the last); the first that fails stops the rest."""
-    for text in statement_texts(sql, getattr(args, "dialect", None) or "duckdb"):
-        _run_one(con, text, args)
+    texts = statement_texts(sql, getattr(args, "dialect", None) or "duckdb")
+    for number, text in enumerate(texts, 1):
+        _run_one(con, text, args, last=number == len(texts))
 
 
 def statement_texts(sql: str, dialect: str) -> list[str]:
@@ -36,16 +37,20 @@ def statement_texts(sql: str, dialect: str) -> list[str]:
         tokens = Dialect.get_or_raise(dialect).tokenize(sql)
     except (sqlglot.errors.SqlglotError, ValueError):
         return [sql]
-    texts, start = [], 0
-    for token in [*(t for t in tokens if t.token_type == TokenType.SEMICOLON), None]:
-        end = token.start if token is not None else len(sql)
-        if any(start <= t.start < end and t.token_type != TokenType.SEMICOLON for t in tokens):
-            texts.append(sql[start:end])
-        start = end + 1
+    texts, start, words = [], 0, False  # words: the statement so far has a token besides ';'
+    for token in tokens:
+        if token.token_type != TokenType.SEMICOLON:
+            words = True
+            continue
+        if words:
+            texts.append(sql[start:token.start])
+        start, words = token.start + 1, False
+    if words:
+        texts.append(sql[start:])
     return texts or [sql]
 
 
-def _run_one(con: Any, sql: str, args: argparse.Namespace) -> None:
+def _run_one(con: Any, sql: str, args: argparse.Namespace, last: bool = True) -> None:
     with progress_bar(sys.stderr.isatty() and not args.no_progress) as progress:
         cur = con.cursor().execute_scoped(sql, {}, progress=progress)  # no Python variables to read in FROM
     if cur.description is not None:
@@ -55,7 +60,7 @@ def _run_one(con: Any, sql: str, args: argparse.Namespace) -> None:
     stats = cur.stats
     if stats is not None and stats.recovery.any():  # a statement that survived a failure says so
         print(stats.recovery.summary(), file=sys.stderr)
-    if args.trace:  # the last statement's run, as a Chrome trace
+    if args.trace and last:  # the last statement's run, as a Chrome trace
         if stats is None:
             raise ProgrammingError("--trace: the statement ran no query to trace")
         with open(args.trace, "w") as f:
