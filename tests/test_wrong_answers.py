@@ -1301,6 +1301,9 @@ def test_column_aliases_of_a_view_rename_its_columns(con, duck) -> None:
         "SELECT * FROM one AS o(a, b, c)",
         "SELECT * FROM (SELECT 1 AS a) x(p, q)",
         "WITH c AS (SELECT 1 AS a) SELECT * FROM c x(p, q)",
+        # through a star over a table: the extra names were dropped
+        "WITH c AS (SELECT * FROM one) SELECT * FROM c x(p, q, r)",
+        "SELECT * FROM (SELECT * FROM one) AS x(p, q, r)",
         "SELECT * FROM (SELECT 1 AS a UNION ALL SELECT 2) x(p, q)",
     ],
 )

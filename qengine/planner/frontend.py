@@ -1007,13 +1007,13 @@ def referenced_tables(statement: exp.Expression) -> set[str]:
 def optimize_query(query: exp.Expression, catalog: Catalog, dialect: str) -> exp.Expression:
     """Qualify, decorrelate and push down; unknown tables and columns become ProgrammingErrors."""
     _cte_aliases_as_derived_tables(query)
-    _check_alias_widths(query)
     query = subquery_conditions_in_parentheses(exists_select_one(factor_disjunctions(spell_out_null_safe(unique_inner_columns(query)))))
     _name_values_columns(query)
     ctes = {cte.alias_or_name.lower() for cte in query.find_all(exp.CTE)}
     schema = {}
     for name in referenced_tables(query) - ctes:
         schema[name] = catalog.table(name).sql_schema()
+    _check_alias_widths(query, schema)
     _semi_join_aliases_apart(query, schema)
     _name_struct_fields(query, schema, dialect)
     _check_star_lists(query, schema, dialect)
@@ -1139,7 +1139,7 @@ def _source_name(column: exp.Column, scope: Scope | None, schema: dict[str, dict
     return None
 
 
-def _check_alias_widths(query: exp.Expression) -> None:
+def _check_alias_widths(query: exp.Expression, schema: dict[str, dict[str, str]]) -> None:
     """Refuse more column aliases than a derived table or a WITH query has columns, as DuckDB
     does: sqlglot's qualifier dropped the extra names, or failed inside on them. Table
     functions and files renamed by their aliases take more names, as in DuckDB."""
@@ -1147,7 +1147,7 @@ def _check_alias_widths(query: exp.Expression) -> None:
         alias = node.args.get("alias")
         if alias is None or not alias.columns or node.meta.get(table_sources.SOURCE_ALIASES):
             continue
-        inner = _output_names(node.this)
+        inner = _output_names(node.this, schema)
         if inner is None:
             continue
         if len(alias.columns) > len(inner):
@@ -1158,19 +1158,23 @@ def _check_alias_widths(query: exp.Expression) -> None:
             raise NotSupportedError(f'column aliases that leave table "{alias.name}" two columns named {repeated!r}')
 
 
-def _output_names(query: exp.Expression) -> list[str] | None:
-    """The names of what ``query`` selects, where they show without the schema: its select
-    list without a star, or ``SELECT * FROM`` a WITH query's; None otherwise."""
+def _output_names(query: exp.Expression, schema: dict[str, dict[str, str]]) -> list[str] | None:
+    """The names of what ``query`` selects, where they show without qualifying it: its select
+    list without a star, or ``SELECT * FROM`` a table or a WITH query; None otherwise."""
     if not isinstance(query, exp.Query):
         return None
     stars = [e for e in query.selects if e.unalias().is_star]
     if not stars:
         return [e.alias_or_name for e in query.selects]
     source = query.args.get("from_") if isinstance(query, exp.Select) else None
-    if len(query.selects) != 1 or source is None or query.args.get("joins") or not isinstance(source.this, exp.Table):
+    star = query.selects[0] if len(query.selects) == 1 else None
+    if star is None or _listed(star) or source is None or query.args.get("joins") or not isinstance(source.this, exp.Table):
         return None
     cte = _cte_of(source.this)
-    names = _output_names(cte.this) if cte is not None else None
+    if cte is None:  # a table's columns, as sql_schema names them (quoted where not plain)
+        columns = schema.get(source.this.name.lower()) if not source.this.args.get("db") else None
+        return [c[1:-1].replace('""', '"') if c.startswith('"') else c for c in columns] if columns is not None else None
+    names = _output_names(cte.this, schema)
     for renamed in (cte.args.get("alias") if cte is not None else None, source.this.args.get("alias")):
         if names is not None and renamed is not None and renamed.columns:
             names = [c.name for c in renamed.columns] + names[len(renamed.columns):]
