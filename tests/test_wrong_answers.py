@@ -695,6 +695,10 @@ ORDER_BY_NAMES = {
     "parenthesized_position": "SELECT id, k FROM big ORDER BY (2), 1 LIMIT 20",
     "parenthesized_position_of_a_union": "SELECT id, k FROM small UNION ALL SELECT id, k FROM one ORDER BY (2), 1",
     "grouped_alias_shadowing_its_key": "SELECT -k AS k, count(*) FROM big GROUP BY k ORDER BY k + 0 LIMIT 20",
+    # a name both an alias (AS) and a selected column: DuckDB orders by the alias (it ordered by the column)
+    "alias_beside_the_column_it_shadows": "SELECT -k AS k, k, id FROM big ORDER BY k, id LIMIT 20",
+    "alias_beside_the_qualified_column": "SELECT -k AS K, big.k, id FROM big ORDER BY K DESC, id LIMIT 20",
+    "distinct_alias_beside_the_column": "SELECT DISTINCT -k AS k, k FROM small ORDER BY k NULLS FIRST",
     # an unaliased correlated subquery's position: an internal AssertionError in sqlglot
     "position_of_an_unaliased_subquery": "SELECT id, (SELECT max(x) FROM small s WHERE s.k = big.k) FROM big WHERE id < 60 ORDER BY 2, 1",
 }

@@ -1018,6 +1018,7 @@ def optimize_query(query: exp.Expression, catalog: Catalog, dialect: str) -> exp
     _name_struct_fields(query, schema, dialect)
     _check_star_lists(query, schema, dialect)
     _order_by_all_as_positions(query, schema, dialect)
+    _order_by_the_alias_of_a_repeated_name(query)
     _check_positions(query)
     # optimize() would have qualify wrap every joined table in a subquery of its own, for the
     # rules after it to prune and merge back: with qengine's own pushdown that only tripled the
@@ -1277,6 +1278,24 @@ def _order_by_all_as_positions(query: exp.Expression, schema: dict[str, dict[str
             exp.Ordered(this=exp.Literal.number(n), desc=term.args.get("desc"), nulls_first=term.args.get("nulls_first"))
             for n in range(1, width + 1)
         ])
+
+
+def _order_by_the_alias_of_a_repeated_name(query: exp.Expression) -> None:
+    """``SELECT -k AS k, k ... ORDER BY k`` orders by the item named by ``AS``, as DuckDB
+    does; sqlglot took the plain column of that name. Written as that item's position."""
+    for select in query.find_all(exp.Select):
+        order = select.args.get("order")
+        if order is None:
+            continue
+        items = select.expressions
+        for term in order.expressions:
+            if not isinstance(term.this, exp.Column) or term.this.table:
+                continue
+            name = term.this.name.lower()
+            named = [i for i, e in enumerate(items) if isinstance(e, exp.Alias) and e.alias.lower() == name]
+            plain = [e for e in items if not isinstance(e, exp.Alias) and e.alias_or_name.lower() == name]
+            if len(named) == 1 and plain:
+                term.set("this", exp.Literal.number(named[0] + 1))
 
 
 def _ordered_by_all(node: exp.Expression) -> bool:
