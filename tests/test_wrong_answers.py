@@ -784,6 +784,10 @@ STRUCT_FIELDS = {
     "with_query_column_aliases": "WITH c(\"Zz\") AS (SELECT k FROM small) SELECT struct_pack(zz) AS s FROM c ORDER BY s",
     "a_using_column": "SELECT struct_pack(k) AS s FROM small JOIN (SELECT DISTINCT k FROM big) b USING (k) ORDER BY s",
     "an_alias_of_the_same_list": "SELECT sum(k) AS k2, struct_pack(k2) AS s FROM small",
+    # field names written in a struct type or given to struct_insert keep their case
+    "cast_to_a_struct_type": "SELECT CAST(ROW(k, x) AS STRUCT(\"Key\" BIGINT, Val BIGINT)) AS s FROM small ORDER BY id",
+    "cast_to_a_list_of_structs": "SELECT [{'a': k}]::STRUCT(\"A\" BIGINT)[] AS s FROM small ORDER BY id",
+    "struct_insert_named_fields": "SELECT struct_insert({'A': k}, b := 2, \"C\" := x) AS s FROM small ORDER BY id",
     "a_union_column": "SELECT struct_pack(k) AS s FROM (SELECT k FROM small UNION ALL SELECT k FROM one) ORDER BY s",
 }
 

@@ -655,9 +655,13 @@ def _keep_struct_key_case(statement: exp.Expression) -> None:
     """Keep a struct's field names as written: sqlglot parses ``{'Ab': 1}`` and
     ``struct_pack(Ab := 1)`` with the names as identifiers, which its normalization lowercases,
     and the struct came out as ``{'ab': 1}`` where DuckDB keeps ``Ab``."""
-    for struct in statement.find_all(exp.Struct):
-        for field in struct.expressions:
-            if isinstance(field, exp.PropertyEQ) and isinstance(field.this, exp.Identifier):
+    for node in statement.find_all(exp.Struct, exp.Anonymous, exp.DataType):
+        if isinstance(node, exp.Anonymous) and node.name.lower() != "struct_insert":
+            continue
+        if isinstance(node, exp.DataType) and not node.is_type(exp.DataType.Type.STRUCT):
+            continue
+        for field in node.expressions:  # a struct type's fields too: CAST(x AS STRUCT("Key" INT))
+            if isinstance(field, exp.PropertyEQ | exp.ColumnDef) and isinstance(field.this, exp.Identifier):
                 field.this.meta["case_sensitive"] = True
 
 
