@@ -788,6 +788,8 @@ STRUCT_FIELDS = {
     "cast_to_a_struct_type": "SELECT CAST(ROW(k, x) AS STRUCT(\"Key\" BIGINT, Val BIGINT)) AS s FROM small ORDER BY id",
     "cast_to_a_list_of_structs": "SELECT [{'a': k}]::STRUCT(\"A\" BIGINT)[] AS s FROM small ORDER BY id",
     "struct_insert_named_fields": "SELECT struct_insert({'A': k}, b := 2, \"C\" := x) AS s FROM small ORDER BY id",
+    "a_union_branchs_alias": "SELECT struct_pack(a) AS s FROM (SELECT k AS \"A\" FROM small UNION ALL SELECT 0) ORDER BY s",
+    "values_column_aliases": "SELECT struct_pack(a) AS s FROM (VALUES (1), (2)) AS v(\"A\") ORDER BY s",
     "a_union_column": "SELECT struct_pack(k) AS s FROM (SELECT k FROM small UNION ALL SELECT k FROM one) ORDER BY s",
 }
 

@@ -1074,9 +1074,15 @@ def _name_struct_fields(query: exp.Expression, schema: dict[str, dict[str, str]]
     for number, (_, arg) in enumerate(args):
         arg.meta[_STRUCT_ARGUMENT] = number
     spelled = _spellings_where_made(query, schema, dialect)
+    tables = {}  # a name one spelling of which the query's tables have (a USING column's, say)
+    for columns in schema.values():
+        for column in map(_schema_name, columns):
+            tables.setdefault(column.lower(), set()).add(column)
     for number, (_, arg) in enumerate(args):
         del arg.meta[_STRUCT_ARGUMENT]
-        name = spelled.get(number) or (arg.name if isinstance(arg, exp.Identifier) else arg.this.name)
+        written = arg.name if isinstance(arg, exp.Identifier) else arg.this.name
+        alike = tables.get(written.lower(), set()) if isinstance(arg, exp.Column) else set()
+        name = spelled.get(number) or (next(iter(alike)) if len(alike) == 1 else written)
         field = exp.to_identifier(name, quoted=True)
         field.meta["case_sensitive"] = True  # DuckDB's normalization lowercases quoted names too
         arg.replace(exp.PropertyEQ(this=field, expression=arg.copy()))
@@ -1091,21 +1097,23 @@ def _spellings_where_made(query: exp.Expression, schema: dict[str, dict[str, str
     copy = query.copy()
     for identifier in copy.find_all(exp.Identifier):
         identifier.meta["written"] = identifier.this
-    for holder in copy.find_all(exp.Subquery, exp.CTE):  # the qualifier moves AS x(a, b) into select lists
+    for holder in copy.find_all(exp.Subquery, exp.CTE, exp.Values):  # the qualifier moves AS x(a, b) into select lists
         renamed = holder.args.get("alias")
         if renamed is not None and renamed.columns:
-            holder.this.meta["renamed"] = [c.this for c in renamed.columns]
+            (holder if isinstance(holder, exp.Values) else holder.this).meta["renamed"] = [c.this for c in renamed.columns]
     try:
         qualify(copy, schema=schema, dialect=dialect, isolate_tables=False)
     except sqlglot.errors.SqlglotError:
         return {}  # the query itself fails as it would have
-    scopes = {id(column): scope for scope in traverse_scope(copy) for column in scope.columns}
+    every = traverse_scope(copy)
+    scopes = {id(column): scope for scope in every for column in scope.columns}
+    by_query = {id(scope.expression): scope for scope in every}
     spelled: dict[int, str] = {}
     for node in copy.walk():
         number = node.meta.get(_STRUCT_ARGUMENT) if node.meta else None
         if number is None or number in spelled or not isinstance(node, exp.Column):
             continue  # an alias reference the qualifier copied in is the first one's again
-        name = _source_name(node, scopes.get(id(node)), schema)
+        name = _source_name(node, scopes.get(id(node)), schema, by_query)
         if name is not None:
             spelled[number] = name
     return spelled
@@ -1120,27 +1128,36 @@ def _struct_arguments(node: exp.Expression, named: bool = False) -> list[exp.Exp
     return list(given) if named else [arg for arg in given if not isinstance(arg, exp.PropertyEQ)]
 
 
-def _source_name(column: exp.Column, scope: Scope | None, schema: dict[str, dict[str, str]]) -> str | None:
-    """A qualified column's name where it is made (see :func:`_name_struct_fields`), or None."""
+def _source_name(column: exp.Column, scope: Scope | None, schema: dict[str, dict[str, str]], scopes: dict[int, Scope]) -> str | None:
+    """A qualified column's name where it is made (see :func:`_name_struct_fields`), or None;
+    ``scopes`` are the query's scopes by their expressions' ids."""
     if scope is None or not column.table:
         return None
     source = scope.sources.get(column.table)
     if isinstance(source, exp.Table):
-        names = [n for n in schema.get(source.name.lower(), schema.get(source.name, {})) if n.lower() == column.name.lower()]
+        names = [n for n in map(_schema_name, schema.get(source.name.lower(), schema.get(source.name, {}))) if n.lower() == column.name.lower()]
         return names[0] if len(names) == 1 else None
-    if not isinstance(source, Scope) or not isinstance(source.expression, exp.Select):
+    if not isinstance(source, Scope):
         return None
     given = source.expression.meta.get("renamed", [])
     for written in given:  # AS x(a, b): the first columns' names are these
         if written.lower() == column.name.lower():
             return written
-    for item in source.expression.selects[len(given):]:
+    query = source.expression
+    while isinstance(query, exp.SetOperation):  # a set operation's columns are its first branch's
+        query = query.this
+    if not isinstance(query, exp.Select):
+        return None
+    branch = source if query is source.expression else scopes.get(id(query))
+    for item in query.selects[len(given):]:
         if item.alias_or_name.lower() != column.name.lower():
             continue
         if isinstance(item, exp.Alias) and "written" in item.args["alias"].meta:
             return item.args["alias"].meta["written"]
         inner = item.this if isinstance(item, exp.Alias) else item  # a star's column, aliased by the qualifier
-        return _source_name(inner, source, schema) if isinstance(inner, exp.Column) else None
+        if isinstance(inner, exp.Coalesce) and all(isinstance(p, exp.Column) for p in [inner.this, *inner.expressions]):
+            inner = inner.this  # a USING column: its first table's
+        return _source_name(inner, branch, schema, scopes) if isinstance(inner, exp.Column) else None
     return None
 
 
@@ -1178,12 +1195,17 @@ def _output_names(query: exp.Expression, schema: dict[str, dict[str, str]]) -> l
     cte = _cte_of(source.this)
     if cte is None:  # a table's columns, as sql_schema names them (quoted where not plain)
         columns = schema.get(source.this.name.lower()) if not source.this.args.get("db") else None
-        return [c[1:-1].replace('""', '"') if c.startswith('"') else c for c in columns] if columns is not None else None
+        return [_schema_name(c) for c in columns] if columns is not None else None
     names = _output_names(cte.this, schema)
     for renamed in (cte.args.get("alias") if cte is not None else None, source.this.args.get("alias")):
         if names is not None and renamed is not None and renamed.columns:
             names = [c.name for c in renamed.columns] + names[len(renamed.columns):]
     return names
+
+
+def _schema_name(column: str) -> str:
+    """A column's name from its key in ``sql_schema`` (quoted there where it is not plain)."""
+    return column[1:-1].replace('""', '"') if column.startswith('"') else column
 
 
 def _cte_aliases_as_derived_tables(query: exp.Expression) -> None:
