@@ -430,3 +430,11 @@ def test_relational_methods_are_duckdbs(con, oracle, roots: str) -> None:
     finally:
         for c in (con, oracle):
             c.execute("DROP VIEW IF EXISTS rel_sales")
+
+
+def test_a_frame_of_repeated_column_names_is_named_as_duckdb_names_it(con, oracle) -> None:
+    """It failed inside: "Multiple matches for FieldRef.Name"."""
+    sql = "SELECT 1, 1, 2 AS a, 3 AS A"
+    got, expected = con.execute(sql).df(), oracle.execute(sql).df()
+    assert got.columns.tolist() == expected.columns.tolist() == ["1", "1_1", "a", "A_1"]
+    same_frames(got, expected)

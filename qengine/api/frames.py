@@ -10,6 +10,7 @@ import duckdb
 import pyarrow as pa
 
 from qengine.errors import DataError, InterfaceError
+from qengine.planner.frontend import deduplicated
 from qengine.sandbox.carried_types import restoring_query, tagged_result
 from qengine.sandbox.connection import scratch_connection
 
@@ -59,6 +60,7 @@ def pandas_frame(table: pa.Table) -> Any:
     to float64, a DATE to datetime64), not as Arrow does, so DuckDB converts it here too."""
     con = scratch_connection()
     try:
+        table = table.rename_columns(deduplicated(table.column_names))  # as DuckDB's df() names them: 1, 1_1
         con.register("result", table)
         return con.sql(restoring_query("result", table.schema) or "SELECT * FROM result").df()
     finally:

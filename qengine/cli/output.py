@@ -16,6 +16,7 @@ import qengine
 from qengine.api.json_rows import json_rows
 from qengine.api.table_text import print_table
 from qengine.errors import first_line
+from qengine.planner.frontend import deduplicated
 from qengine.sandbox.quoting import string_literal
 
 
@@ -45,7 +46,7 @@ def _copy(table: pa.Table, fmt: str, output: str | None) -> None:
     shell's ``>>`` appended to, and each statement's result overwrote the one before)."""
     import duckdb
 
-    names = _deduplicated(table.column_names)  # DuckDB's own names for a repeated one: k, k_1
+    names = deduplicated(table.column_names)  # DuckDB's own names for a repeated one: k, k_1
     options = "FORMAT csv, HEADER" if fmt == "csv" else "FORMAT parquet"
     con = duckdb.connect()
     try:
@@ -68,20 +69,6 @@ def _copy(table: pa.Table, fmt: str, output: str | None) -> None:
         raise qengine.OperationalError(f"cannot write {fmt} to {output or 'standard output'}: {first_line(str(e))}") from e
     finally:
         con.close()
-
-
-def _deduplicated(names: list[str]) -> list[str]:
-    """Result column names made distinct as DuckDB makes them (the second ``k`` is ``k_1``)."""
-    seen: set[str] = set()
-    out = []
-    for name in names:
-        candidate, n = name, 0
-        while candidate.lower() in seen:
-            n += 1
-            candidate = f"{name}_{n}"
-        seen.add(candidate.lower())
-        out.append(candidate)
-    return out
 
 
 @contextlib.contextmanager
