@@ -1378,3 +1378,12 @@ def test_a_unicode_escape_in_an_e_string_fails_as_in_duckdb(con, duck) -> None:
     with pytest.raises(qengine.ProgrammingError, match=r"\\u escape"):
         con.execute(sql)
     assert con.execute(r"SELECT e'a\\u\tb' AS v").fetchall() == duck.execute(r"SELECT e'a\\u\tb' AS v").fetchall()
+
+
+def test_create_table_with_two_columns_of_one_name_fails_as_in_duckdb(con, duck) -> None:
+    """It was accepted, and the table then showed one column to SELECT * and two to DESCRIBE."""
+    sql = 'CREATE TABLE twice_named ("a" INTEGER, "A" INTEGER)'
+    with pytest.raises(duckdb.CatalogException, match="already exists"):
+        duck.execute(sql)
+    with pytest.raises(qengine.ProgrammingError, match="repeats an earlier name"):
+        con.execute(sql)

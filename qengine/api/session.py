@@ -723,6 +723,11 @@ def _schema_of(schema: exp.Schema) -> pa.Schema:
     defs = [c for c in schema.expressions if isinstance(c, exp.ColumnDef)]
     if not defs:
         raise ProgrammingError("CREATE TABLE needs at least one column")
+    seen: set[str] = set()
+    for column in defs:  # names are compared without case, as DuckDB compares them
+        if column.name.lower() in seen:
+            raise ProgrammingError(f"CREATE TABLE: column {column.name!r} repeats an earlier name (names are compared without case, as in DuckDB)")
+        seen.add(column.name.lower())
     for item in schema.expressions:
         kinds = [c.args.get("kind") for c in item.args.get("constraints") or []] if isinstance(item, exp.ColumnDef) else [item]
         for kind in kinds:
