@@ -38,12 +38,14 @@ from sqlglot.tokens import Token, TokenType
 from qengine.catalog.catalog import Catalog
 from qengine.errors import Error, NotSupportedError, ProgrammingError
 from qengine.planner import table_sources
+from qengine.planner.column_aliases import check_alias_widths, cte_aliases_as_derived_tables, is_listed_star
 from qengine.planner.eliminate_joins import eliminate_joins
 from qengine.planner.grouping_syntax import parse_tokens
 from qengine.planner.join_order import optimize_joins
 from qengine.planner.merge_derived import merge_subqueries
 from qengine.planner.named_windows import inline_named_windows
 from qengine.planner.parameters import OPERAND_END, PLACEHOLDER, QUESTION_MARKS, counted, numbered_placeholders
+from qengine.planner.struct_fields import name_struct_fields
 from qengine.planner.unnest import unnest_subqueries
 from qengine.planner.unsupported import is_order_by_all, refuse_unmodelled
 from qengine.planner.using_columns import qualify_with_using_sides
@@ -86,7 +88,6 @@ _RULES = tuple(
     for rule in RULES
     if rule not in (simplify, pushdown_predicates, annotate_types, canonicalize)
 )
-
 
 
 # How deep parentheses (and brackets) may nest. sqlglot's parser recurses a few Python frames a
@@ -546,8 +547,6 @@ def _statement_start(tokens: list[Token], index: int) -> int:
         if tokens[i].token_type == TokenType.SEMICOLON:
             return i + 1
     return 0
-
-
 
 
 def _bracket_typed_literals(tokens: list[Token], reader: Dialect) -> list[Token]:
@@ -1010,16 +1009,16 @@ def referenced_tables(statement: exp.Expression) -> set[str]:
 
 def optimize_query(query: exp.Expression, catalog: Catalog, dialect: str) -> exp.Expression:
     """Qualify, decorrelate and push down; unknown tables and columns become ProgrammingErrors."""
-    _cte_aliases_as_derived_tables(query)
+    cte_aliases_as_derived_tables(query)
     query = subquery_conditions_in_parentheses(exists_select_one(factor_disjunctions(spell_out_null_safe(unique_inner_columns(query)))))
     _name_values_columns(query)
     ctes = {cte.alias_or_name.lower() for cte in query.find_all(exp.CTE)}
     schema = {}
     for name in referenced_tables(query) - ctes:
         schema[name] = catalog.table(name).sql_schema()
-    _check_alias_widths(query, schema)
+    check_alias_widths(query, schema)
     _semi_join_aliases_apart(query, schema)
-    _name_struct_fields(query, schema, dialect)
+    name_struct_fields(query, schema, dialect)
     _check_star_lists(query, schema, dialect)
     _order_by_all_as_positions(query, schema, dialect)
     _order_by_the_alias_of_a_repeated_name(query)
@@ -1055,199 +1054,16 @@ def _refuse_rows_as_values(query: exp.Expression) -> None:
                                 "name its columns, as in struct_pack(a, b) or {'a': a}")
 
 
-def _name_struct_fields(query: exp.Expression, schema: dict[str, dict[str, str]], dialect: str) -> None:
-    """Give ``struct_pack(x)`` and ``struct_insert(s, x)`` the field name DuckDB gives them,
-    written out (``x := x``): the planner renames columns (``c1``), and the field took that
-    name. DuckDB's is the column's own name where it is made: a table's column as the table
-    spells it, a derived table's or WITH query's as its select list or column aliases write it.
-    That is looked up on a qualified copy of the query, whose identifiers remember how they
-    were written; where it cannot be told there (a USING column, an alias of the same select
-    list), the name as the argument writes it. Only a column or a lambda's variable may go
-    unnamed, as in DuckDB."""
-    args = [(node, arg) for node in query.find_all(exp.Struct, exp.Anonymous) for arg in _struct_arguments(node)]
-    if not args:
-        return
-    for node, arg in args:
-        if not isinstance(arg, exp.Column | exp.Identifier):
-            function = "struct pack" if isinstance(node, exp.Struct) else "struct insert"
-            raise ProgrammingError(f"Need named argument for {function}, e.g. STRUCT_PACK(a := b)")
-    for number, (_, arg) in enumerate(args):
-        arg.meta[_STRUCT_ARGUMENT] = number
-    spelled = _spellings_where_made(query, schema, dialect)
-    tables = {}  # a name one spelling of which the query's tables have (a USING column's, say)
-    for columns in schema.values():
-        for column in map(_schema_name, columns):
-            tables.setdefault(column.lower(), set()).add(column)
-    for number, (_, arg) in enumerate(args):
-        del arg.meta[_STRUCT_ARGUMENT]
-        written = arg.name if isinstance(arg, exp.Identifier) else arg.this.name
-        alike = tables.get(written.lower(), set()) if isinstance(arg, exp.Column) else set()
-        name = spelled.get(number) or (next(iter(alike)) if len(alike) == 1 else written)
-        field = exp.to_identifier(name, quoted=True)
-        field.meta["case_sensitive"] = True  # DuckDB's normalization lowercases quoted names too
-        arg.replace(exp.PropertyEQ(this=field, expression=arg.copy()))
-
-
-_STRUCT_ARGUMENT = "qengine_struct_argument"
-
-
-def _spellings_where_made(query: exp.Expression, schema: dict[str, dict[str, str]], dialect: str) -> dict[int, str]:
-    """For each struct argument column (numbered in its meta), its name where it is made, found
-    on a qualified copy of ``query``; those it cannot tell are left out."""
-    copy = query.copy()
-    for identifier in copy.find_all(exp.Identifier):
-        identifier.meta["written"] = identifier.this
-    for holder in copy.find_all(exp.Subquery, exp.CTE, exp.Values):  # the qualifier moves AS x(a, b) into select lists
-        renamed = holder.args.get("alias")
-        if renamed is not None and renamed.columns:
-            (holder if isinstance(holder, exp.Values) else holder.this).meta["renamed"] = [c.this for c in renamed.columns]
-    try:
-        qualify(copy, schema=schema, dialect=dialect, isolate_tables=False)
-    except sqlglot.errors.SqlglotError:
-        return {}  # the query itself fails as it would have
-    every = traverse_scope(copy)
-    scopes = {id(column): scope for scope in every for column in scope.columns}
-    by_query = {id(scope.expression): scope for scope in every}
-    spelled: dict[int, str] = {}
-    for node in copy.walk():
-        number = node.meta.get(_STRUCT_ARGUMENT) if node.meta else None
-        if number is None or number in spelled or not isinstance(node, exp.Column):
-            continue  # an alias reference the qualifier copied in is the first one's again
-        name = _source_name(node, scopes.get(id(node)), schema, by_query)
-        if name is not None:
-            spelled[number] = name
-    return spelled
-
-
-def _struct_arguments(node: exp.Expression, named: bool = False) -> list[exp.Expression]:
-    """The fields given to a ``struct_pack`` (a Struct) or a ``struct_insert`` call; the
-    unnamed ones only unless ``named``."""
-    if isinstance(node, exp.Anonymous) and node.name.lower() != "struct_insert":
-        return []
-    given = node.expressions if isinstance(node, exp.Struct) else node.expressions[1:]
-    return list(given) if named else [arg for arg in given if not isinstance(arg, exp.PropertyEQ)]
-
-
-def _source_name(column: exp.Column, scope: Scope | None, schema: dict[str, dict[str, str]], scopes: dict[int, Scope]) -> str | None:
-    """A qualified column's name where it is made (see :func:`_name_struct_fields`), or None;
-    ``scopes`` are the query's scopes by their expressions' ids."""
-    if scope is None or not column.table:
-        return None
-    source = scope.sources.get(column.table)
-    if isinstance(source, exp.Table):
-        names = [n for n in map(_schema_name, schema.get(source.name.lower(), schema.get(source.name, {}))) if n.lower() == column.name.lower()]
-        return names[0] if len(names) == 1 else None
-    if not isinstance(source, Scope):
-        return None
-    given = source.expression.meta.get("renamed", [])
-    for written in given:  # AS x(a, b): the first columns' names are these
-        if written.lower() == column.name.lower():
-            return written
-    query = source.expression
-    while isinstance(query, exp.SetOperation):  # a set operation's columns are its first branch's
-        query = query.this
-    if not isinstance(query, exp.Select):
-        return None
-    branch = source if query is source.expression else scopes.get(id(query))
-    for item in query.selects[len(given):]:
-        if item.alias_or_name.lower() != column.name.lower():
-            continue
-        if isinstance(item, exp.Alias) and "written" in item.args["alias"].meta:
-            return item.args["alias"].meta["written"]
-        inner = item.this if isinstance(item, exp.Alias) else item  # a star's column, aliased by the qualifier
-        if isinstance(inner, exp.Coalesce) and all(isinstance(p, exp.Column) for p in [inner.this, *inner.expressions]):
-            inner = inner.this  # a USING column: its first table's
-        return _source_name(inner, branch, schema, scopes) if isinstance(inner, exp.Column) else None
-    return None
-
-
-def _check_alias_widths(query: exp.Expression, schema: dict[str, dict[str, str]]) -> None:
-    """Refuse more column aliases than a derived table or a WITH query has columns, as DuckDB
-    does: sqlglot's qualifier dropped the extra names, or failed inside on them. Table
-    functions and files renamed by their aliases take more names, as in DuckDB."""
-    for node in query.find_all(exp.Subquery):
-        alias = node.args.get("alias")
-        if alias is None or not alias.columns or node.meta.get(table_sources.SOURCE_ALIASES):
-            continue
-        inner = _output_names(node.this, schema)
-        if inner is None:
-            continue
-        if len(alias.columns) > len(inner):
-            raise ProgrammingError(f'table "{alias.name}" has {len(inner)} columns available but {len(alias.columns)} columns specified')
-        names = [c.name.lower() for c in alias.columns] + [n.lower() for n in inner[len(alias.columns):]]
-        repeated = next((n for n in names if names.count(n) > 1), None)
-        if repeated is not None:  # sqlglot's qualifier failed inside on a star over it
-            raise NotSupportedError(f'column aliases that leave table "{alias.name}" two columns named {repeated!r}')
-
-
-def _output_names(query: exp.Expression, schema: dict[str, dict[str, str]]) -> list[str] | None:
-    """The names of what ``query`` selects, where they show without qualifying it: its select
-    list without a star, or ``SELECT * FROM`` a table or a WITH query; None otherwise."""
-    if not isinstance(query, exp.Query):
-        return None
-    stars = [e for e in query.selects if e.unalias().is_star]
-    if not stars:
-        return [e.alias_or_name for e in query.selects]
-    source = query.args.get("from_") if isinstance(query, exp.Select) else None
-    star = query.selects[0] if len(query.selects) == 1 else None
-    if star is None or _listed(star) or source is None or query.args.get("joins") or not isinstance(source.this, exp.Table):
-        return None
-    cte = _cte_of(source.this)
-    if cte is None:  # a table's columns, as sql_schema names them (quoted where not plain)
-        columns = schema.get(source.this.name.lower()) if not source.this.args.get("db") else None
-        return [_schema_name(c) for c in columns] if columns is not None else None
-    names = _output_names(cte.this, schema)
-    for renamed in (cte.args.get("alias") if cte is not None else None, source.this.args.get("alias")):
-        if names is not None and renamed is not None and renamed.columns:
-            names = [c.name for c in renamed.columns] + names[len(renamed.columns):]
-    return names
-
-
-def _schema_name(column: str) -> str:
-    """A column's name from its key in ``sql_schema`` (quoted there where it is not plain)."""
-    return column[1:-1].replace('""', '"') if column.startswith('"') else column
-
-
-def _cte_aliases_as_derived_tables(query: exp.Expression) -> None:
-    """``c AS x(g, k)`` over a WITH query ``c`` as ``(SELECT * FROM c) AS x(g, k)``: sqlglot's
-    qualifier bound the new names to the WITH query's columns of those names, so renaming
-    ``k, g`` to ``g, k`` read each as the other; a derived table's aliases it binds by position."""
-    for table in list(query.find_all(exp.Table)):
-        alias = table.args.get("alias")
-        if alias is None or not alias.columns or _cte_of(table) is None:
-            continue
-        source = table.copy()
-        source.set("alias", None)
-        table.replace(exp.Subquery(this=exp.select("*").from_(source), alias=alias.copy()))
-
-
-def _cte_of(table: exp.Table) -> exp.CTE | None:
-    """The WITH entry ``table`` names, the nearest one around it; None if none."""
-    node: exp.Expression | None = table
-    while node is not None:
-        with_ = node.args.get("with_") if isinstance(node, exp.Query) else None
-        if with_ is not None and not table.args.get("db"):
-            for cte in with_.expressions:
-                if cte.alias_or_name.lower() == table.name.lower():
-                    return cte
-        node = node.parent
-    return None
-
-
-def _listed(star: exp.Expression) -> bool:
-    return isinstance(star, exp.Star) and bool(star.args.get("except_") or star.args.get("replace"))
-
-
 def _check_star_lists(query: exp.Expression, schema: dict[str, dict[str, str]], dialect: str) -> None:
     """Refuse a column in a star's EXCLUDE or REPLACE list that the star does not select.
 
     sqlglot's qualification skips such a name silently, where DuckDB fails. What a star
     selects is found by qualifying a copy of the query (once for each such star, in the rare
     query that has one) in which that star is without its lists and between two markers."""
-    count = sum(1 for node in query.find_all(exp.Star) if _listed(node))
+    count = sum(1 for node in query.find_all(exp.Star) if is_listed_star(node))
     for i in range(count):
         copy = query.copy()
-        star = [node for node in copy.find_all(exp.Star) if _listed(node)][i]
+        star = [node for node in copy.find_all(exp.Star) if is_listed_star(node)][i]
         excluded = [e.name for e in star.args.get("except_") or []]
         replaced = [e.alias for e in star.args.get("replace") or []]
         item = star.parent if isinstance(star.parent, exp.Column) else star
