@@ -9,11 +9,13 @@ with default settings and with broadcast joins off.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import decimal
 import os
 import re
 import uuid
+from collections.abc import Iterator
 
 import duckdb
 import numpy as np
@@ -58,6 +60,19 @@ def duck(paths: dict[str, str]) -> duckdb.DuckDBPyConnection:
     con = duckdb_over(paths)
     yield con
     con.close()
+
+
+@contextlib.contextmanager
+def made_in_both(con, duck, statements: list[str], drop: str) -> Iterator[None]:
+    """Run ``statements`` on qengine and on DuckDB, and ``drop`` on both afterwards, even on failure."""
+    for engine in (con, duck):
+        for sql in statements:
+            engine.execute(sql)
+    try:
+        yield
+    finally:
+        for engine in (con, duck):
+            engine.execute(drop)
 
 
 @pytest.fixture(scope="module", params=["default", "bc0"])
@@ -968,15 +983,11 @@ def test_insert_casts_as_duckdb_does(con, duck) -> None:
     """INSERT cast its rows with Arrow's casts: a DOUBLE 0.0 stored into VARCHAR was '0' where
     DuckDB stores '0.0', and 2.5 or ' 12' would not go into an INTEGER. A HUGEINT column of a
     CREATE TABLE divided as a DECIMAL (7 // 2 was 3.5)."""
-    for db in (con, duck):
-        db.execute("CREATE TABLE cast_target (v VARCHAR, n INTEGER, h HUGEINT)")
-        db.execute("INSERT INTO cast_target VALUES (CAST(0.0 AS DOUBLE), 2.5, 7), (CAST(1.5e-7 AS DOUBLE), ' 12', 9)")
-        db.execute("INSERT INTO cast_target (n, v) SELECT k, TIMESTAMP '2021-03-01 02:09:37' FROM one")
-    try:
+    made = ["CREATE TABLE cast_target (v VARCHAR, n INTEGER, h HUGEINT)",
+            "INSERT INTO cast_target VALUES (CAST(0.0 AS DOUBLE), 2.5, 7), (CAST(1.5e-7 AS DOUBLE), ' 12', 9)",
+            "INSERT INTO cast_target (n, v) SELECT k, TIMESTAMP '2021-03-01 02:09:37' FROM one"]
+    with made_in_both(con, duck, made, "DROP TABLE cast_target"):
         assert_same(con, duck, "SELECT v, n, h, h // 2, typeof(h) FROM cast_target")
-    finally:
-        for db in (con, duck):
-            db.execute("DROP TABLE cast_target")
 
 
 def test_averages_of_dates_and_fetched_intervals_as_duckdb(con, duck) -> None:
@@ -1296,13 +1307,8 @@ def test_named_window_defined_by_itself_is_refused(con) -> None:
 
 def test_column_aliases_of_a_view_rename_its_columns(con, duck) -> None:
     """A view's column aliases were dropped as it was inlined."""
-    for engine in (con, duck):
-        engine.execute("CREATE OR REPLACE VIEW swapped_view AS SELECT id, k FROM small")
-    try:
+    with made_in_both(con, duck, ["CREATE OR REPLACE VIEW swapped_view AS SELECT id, k FROM small"], "DROP VIEW swapped_view"):
         assert_same(con, duck, "SELECT k, id FROM swapped_view AS v(k, id) WHERE k < 5 ORDER BY 1, 2")
-    finally:
-        for engine in (con, duck):
-            engine.execute("DROP VIEW swapped_view")
 
 
 @pytest.mark.parametrize(
