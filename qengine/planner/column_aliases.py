@@ -49,7 +49,7 @@ def _output_names(query: exp.Expression, schema: dict[str, dict[str, str]]) -> l
     star = query.selects[0] if len(query.selects) == 1 else None
     if star is None or is_listed_star(star) or source is None or query.args.get("joins") or not isinstance(source.this, exp.Table):
         return None
-    cte = _cte_of(source.this)
+    cte = cte_of(source.this) if not source.this.args.get("db") else None
     if cte is None:  # a table's columns, as sql_schema names them (quoted where not plain)
         columns = schema.get(source.this.name.lower()) if not source.this.args.get("db") else None
         return [schema_name(c) for c in columns] if columns is not None else None
@@ -71,21 +71,22 @@ def cte_aliases_as_derived_tables(query: exp.Expression) -> None:
     ``k, g`` to ``g, k`` read each as the other; a derived table's aliases it binds by position."""
     for table in list(query.find_all(exp.Table)):
         alias = table.args.get("alias")
-        if alias is None or not alias.columns or _cte_of(table) is None:
+        if alias is None or not alias.columns or table.args.get("db") or cte_of(table) is None:
             continue
         source = table.copy()
         source.set("alias", None)
         table.replace(exp.Subquery(this=exp.select("*").from_(source), alias=alias.copy()))
 
 
-def _cte_of(table: exp.Table) -> exp.CTE | None:
-    """The WITH entry ``table`` names, the nearest one around it; None if none."""
-    node: exp.Expression | None = table
-    while node is not None:
+def cte_of(table: exp.Table, within: exp.Expression | None = None) -> exp.CTE | None:
+    """The WITH entry ``table`` names, the nearest one around it (below ``within``, if given);
+    None if none."""
+    name = table.name.lower()
+    node = table.parent
+    while node is not None and node is not within:
         with_ = node.args.get("with_") if isinstance(node, exp.Query) else None
-        if with_ is not None and not table.args.get("db"):
-            for cte in with_.expressions:
-                if cte.alias_or_name.lower() == table.name.lower():
-                    return cte
+        cte = next((c for c in with_.expressions if c.alias_or_name.lower() == name), None) if with_ is not None else None
+        if cte is not None:
+            return cte
         node = node.parent
     return None

@@ -38,7 +38,7 @@ from sqlglot.tokens import Token, TokenType
 from qengine.catalog.catalog import Catalog
 from qengine.errors import Error, NotSupportedError, ProgrammingError
 from qengine.planner import table_sources
-from qengine.planner.column_aliases import check_alias_widths, cte_aliases_as_derived_tables, is_listed_star
+from qengine.planner.column_aliases import check_alias_widths, cte_aliases_as_derived_tables, cte_of, is_listed_star
 from qengine.planner.eliminate_joins import eliminate_joins
 from qengine.planner.grouping_syntax import parse_tokens
 from qengine.planner.join_order import optimize_joins
@@ -833,14 +833,7 @@ def _unqualified(table: exp.Table) -> bool:
 
 def _is_cte_reference(table: exp.Table, within: exp.Expression | None = None) -> bool:
     """Whether ``table`` names a WITH query of a query around it (below ``within``, if given)."""
-    name = table.name.lower()
-    scope = table.parent
-    while scope is not None and scope is not within:
-        with_ = scope.args.get("with_") if isinstance(scope, exp.Query) else None
-        if with_ is not None and any(cte.alias_or_name.lower() == name for cte in with_.expressions):
-            return True
-        scope = scope.parent
-    return False
+    return cte_of(table, within) is not None
 
 
 def factor_disjunctions(statement: exp.Expression) -> exp.Expression:
