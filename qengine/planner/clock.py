@@ -35,7 +35,8 @@ def read_clock_once(statement: exp.Expression) -> bool:
     calls = [n for n in statement.walk() if _casts(n) is not None or _age_of_one(n)]
     if not calls:
         return False
-    instant = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f+00")
+    now = dt.datetime.now(dt.UTC)
+    instant = now.strftime("%Y-%m-%d %H:%M:%S.%f+00")
 
     def at(*types: str) -> exp.Expression:
         value: exp.Expression = exp.cast(exp.Literal.string(instant), exp.DataType.build("TIMESTAMPTZ"))
@@ -44,8 +45,8 @@ def read_clock_once(statement: exp.Expression) -> bool:
         return value
 
     for node in calls:
-        if _age_of_one(node):  # age(x): from midnight of the current date, DuckDB's age(current_date, x)
-            node.replace(exp.Anonymous(this="age", expressions=[at("DATE", "TIMESTAMP"), node.expressions[0]]))
+        if _age_of_one(node):
+            node.replace(exp.Anonymous(this="age", expressions=[_midnight(node.expressions[0], at("DATE", "TIMESTAMP"), now), node.expressions[0]]))
         else:
             node.replace(at(*_casts(node)))
     return True
@@ -56,6 +57,15 @@ def _casts(node: exp.Expression) -> tuple[str, ...] | None:
     if isinstance(node, exp.Anonymous) and node.name.lower() in _INSTANT_NAMES and not node.expressions:
         return ()
     return _CASTS.get(type(node))
+
+
+def _midnight(x: exp.Expression, local: exp.Expression, now: dt.datetime) -> exp.Expression:
+    """What DuckDB's ``age(x)`` counts from: midnight of the current date in the session's zone
+    for a TIMESTAMP WITH TIME ZONE, and of the current date in UTC for a TIMESTAMP or a DATE
+    (the local date was a day off wherever it differed from UTC's)."""
+    utc = exp.cast(exp.Literal.string(now.strftime("%Y-%m-%d")), exp.DataType.build("TIMESTAMP"))
+    zoned = exp.EQ(this=exp.Anonymous(this="typeof", expressions=[x.copy()]), expression=exp.Literal.string("TIMESTAMP WITH TIME ZONE"))
+    return exp.Case(ifs=[exp.If(this=zoned, true=local)], default=utc)
 
 
 def _age_of_one(node: exp.Expression) -> bool:

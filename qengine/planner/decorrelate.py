@@ -92,6 +92,7 @@ def decorrelate(query: exp.Expression) -> exp.Expression:
     eligible list search in a WHERE's conjuncts into a comparison with bounds."""
     for select in list(query.find_all(exp.Select)):
         where = select.args.get("where")
+        _exists_as_counts(select)
         # ``op ALL (SELECT ...)`` holds its query itself; any other, a Subquery.
         holders = list(where.find_all(exp.Subquery, exp.All)) if where is not None else []
         if not _aggregates(select):  # else the joined columns could not be read after its GROUP BY
@@ -103,6 +104,27 @@ def decorrelate(query: exp.Expression) -> exp.Expression:
             if isinstance(test, exp.ArrayAny):
                 _by_bounds(query, select, test)
     return query
+
+
+def _exists_as_counts(select: exp.Select) -> None:
+    """``EXISTS (q)`` that sqlglot's optimizer left correlated (it needs an equality) is
+    ``(SELECT count(*) ... of q) > 0``, which is never NULL either, and which ``_rewrite``
+    decorrelates."""
+    places = [select.args.get("where")] if _aggregates(select) else [select.args.get("where"), *select.expressions]
+    for place in places:
+        for test in list(place.find_all(exp.Exists)) if place is not None else []:
+            inner = test.this
+            if test.find_ancestor(exp.Select) is not select or not isinstance(inner, exp.Select):
+                continue
+            if any(inner.args.get(k) for k in ("group", "having", "limit", "offset", "qualify", "with_")):
+                continue
+            if not _tables(inner) - _aliases(inner):
+                continue  # not correlated
+            counted = exp.select(exp.Count(this=exp.Star()))
+            for k in ("from_", "joins", "where"):
+                if inner.args.get(k):
+                    counted.set(k, inner.args[k].copy())
+            test.replace(exp.GT(this=counted.subquery(), expression=exp.Literal.number(0)))
 
 
 # For ``w op x`` true for some x of a group: the bound it suffices to compare w with.
@@ -197,6 +219,7 @@ def _rewrite(outer: exp.Select, sub: exp.Subquery | exp.All) -> None:
         return
     keys: list[tuple[exp.Expression, exp.Expression]] = []
     rest: list[exp.Expression] = []
+    bounds: list[exp.Expression] = []
     for c in conjuncts(where):
         tables = _tables(c)
         if tables <= local:
@@ -210,9 +233,17 @@ def _rewrite(outer: exp.Select, sub: exp.Subquery | exp.All) -> None:
             if a and b and b <= outer_aliases and a <= local:
                 keys.append((c.expression, c.this))
                 continue
-        return  # a correlation we cannot turn into a join key
-    if not keys or _tables(value) - local:
+        if not _bounding(c, local, outer_aliases):
+            return  # a correlation we cannot turn into a join key or a domain's test
+        bounds.append(c)
+    if not (keys or bounds) or _tables(value) - local or inner.find(exp.Subquery, exp.Exists):
         return
+    if any(_tables(j) - local for j in inner.args.get("joins") or []):
+        return
+    joins = [j.copy() for j in inner.args.get("joins") or []]
+    if bounds:  # the outer rows' distinct values are joined in, and keys of the groups
+        keys, rest, domain = _over_domain(outer, keys, rest + bounds, local)
+        joins.append(exp.Join(this=domain))
     alias = f"_dc{next(_ids)}"
     if checked:
         outputs = [exp.Count(this=exp.Star()).as_("_n"), exp.AnyValue(this=value.copy()).as_("_v")]
@@ -221,8 +252,8 @@ def _rewrite(outer: exp.Select, sub: exp.Subquery | exp.All) -> None:
         outputs = [value.copy().as_("_v"), exp.true().as_("_m"), *[a.as_(f"_a{i}") for i, a in enumerate(read)]]
     derived = exp.select(*[inner_e.copy().as_(f"_k{i}") for i, (_, inner_e) in enumerate(keys)], *outputs)
     derived.set("from_", inner.args["from_"].copy())
-    if inner.args.get("joins"):
-        derived.set("joins", [j.copy() for j in inner.args["joins"]])
+    if joins:
+        derived.set("joins", joins)
     if rest:
         derived.where(exp.and_(*[r.copy() for r in rest]), copy=False)
     derived.group_by(*[inner_e.copy() for _, inner_e in keys], copy=False)
@@ -244,3 +275,72 @@ def _rewrite(outer: exp.Select, sub: exp.Subquery | exp.All) -> None:
     alias_arg = sub.args.get("alias")  # a select item's name, which the optimizer puts on the subquery
     value_expr = exp.paren(replacement)
     quantified.replace(exp.alias_(value_expr, alias_arg.this) if alias_arg is not None else value_expr)
+
+
+# Tests that are not TRUE where an operand is NULL, and the operations that are NULL where an
+# operand is: a correlation made of them holds for no inner row where an outer value is NULL.
+_TESTS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, exp.Like, exp.ILike)
+_STRICT = (exp.Paren, exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.DPipe)
+
+
+def _bounding(test: exp.Expression, local: set[str], outer: set[str]) -> bool:
+    """Whether ``test`` correlates through operands that are NULL where an outer value they
+    read is NULL (``s.d BETWEEN o.d - 30 AND o.d``). Such a test holds for no inner row of a
+    NULL outer value, so the inner query can be grouped by the outer values that occur and
+    joined back on ``=``, which never matches NULL: the subquery over no rows is the value."""
+    if not isinstance(test, _TESTS) or isinstance(test, exp.Like | exp.ILike) and test.args.get("escape"):
+        return False
+    operands = [o for o in test.args.values() if isinstance(o, exp.Expression)]
+    reading = [o for o in operands if _tables(o) - local]
+    return bool(reading) and all(_strict(o, local, outer) for o in reading)
+
+
+def _strict(e: exp.Expression, local: set[str], outer: set[str]) -> bool:
+    """Whether ``e``, which reads outer columns, is NULL wherever one of them is."""
+    if isinstance(e, exp.Column):
+        return e.table.lower() in outer
+    if isinstance(e, exp.Cast) and not isinstance(e, exp.TryCast) or isinstance(e, _STRICT):
+        parts = [p for p in e.args.values() if isinstance(p, exp.Expression)]
+        reading = [p for p in parts if _tables(p) - local]
+        return bool(reading) and all(_strict(p, local, outer) for p in reading)
+    return False
+
+
+def _over_domain(
+    outer: exp.Select, keys: list[tuple[exp.Expression, exp.Expression]], tests: list[exp.Expression], local: set[str]
+) -> tuple[list[tuple[exp.Expression, exp.Expression]], list[exp.Expression], exp.Subquery]:
+    """Correlate through the outer query's distinct values (DuckDB's "domain" of a dependent
+    join): the keys' outer expressions and the outer columns the tests read become columns
+    ``_d0``, ``_d1``… of a derived table of the outer FROM's distinct values, which the tests
+    read instead. The outer rows are a subset of that FROM's (its joins, and the WHERE's tests
+    that read nothing else, are kept), so each outer row finds its own group. Returns the keys
+    as (outer expression, domain column), the tests, and the derived table."""
+    name = f"_dm{next(_ids)}"
+    values: dict[str, int] = {}
+    read: list[exp.Expression] = []
+
+    def slot(e: exp.Expression) -> exp.Column:
+        spelled = e.sql()
+        if spelled not in values:
+            values[spelled] = len(read)
+            read.append(e)
+        return exp.column(f"_d{values[spelled]}", name)
+
+    outer_only = _aliases(outer) - local
+
+    def visit(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column) and node.table.lower() in outer_only:
+            return slot(node)
+        return node
+
+    tests = [exp.EQ(this=slot(o), expression=i.copy()) for o, i in keys] + [t.copy().transform(visit, copy=False) for t in tests]
+    domain = exp.select(*[e.copy().as_(f"_d{i}") for i, e in enumerate(read)]).distinct(copy=False)
+    domain.set("from_", outer.args["from_"].copy())
+    joins = [j.copy() for j in outer.args.get("joins") or [] if not j.this.alias_or_name.startswith("_dc")]
+    if joins:
+        domain.set("joins", joins)
+    sources = _aliases(domain)
+    kept = [c.copy() for c in conjuncts(outer.args.get("where")) if not c.find(exp.Query, exp.Exists) and _tables(c) <= sources]
+    if kept:
+        domain.where(exp.and_(*kept), copy=False)
+    return [(e, exp.column(f"_d{i}", name)) for i, e in enumerate(read)], tests, domain.subquery(name)

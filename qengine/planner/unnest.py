@@ -117,13 +117,28 @@ def _misplanned(scope: Scope) -> exp.Expression | None:
         misread = not scope.external_columns and not isinstance(comparison, exp.EQ)
         misplanned = windowed or isinstance(test, exp.All) or misread or _regrouped(query) or not _filters(comparison)
         return comparison if misplanned else None
-    if isinstance(holder, exp.Exists) and (windowed or not scope.external_columns):
+    if isinstance(holder, exp.Exists) and (windowed or not scope.external_columns or _struct_keyed(scope)):
         return holder
     if isinstance(holder, exp.Subquery) and (
         windowed or not _one_row(scope) or (not scope.external_columns and _misjoins(query.parent_select))
     ):
         return holder
     return None
+
+
+def _struct_keyed(scope: Scope) -> bool:
+    """Whether the rule would search an EXISTS's rows through a list of structs: it tests
+    correlated comparisons other than equality on more than one inner expression
+    (``s.d < o.d AND s.v <> o.d``). It reads the structs' fields as columns of a table ``_x``,
+    which the builder took for a correlated reference; ``planner/decorrelate.py`` counts the
+    rows over the outer values instead."""
+    inner = set()
+    for column in scope.external_columns:
+        test = column.find_ancestor(exp.Predicate)
+        if isinstance(test, exp.Binary) and not isinstance(test, exp.EQ):
+            side = test.right if any(node is column for node in test.left.walk()) else test.left
+            inner.add(side.sql())
+    return len(inner) > 1
 
 
 def _one_row(scope: Scope) -> bool:
