@@ -18,6 +18,7 @@ import subprocess
 import sys
 
 import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -235,6 +236,23 @@ def test_data_dir_skips_a_link_out_of_it(tmp_path) -> None:
     assert "Table 'host' does not exist" in result.stderr
     assert f"skipped {data / 'host.csv'}" in result.stderr and "outside" in result.stderr
     assert ok(run_cli("sql", "-d", str(data), "--format", "csv", "-c", "SELECT sum(a) AS s FROM t1")).split() == ["s", "3"]
+
+
+def test_data_dir_skips_a_directory_holding_a_link_out_of_it(tmp_path) -> None:
+    """A directory table holding one file that links outside DIR was registered, and every
+    statement of the session then failed on it, ``SELECT 1`` included."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    pq.write_table(pa.table({"a": [100]}), outside / "secret.parquet")
+    data = tmp_path / "data"
+    (data / "sales").mkdir(parents=True)
+    (data / "ok").mkdir()
+    pq.write_table(pa.table({"a": [1]}), data / "sales" / "a.parquet")
+    (data / "sales" / "b.parquet").symlink_to(outside / "secret.parquet")
+    pq.write_table(pa.table({"a": [2, 3]}), data / "ok" / "a.parquet")
+    result = run_cli("sql", "-d", str(data), "--format", "csv", "-c", "SELECT sum(a) AS s FROM ok")
+    assert result.returncode == 0 and result.stdout.split() == ["s", "5"], result.stderr
+    assert f"skipped {data / 'sales'}: {data / 'sales' / 'b.parquet'} leads to" in result.stderr
 
 
 def test_csv_output_writes_values_as_duckdb_does(tmp_path) -> None:

@@ -109,6 +109,21 @@ def test_a_recursive_glob_does_not_follow_links_to_directories(local, layout) ->
     assert local.execute(sql).fetchall() == duckdb.connect().execute(sql).fetchall() == [(4, 16)]
 
 
+def test_a_glob_lists_nothing_outside_the_roots(local, layout) -> None:
+    """Only the part of a glob before its first wildcard was checked: ``..`` after it climbed
+    out, and a wildcard matching a link to a directory outside listed that directory, the
+    refusal naming the files found there."""
+    data = layout["data"]
+    (data / "sub").mkdir()
+    for sql in (f"SELECT * FROM read_csv('{data}/s[u]b/../../outside/*')", f"SELECT * FROM read_csv('{data}/*/../../outside/secret.csv')"):
+        _refused(local, sql, "'..' after a wildcard")
+    for sql in (f"SELECT * FROM read_parquet('{data}/*/*.parquet')", f"SELECT * FROM read_csv('{data}/linked*/*')"):
+        message = str(_error(local, sql))
+        assert f"{data / 'linked_dir'} (which leads to {layout['outside']}) is outside the data roots" in message, message
+        assert "secret" not in message and "other.parquet" not in message, message
+    _refused(local, f"SELECT * FROM read_csv('{data}/t\x00.csv')", "NUL character")
+
+
 def test_a_link_swapped_in_after_planning_is_refused_by_the_worker(local, layout) -> None:
     table = layout["data"] / "t.parquet"
     assert local.execute("SELECT sum(k) FROM t").fetchone() == (6,)
@@ -212,6 +227,14 @@ def test_standalone_cluster_confines_reads_and_writes(tmp_path, layout) -> None:
                 con.register_csv("pw", "/etc/passwd", delimiter=":", header=False)
             with pytest.raises(qengine.ProgrammingError, match="which leads to"):
                 con.register_csv("s", str(layout["data"] / "link.csv"))
+            # a directory or glob outside was listed before the roots were checked: the refusal
+            # named a file found there, and told a missing file from one that exists
+            refusals = []
+            for path in (layout["outside"], layout["outside"] / "*.csv", layout["outside"] / "secret.csv", layout["outside"] / "none.csv"):
+                with pytest.raises(qengine.ProgrammingError, match="outside the data roots") as info:
+                    con.register_csv("x", str(path))
+                refusals.append(str(info.value).replace(str(path), "PATH"))
+            assert "secret.csv" not in refusals[0] + refusals[1] and refusals[2] == refusals[3], refusals
             con.register_parquet("t", str(layout["data"] / "t.parquet"))
             assert con.execute("SELECT sum(k) FROM t").fetchone() == (6,)
             _refused(con, f"SELECT * FROM read_csv('{layout['outside'] / 'secret.csv'}')", "outside the data roots")
@@ -241,6 +264,10 @@ def test_standalone_cluster_confines_reads_and_writes(tmp_path, layout) -> None:
                   build_sides=True), "outside the data roots"),
             (dict(spec, sql=f"SELECT 1 AS x; COPY (SELECT 'pwned' AS p) TO '{written}'", inputs=[scan], readable=[inside],
                   build_sides=True), "single SELECT"),
+            # the part file's name took the format as it came: "x/../../f" wrote outside the output root
+            (dict(spec, sql="SELECT 'pwned' AS c0", inputs=[], readable=[],
+                  output={"kind": "files", "key": "files", "dir": str(layout["out"] / "r"), "names": ["p"],
+                          "format": f"csv/../../../outside/{os.path.basename(written)}"}), "COPY part"),
         ]
         for attack, refusal in attacks:
             events = [e for message in Client(worker, c.token).stream("run_tasks", {"query": "q", "slots": 1, "tasks": [attack]})

@@ -21,17 +21,21 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from qengine.errors import ProgrammingError
+from qengine.errors import OperationalError, ProgrammingError
 
 # The file COPY leaves in its output directory. Names starting with "_" are skipped when a
 # directory is registered, so the marker is never read as data.
 MARKER = "_qengine_copy.json"
-_PART = re.compile(r"part-\d{5}\.(csv|parquet)")
-_ATTEMPT = re.compile(r"\.part-\d{5}\.(csv|parquet)\.attempt-\d+\.tmp")
+# The formats of the part files a COPY's tasks write (``part-00000.parquet``).
+PART_FORMATS = ("csv", "parquet")
+_PART = re.compile(rf"part-\d{{5}}\.({'|'.join(PART_FORMATS)})")
+_ATTEMPT = re.compile(rf"\.part-\d{{5}}\.({'|'.join(PART_FORMATS)})\.attempt-\d+\.tmp")
 
 
 def real(path: str) -> str:
     """``path`` with ``~``, ``..`` and every symbolic link resolved."""
+    if "\x00" in path:  # the file system's calls raise ValueError, which reached users as internal
+        raise ProgrammingError(f"{path!r}: a path cannot hold a NUL character")
     return os.path.realpath(os.path.expanduser(path))
 
 
@@ -105,7 +109,10 @@ def claim_output(directory: str, overwrite: bool) -> None:
     """
     if os.path.lexists(directory) and not os.path.isdir(directory):
         raise ProgrammingError(f"{directory} is a file; COPY writes a directory of part files")
-    os.makedirs(directory, exist_ok=True)
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as e:
+        raise OperationalError(f"cannot create {directory}: {e.strerror}") from e
     entries = set(os.listdir(directory))
     if entries:
         ours = set(_listed(directory))

@@ -7,7 +7,7 @@ expanded by the planner's frontend.
 from __future__ import annotations
 
 import contextlib
-import glob
+import fnmatch
 import os
 import pathlib
 import threading
@@ -97,12 +97,28 @@ class Catalog:
 
     def resolve_files(self, spec: str, suffixes: tuple[str, ...], from_sql: bool = False) -> list[tuple[str, str]]:
         """:meth:`resolve_paths`, each resolved file with its path as ``spec`` spells it: where
-        hive partitions are read from (``catalog.hive``), as DuckDB reads them."""
+        hive partitions are read from (``catalog.hive``), as DuckDB reads them.
+
+        Nothing outside the roots is listed or looked at: the fixed part of ``spec`` is checked
+        first, and a glob checks each directory before it lists it (a wildcard matched a link
+        to a directory outside, or ``s[u]b/../..`` climbed out, and the refusal named the files
+        found there)."""
         spec = os.path.expanduser(spec)
         if "://" in spec:
             raise NotSupportedError(f"{spec}: qengine reads files under its data roots, not URLs")
-        if from_sql:
-            self._check_base(spec)
+        own = [_root_of(spec)] if self.extendable and not from_sql else []
+        with self._lock:
+            extra = (*self.registered_roots, *own)
+        hint = " (register the data with register_parquet/register_csv or -d, or widen allowed_roots)" if self.extendable else ""
+
+        def check(path: str) -> str:
+            try:
+                return self.policy.check_read(path, extra)
+            except ProgrammingError as e:
+                raise ProgrammingError(f"{e}{hint}") from None
+
+        if from_sql or not self.extendable:
+            check(str(_split_at_wildcard(spec)[0]))
         if os.path.isdir(spec):
             found = [
                 os.path.join(d, f)
@@ -111,39 +127,22 @@ class Catalog:
                 if f.endswith(suffixes) and not f.startswith((".", "_"))
             ]
         elif any(ch in spec for ch in "*?["):
-            found = [p for p in _glob(spec) if os.path.isfile(p)]
+            found = [p for p in _glob(spec, check) if os.path.isfile(p)]
         elif os.path.isfile(spec):
             found = [spec]
         else:
             raise ProgrammingError(f"no such file or directory: {spec}")
         if not found:
             raise ProgrammingError(f"no {'/'.join(suffixes)} files match {spec}")
+        resolved = {check(p): p for p in sorted(found)}
         if from_sql:
             bad = [p for p in found if not p.endswith(suffixes)]
             if bad:
                 raise ProgrammingError(f"{bad[0]} is not a {'/'.join(suffixes)} file")
-        own = [_root_of(spec)] if self.extendable and not from_sql else []
-        with self._lock:
-            extra = (*self.registered_roots, *own)
-        try:
-            resolved = {self.policy.check_read(p, extra): p for p in sorted(found)}
-        except ProgrammingError as e:
-            hint = " (register the data with register_parquet/register_csv or -d, or widen allowed_roots)"
-            raise ProgrammingError(f"{e}{hint if self.extendable else ''}") from None
         for p in resolved:
             if not os.access(p, os.R_OK):
                 raise ProgrammingError(f"{p} is not readable")
         return sorted(resolved.items())
-
-    def _check_base(self, spec: str) -> None:
-        """Refuse a path, directory or glob named in SQL whose fixed part (up to its first
-        wildcard) lies outside the roots, before anything there is looked at: such a directory
-        was listed first, and the refusal named the first file found in it, and told a file
-        that exists from one that does not."""
-        fixed, _ = _split_at_wildcard(spec)
-        with self._lock:
-            extra = tuple(self.registered_roots)
-        self.policy.check_read(str(fixed), extra)
 
     def parquet_files(self) -> tuple[str, ...]:
         """Every Parquet file of a registered table: what a fragment's connection may read.
@@ -265,15 +264,30 @@ def local_catalog(allowed_roots: list[str] | None, output_roots: list[str] | Non
     return Catalog(AccessPolicy.of(reads, writes), extendable=allowed_roots is None)
 
 
-def _glob(spec: str) -> list[str]:
-    """The paths ``spec`` matches. ``**`` descends into directories, not into links to them,
-    as DuckDB's does: Python's ``glob`` follows them, and a link back to a parent made it
-    expand without end. Names starting with a dot are left out, as ``glob`` leaves them."""
-    if "**" not in spec:
-        return glob.glob(spec)
+def _glob(spec: str, check: Callable[[str], object]) -> list[str]:
+    """The paths ``spec`` matches, each directory passed to ``check`` before it is listed, so
+    that nothing outside the roots is listed. ``..`` after a wildcard is refused: it climbs out
+    of whatever the wildcard matched, a link included. ``**`` descends into directories, not
+    into links to them, as DuckDB's does (a link back to a parent made Python's ``glob`` expand
+    without end). Names starting with a dot are left out unless the pattern's part starts with
+    one, as ``glob`` leaves them."""
     fixed, pattern = _split_at_wildcard(spec)
-    base = pathlib.Path(fixed)
-    return [str(p) for p in base.glob(str(pattern)) if not any(part.startswith(".") for part in p.relative_to(base).parts)]
+    if ".." in pattern.parts:
+        raise ProgrammingError(f"{spec}: '..' after a wildcard is not supported")
+    found = [str(fixed)]
+    for part in pattern.parts:
+        matched: list[str] = []
+        for directory in found:
+            if not os.path.isdir(directory):
+                continue
+            check(directory)
+            if part == "**":  # the directory itself and every one below it
+                matched += [d for d, _, _ in os.walk(directory) if not any(p.startswith(".") for p in pathlib.PurePath(d).relative_to(directory).parts)]
+                continue
+            names = [n for n in os.listdir(directory) if fnmatch.fnmatchcase(n, part) and (part.startswith(".") or not n.startswith("."))]
+            matched += [os.path.join(directory, n) for n in names]
+        found = matched
+    return found
 
 
 def _split_at_wildcard(spec: str) -> tuple[pathlib.PurePath, pathlib.PurePath]:

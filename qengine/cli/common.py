@@ -50,9 +50,9 @@ def directory_tables(directory: str) -> list[tuple[str, str, str]]:
     tables = []
     entries = [e for e in sorted(os.listdir(directory)) if not e.startswith((".", "_"))]
     root = os.path.realpath(directory)
-    leaving = [e for e in entries if not inside(os.path.realpath(os.path.join(directory, e)), [root])]
-    for entry in leaving:  # a link out of the directory: serving it would read outside what was given
-        print(f"qengine: skipped {os.path.join(directory, entry)}: it leads to {os.path.realpath(os.path.join(directory, entry))}, "
+    leaving = {e: link for e in entries if (link := _link_out(os.path.join(directory, e), root))}
+    for entry, link in leaving.items():  # a link out of the directory: serving it would read outside what was given
+        print(f"qengine: skipped {os.path.join(directory, entry)}: {link} leads to {os.path.realpath(link)}, "
               f"outside {directory}", file=sys.stderr)
     entries = [e for e in entries if e not in leaving]
     partitions = {e for e in entries if "=" in e and _has_parquet(os.path.join(directory, e))}
@@ -71,6 +71,18 @@ def directory_tables(directory: str) -> list[tuple[str, str, str]]:
         elif ext in (".csv", ".tsv"):
             tables.append((stem, ext[1:], path))
     return tables
+
+
+def _link_out(path: str, root: str) -> str | None:
+    """The first path at or below ``path`` that leads out of ``root``, if any: a table of a
+    directory holding one such link failed every statement of a session it was registered in."""
+    if not inside(os.path.realpath(path), [root]):
+        return path
+    for top, dirs, files in os.walk(path):
+        for name in sorted(dirs + files):
+            if not inside(os.path.realpath(os.path.join(top, name)), [root]):
+                return os.path.join(top, name)
+    return None
 
 
 def register_directory(con: Any, directory: str) -> list[str]:
