@@ -22,13 +22,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from qengine.catalog import scan
-from qengine.catalog.access import MARKER, AccessPolicy, attempt_file, check_opened
+from qengine.catalog.access import MARKER, PART_FORMATS, AccessPolicy, attempt_file, check_opened
 from qengine.catalog.types import column_type, type_code
 from qengine.errors import (
     DataError,
     Error,
     InputLostError,
     OperationalError,
+    ProgrammingError,
     first_line,
     input_lost,
     lost_input,
@@ -72,6 +73,7 @@ class PartitionIds:
     def __init__(self) -> None:
         self._known: dict[str, str] = {}
         self._lock = threading.Lock()  # tasks run on several threads
+        self._utc: bool | None = None  # whether the worker's DuckDB reads local times in UTC
 
     def select(self, con: duckdb.DuckDBPyConnection, sql: str, output: dict) -> str:
         """``sql`` with the partition id of each row added as its last column."""
@@ -79,7 +81,9 @@ class PartitionIds:
         if expr is None:
             rel = con.sql(sql)
             types = {name: str(t) for name, t in zip(rel.columns, rel.types, strict=True)}
-            expr = partitioner.hash_sql(types, output["keys"], output["partitions"])
+            if self._utc is None:
+                self._utc = partitioner.utc_zone(con)
+            expr = partitioner.hash_sql(types, output["keys"], output["partitions"], self._utc)
             with self._lock:
                 self._known[output["key"]] = expr
                 while len(self._known) > self.KEPT:
@@ -777,6 +781,9 @@ def _write_file(
     exclusively, and renames it into place once complete: a part file is never half written,
     and a task run again (its worker was lost) replaces its earlier attempt's file.
     """
+    if fmt not in PART_FORMATS or type(task) is not int:
+        # The name is made of both: a "format" of ``x/../../f`` wrote outside the directory.
+        raise ProgrammingError(f"a COPY part is numbered and is one of {PART_FORMATS}, not {task!r} and {fmt!r}")
     if not os.path.isfile(os.path.join(directory, MARKER)):
         raise OperationalError(f"cannot write into {directory}: COPY has not claimed it (its {MARKER} is missing)")
     path = os.path.join(directory, f"part-{task:05d}.{fmt}")

@@ -36,9 +36,13 @@ def filters_mishandle(table: pa.Table, sql: str) -> bool:
 
     A filter on a TIMESTAMP WITH TIME ZONE column (a join's, from its build side's keys) is
     made into a Python value through pytz, which qengine does not install: the scan failed
-    ("Required module 'pytz' failed to import"). Such an input is copied too.
+    ("Required module 'pytz' failed to import"). Such an input is copied too, and so is one
+    holding a date or timestamp past Python's (year 300000, infinity): such a filter's bound
+    came to Arrow as a string, and the scan failed ("object of type str cannot be converted").
     """
     if table.num_rows and any(pa.types.is_timestamp(f.type) and f.type.tz for f in table.schema):
+        return True
+    if table.num_rows and _beyond_python_dates(table):
         return True
     floats = [c for c, f in zip(table.columns, table.schema, strict=True) if pa.types.is_floating(f.type)]
     if not floats or table.num_rows == 0:
@@ -47,6 +51,30 @@ def filters_mishandle(table: pa.Table, sql: str) -> bool:
         return True
     import pyarrow.compute as pc  # here, not at the top: it costs a one-statement CLI run ~30 ms to import
     return any(pc.any(pc.is_nan(c)).as_py() or _negative_zero(c) for c in floats)
+
+
+# datetime.date.min and datetime.date.max, in days since 1970-01-01
+_PYTHON_DAYS = (-719162, 2932896)
+_PER_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400_000_000_000}
+
+
+def _beyond_python_dates(table: pa.Table) -> bool:
+    """Whether a date or timestamp column holds a value outside Python's years 1 to 9999."""
+    import pyarrow.compute as pc
+
+    for column, field in zip(table.columns, table.schema, strict=True):
+        t = field.type
+        if pa.types.is_date32(t):
+            per_day = 1
+        elif pa.types.is_timestamp(t):
+            per_day = _PER_DAY[t.unit]
+        else:
+            continue
+        bounds = pc.min_max(column.cast(pa.int32() if per_day == 1 else pa.int64()))
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if low is not None and (low < _PYTHON_DAYS[0] * per_day or high >= (_PYTHON_DAYS[1] + 1) * per_day):
+            return True
+    return False
 
 
 def _negative_zero(column: pa.ChunkedArray) -> bool:
