@@ -29,7 +29,7 @@ class _Entry:
     # per slot: the constant written in the text, or the parameters that fill it (equal ones
     # share a slot, and must be equal again)
     slots: list[exp.Literal | tuple[int, ...]]
-    fixed: dict[int, tuple[type, Any]]  # parameters a run must bind as before
+    fixed: dict[int, tuple[type, str]]  # parameters a run must bind as before
 
 
 class Prepared:
@@ -114,5 +114,8 @@ def _slot_of(value: Any) -> exp.Literal:
     return found
 
 
-def _identity(value: Any) -> tuple[type, Any]:
-    return type(value), value
+def _identity(value: Any) -> tuple[type, str]:
+    """What a parameter must be again for a plan it was baked into: its type and its SQL
+    literal, not Python's ``==``, for which -0.0 is 0.0 and two instants an hour apart (the
+    same wall time, ``fold`` apart) are equal."""
+    return type(value), literal(value).sql()

@@ -146,13 +146,17 @@ def _bound(holder: exp.Expression, value: Any, index: int) -> exp.Expression:
     """``value``, bound at ``holder``, as a literal that remembers it is parameter ``index``, for
     ``planner.templates`` to fill a later run's value in where it went."""
     node = literal(value, duckdb_width=not compared(holder))
-    if isinstance(holder.parent, exp.Bracket) and holder.arg_key == "expressions":
-        # a list index: sqlglot takes 1 off an integer literal index as it parses and adds it
-        # back as it writes, which it could not do to the placeholder; typed as unknown, the
-        # bound value is written as it is (l[?] with 2 read the third element)
+    if isinstance(holder.parent, exp.Bracket):
+        # sqlglot takes 1 off an integer index as it parses, unless what is indexed is a
+        # string, and adds it back as it writes where what is indexed is of a type it does not
+        # know or a list. Typed as unknown, a bound index is written as it is (l[?] with 2 read
+        # the third element), and a bound string indexed has its index written back as it was
+        # (?[1] with 'abc' read no character)
         node.type = exp.DataType.build("unknown")
     node.meta[PARAMETER] = index
     node.meta[PLACEHOLDER] = holder.sql(dialect="duckdb")
+    if isinstance(node, exp.Null) and isinstance(holder.parent, exp.Bracket) and holder.arg_key == "this":
+        return exp.paren(node, copy=False)  # DuckDB cannot parse NULL[1]; (NULL)[1] is NULL
     return node
 
 
