@@ -250,6 +250,32 @@ def test_a_registered_file_rewritten_in_place_is_read_again(tmp_path) -> None:
         assert con.execute("SELECT count(*), sum(k) FROM g").fetchall() == [(1, 7)]
 
 
+def test_a_file_added_to_a_registered_directory_or_glob_is_read(tmp_path) -> None:
+    """The files of a registered directory or glob were those listed at registration, where
+    DuckDB lists them at each query: a file added later was never read, nor one in a new
+    partition directory, and a removed one failed the table."""
+    data, logs = tmp_path / "data", tmp_path / "logs"
+    (data / "y=2024").mkdir(parents=True)
+    logs.mkdir()
+    pq.write_table(pa.table({"k": [1, 2]}), data / "y=2024" / "a.parquet")
+    (logs / "a.csv").write_text("k\n1\n")
+    with qengine.connect(workers=2, allowed_roots=[str(tmp_path)]) as con:
+        con.register_parquet("t", str(data))
+        con.register_csv("l", str(logs / "*.csv"))
+        sql = "SELECT count(*), sum(k), count(DISTINCT y) FROM t WHERE k > ?"
+        assert con.execute(sql, [0]).fetchall() == [(2, 3, 1)]
+        pq.write_table(pa.table({"k": [10]}), data / "y=2024" / "b.parquet")
+        assert con.execute(sql, [0]).fetchall() == [(3, 13, 1)]
+        (data / "y=2025").mkdir()
+        pq.write_table(pa.table({"k": [100]}), data / "y=2025" / "c.parquet")
+        assert con.execute(sql, [0]).fetchall() == [(4, 113, 2)]
+        (data / "y=2024" / "a.parquet").unlink()
+        assert con.execute(sql, [0]).fetchall() == [(2, 110, 2)]
+        (logs / "b.csv").write_text("k\n5\n")
+        (logs / "notes.txt").write_text("k\n1000\n")  # not matched by the glob
+        assert con.execute("SELECT sum(k) FROM l").fetchall() == [(6,)]
+
+
 def test_files_of_one_table_with_a_column_of_two_types_are_refused(tmp_path) -> None:
     # read apart, each task's rows had its own file's type: "Schema at index 1 was different"
     pq.write_table(pa.table({"a": pa.array([1, 2], pa.int64()), "s": ["x", "y"]}), tmp_path / "f1.parquet")

@@ -543,35 +543,43 @@ class Session:
 
     # ---- registration ------------------------------------------------------------------
 
-    def _resolve(self, path: str, suffixes: tuple[str, ...]) -> list[str]:
+    def _resolve(self, path: str, suffixes: tuple[str, ...], listed: list[str] | None = None) -> list[str]:
         """The files behind ``path``, which every worker must be able to read (on a multi-host
         cluster that takes a shared file system)."""
-        return [resolved for resolved, _ in self._resolve_files(path, suffixes)]
+        return [resolved for resolved, _ in self._resolve_files(path, suffixes, listed)]
 
-    def _resolve_files(self, path: str, suffixes: tuple[str, ...]) -> list[tuple[str, str]]:
+    def _resolve_files(self, path: str, suffixes: tuple[str, ...], listed: list[str] | None = None) -> list[tuple[str, str]]:
         """:meth:`_resolve`, each file with its path as ``path`` spells it (``Catalog.resolve_files``)."""
-        files = self.catalog.resolve_files(path, suffixes)
+        files = self.catalog.resolve_files(path, suffixes, listed=listed)
         self.cluster.check_readable([resolved for resolved, _ in files])
         return files
 
-    def _add(self, source: Source, path: str) -> None:
-        """Register a file-backed table; SQL may then also read under its directory."""
-        self.catalog.add_table(source)
+    def _add(self, make: Callable[[list[str]], Source], path: str) -> None:
+        """Register a file-backed table, made by ``make`` from the files it lists (adding the
+        directories it listed); SQL may then also read under its directory."""
+        self.catalog.add_table(self._listed(make))
         self.catalog.add_root(path)
+
+    def _listed(self, make: Callable[[list[str]], Source]) -> Source:
+        """A table ``make`` lists and reads, read again whenever the directories it listed change."""
+        listed: list[str] = []
+        source = make(listed)
+        source.watch(listed, functools.partial(self._listed, make))
+        return source
 
     def register_parquet(self, name: str, path: str) -> None:
         """A Parquet file, directory or glob; a hive-partitioned one (``y=2024/part.parquet``)
         with its partition columns, detected as DuckDB detects them."""
-        self._add(hive_parquet(name, self._resolve_files(path, table_sources.SUFFIXES["parquet"])), path)
+        self._add(lambda listed: hive_parquet(name, self._resolve_files(path, table_sources.SUFFIXES["parquet"], listed)), path)
 
     def register_records(self, name: str, path: str) -> None:
         """Flat files of 100-byte sort-benchmark records (gensort's binary layout)."""
-        self._add(RecordSource(name, self._resolve(path, (".dat", ".bin", ".gensort"))), path)
+        self._add(lambda listed: RecordSource(name, self._resolve(path, (".dat", ".bin", ".gensort"), listed)), path)
 
     def register_csv(self, name: str, path: str, delimiter: str | None = None, header: bool | None = None) -> None:
         """CSV files as DuckDB's read_csv() reads them; ``delimiter`` and ``header`` override what
         its sniffer finds (None: sniffed)."""
-        self._add(CsvSource(name, self._resolve(path, (".csv", ".tsv", ".txt")), delimiter, header), path)
+        self._add(lambda listed: CsvSource(name, self._resolve(path, (".csv", ".tsv", ".txt"), listed), delimiter, header), path)
 
     def register_file(self, kind: str, name: str, path: str, delimiter: str | None = None, header: bool | None = None) -> None:
         """Register a table by its kind: "parquet", "csv", "tsv" (tab-delimited CSV) or

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import sqlglot.expressions as exp
 
 from qengine.catalog.access import AccessPolicy, real
-from qengine.catalog.sources import ParquetSource, Source, file_signature
+from qengine.catalog.sources import ParquetSource, Source
 from qengine.errors import Error, NotSupportedError, OperationalError, ProgrammingError
 
 
@@ -95,9 +95,12 @@ class Catalog:
         """
         return [path for path, _ in self.resolve_files(spec, suffixes, from_sql)]
 
-    def resolve_files(self, spec: str, suffixes: tuple[str, ...], from_sql: bool = False) -> list[tuple[str, str]]:
+    def resolve_files(
+        self, spec: str, suffixes: tuple[str, ...], from_sql: bool = False, listed: list[str] | None = None
+    ) -> list[tuple[str, str]]:
         """:meth:`resolve_paths`, each resolved file with its path as ``spec`` spells it: where
-        hive partitions are read from (``catalog.hive``), as DuckDB reads them.
+        hive partitions are read from (``catalog.hive``), as DuckDB reads them. The directories
+        listed to find them are added to ``listed``.
 
         Nothing outside the roots is listed or looked at: the fixed part of ``spec`` is checked
         first, and a glob checks each directory before it lists it (a wildcard matched a link
@@ -119,15 +122,14 @@ class Catalog:
 
         if from_sql or not self.extendable:
             check(str(_split_at_wildcard(spec)[0]))
+        seen = listed if listed is not None else []
         if os.path.isdir(spec):
-            found = [
-                os.path.join(d, f)
-                for d, _, files in os.walk(spec)
-                for f in files
-                if f.endswith(suffixes) and not f.startswith((".", "_"))
-            ]
+            found = []
+            for d, _, files in os.walk(spec):
+                seen.append(d)
+                found += [os.path.join(d, f) for f in files if f.endswith(suffixes) and not f.startswith((".", "_"))]
         elif any(ch in spec for ch in "*?["):
-            found = [p for p in _glob(spec, check) if os.path.isfile(p)]
+            found = [p for p in _glob(spec, check, seen) if os.path.isfile(p)]
         elif os.path.isfile(spec):
             found = [spec]
         else:
@@ -209,7 +211,7 @@ class Catalog:
             before = source.on_disk()
             if before is None:
                 continue
-            now = file_signature(source.paths)
+            now = source.disk_state()
             failed = self._unreadable.get(key)
             if now == before or (failed is not None and failed[0] == now):
                 continue
@@ -264,13 +266,13 @@ def local_catalog(allowed_roots: list[str] | None, output_roots: list[str] | Non
     return Catalog(AccessPolicy.of(reads, writes), extendable=allowed_roots is None)
 
 
-def _glob(spec: str, check: Callable[[str], object]) -> list[str]:
+def _glob(spec: str, check: Callable[[str], object], listed: list[str]) -> list[str]:
     """The paths ``spec`` matches, each directory passed to ``check`` before it is listed, so
     that nothing outside the roots is listed. ``..`` after a wildcard is refused: it climbs out
     of whatever the wildcard matched, a link included. ``**`` descends into directories, not
     into links to them, as DuckDB's does (a link back to a parent made Python's ``glob`` expand
     without end). Names starting with a dot are left out unless the pattern's part starts with
-    one, as ``glob`` leaves them."""
+    one, as ``glob`` leaves them. The directories listed are added to ``listed``."""
     fixed, pattern = _split_at_wildcard(spec)
     if ".." in pattern.parts:
         raise ProgrammingError(f"{spec}: '..' after a wildcard is not supported")
@@ -281,8 +283,11 @@ def _glob(spec: str, check: Callable[[str], object]) -> list[str]:
             if not os.path.isdir(directory):
                 continue
             check(directory)
+            listed.append(directory)
             if part == "**":  # the directory itself and every one below it
-                matched += [d for d, _, _ in os.walk(directory) if not any(p.startswith(".") for p in pathlib.PurePath(d).relative_to(directory).parts)]
+                below = [d for d, _, _ in os.walk(directory) if not any(p.startswith(".") for p in pathlib.PurePath(d).relative_to(directory).parts)]
+                listed += below
+                matched += below
                 continue
             names = [n for n in os.listdir(directory) if fnmatch.fnmatchcase(n, part) and (part.startswith(".") or not n.startswith("."))]
             matched += [os.path.join(directory, n) for n in names]

@@ -56,15 +56,28 @@ class Source:
         """The catalog's table itself: a copied plan (``planner.templates``) reads the same one."""
         return self
 
-    # Set by a table read from files: what they were then (``file_signature``), and how to read
+    # Set by a table read from files: what they were then (``disk_state``), and how to read
     # them again.
     _signature: tuple | None = None
     _rebuild: Callable[[], Source] | None = None
+    # The directories listed to find the files (of a registered directory or glob): a file
+    # added to one changes its modification time, and the table is listed and read again.
+    _watched: tuple[str, ...] = ()
 
     def on_disk(self) -> tuple | None:
-        """What the table's files were when it was read (size and modification time of each);
-        None for a table not read from files."""
+        """What the table's files were when it was read (:meth:`disk_state`); None for a table
+        not read from files."""
         return self._signature
+
+    def disk_state(self) -> tuple:
+        """Size and modification time of each of the table's files and watched directories."""
+        return file_signature([*self.paths, *self._watched])
+
+    def watch(self, directories: list[str], rebuild: Callable[[], Source]) -> None:
+        """Read the table again, listed afresh by ``rebuild``, once a file is added to or
+        removed from one of ``directories`` (as DuckDB lists a directory or glob at each query)."""
+        self._watched, self._rebuild = tuple(directories), rebuild
+        self._signature = self.disk_state()
 
     def reread(self) -> Source:
         """The same files read again: what they hold now."""
