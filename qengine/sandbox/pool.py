@@ -18,6 +18,8 @@ from qengine.sandbox.quoting import identifier
 
 # A NaN constant in fragment SQL: 'nan'::DOUBLE, CAST('NaN' AS FLOAT), '-nan', ...
 _NAN_LITERAL = re.compile(r"'\s*[+-]?nan\s*'", re.IGNORECASE)
+# ``op ANY (`` / ``op ALL (`` / ``op SOME (``, not a UNION ALL
+_QUANTIFIED = re.compile(r"(?<!UNION )(?<!INTERSECT )(?<!EXCEPT )\b(?:ANY|ALL|SOME)\s*\(", re.IGNORECASE)
 
 
 def filters_mishandle(table: pa.Table, sql: str) -> bool:
@@ -39,10 +41,16 @@ def filters_mishandle(table: pa.Table, sql: str) -> bool:
     ("Required module 'pytz' failed to import"). Such an input is copied too, and so is one
     holding a date or timestamp past Python's (year 300000, infinity): such a filter's bound
     came to Arrow as a string, and the scan failed ("object of type str cannot be converted").
+
+    A list, struct or map compared by ``op ANY`` or ``op ALL`` of a subquery read from Arrow
+    was NULL where DuckDB's own tables give TRUE, and the worker sometimes crashed: an input
+    with such columns of a query with such a test is copied.
     """
     if table.num_rows and any(pa.types.is_timestamp(f.type) and f.type.tz for f in table.schema):
         return True
     if table.num_rows and _beyond_python_dates(table):
+        return True
+    if table.num_rows and _QUANTIFIED.search(sql) and any(pa.types.is_nested(f.type) for f in table.schema):
         return True
     floats = [c for c, f in zip(table.columns, table.schema, strict=True) if pa.types.is_floating(f.type)]
     if not floats or table.num_rows == 0:
