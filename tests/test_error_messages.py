@@ -224,6 +224,7 @@ CORPUS = [
     Bad("too-few-parameters", "SELECT ? AS a, ? AS b", P, r"^statement takes 2 parameters but 1 were given$", params=[1]),
     Bad("missing-parameter", "SELECT ? AS a", P, r"^statement takes 1 parameter but 0 were given$", params=[]),
     Bad("unwanted-parameter", "SELECT 1 AS a", P, r"^statement takes no parameters but 1 were given$", params=[5]),
+    Bad("unused-numbered-parameter", "SELECT $1 + $3 AS a", P, r"^parameter \$2 is given but not in the statement$", params=[1, 2, 3]),
     Bad("numbered-parameter-missing", "SELECT $2 AS a", P, r"^no value for parameter \$2$", params=[1]),
     Bad("unbindable-parameter", "SELECT ? AS a", P, r"^cannot bind a parameter of type object$", params=[object()]),
     # ---- statements: COPY, CREATE, INSERT, DROP, unsupported ------------------------------------

@@ -208,3 +208,23 @@ def test_a_baked_parameter_must_be_the_same_value_not_an_equal_one(default_engin
 ])
 def test_an_indexed_parameter(default_engine, oracle, sql: str, values: list) -> None:
     assert_same(default_engine, oracle, sql, values)
+
+
+def test_a_result_column_named_after_a_parameter_names_it_as_written(default_engine, oracle) -> None:
+    """Texts differing only in how a value is written shared one template, and the first run's
+    names: ``$a + qty`` after ``$b + qty`` was named ``($b + qty)``, ``6 + qty`` too; a compared
+    parameter was named by its value, ``(qty = 1)`` for ``qty = ?``."""
+    runs = [
+        ("SELECT $b + qty FROM sales ORDER BY 1 LIMIT 2", {"b": 6}),
+        ("SELECT $a + qty FROM sales ORDER BY 1 LIMIT 2", {"a": 6}),
+        ("SELECT ? + qty FROM sales ORDER BY 1 LIMIT 2", [6]),
+        ("SELECT 6 + qty FROM sales ORDER BY 1 LIMIT 2", None),
+        ("SELECT qty = ? FROM sales ORDER BY 1 LIMIT 2", [1]),
+        ("SELECT qty = ? FROM sales ORDER BY 1 LIMIT 2", [2]),
+        ("SELECT qty > $lo FROM sales ORDER BY 1 LIMIT 2", {"lo": 0}),
+        ("SELECT qty > $hi FROM sales ORDER BY 1 LIMIT 2", {"hi": 0}),
+    ]
+    for sql, params in runs:
+        got = [d[0] for d in default_engine.execute(sql, params).description]
+        expected = [d[0] for d in (oracle.execute(sql, params) if params is not None else oracle.execute(sql)).description]
+        assert got == expected, sql

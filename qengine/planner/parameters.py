@@ -18,13 +18,12 @@ import sqlglot.expressions as exp
 from sqlglot.tokens import Token, TokenType
 
 from qengine.errors import NotSupportedError, ProgrammingError, first_line
-from qengine.planner.templates import PARAMETER, compared
+from qengine.planner.templates import PARAMETER, PLACEHOLDER, compared
 from qengine.sandbox.connection import scratch_connection
 
 QUESTION_MARKS = "qengine_question_marks"  # meta of a statement whose parameters were written ?
 # meta of a bound literal: its placeholder ($1 for the first ?, $name), which names an
 # unaliased result column as DuckDB names it ("($1 + 1)"), whatever the value
-PLACEHOLDER = "qengine_placeholder"
 
 
 # Tokens an operand ends with: a ``~`` after one is the binary regular expression match, not
@@ -99,6 +98,9 @@ def bind(statement: exp.Expression, params: Sequence[Any] | Mapping[str, Any] | 
             raise ProgrammingError(f"no value for parameter {holder.sql(dialect='duckdb')}")  # as written: $2
     if len(params) != max(numbers):
         raise ProgrammingError(f"statement takes {counted(max(numbers), 'parameter')} but {len(params)} were given")
+    unused = sorted(set(range(1, len(params) + 1)) - set(numbers))
+    if unused:  # $1 + $3 with three values: DuckDB refuses the value no $2 reads
+        raise ProgrammingError(f"parameter ${unused[0]} is given but not in the statement")
     for holder, number in zip(holders, numbers, strict=True):
         holder.replace(_bound(holder, params[number - 1], number - 1))
     return statement

@@ -39,6 +39,7 @@ from qengine.errors import NotSupportedError
 from qengine.planner.stages import StagePlan
 
 PARAMETER = "qengine_parameter"  # the meta key of a bound parameter's literal (parameters.bind)
+PLACEHOLDER = "qengine_placeholder"  # and of the placeholder it was written as ($1, $name): its column's name shows that
 _SLOT = "__qengine_slot"
 _SLOT_TEXT = re.compile(r"\$?" + _SLOT + r"_([ns])_(\d+)", re.IGNORECASE)
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, exp.In)
@@ -145,9 +146,10 @@ def parameterize(statement: exp.Expression, dialect: str) -> Shape:
         value = slot_value(node) if compared(node) else None
         if value is None:
             return node
-        origin = node.meta.get(PARAMETER) if node.meta else None
-        if origin is None and isinstance(node, exp.Literal) and isinstance(node.parent, exp.Cast) and node.parent.meta:
-            origin = node.parent.meta.get(PARAMETER)  # a float, decimal or date parameter: CAST('…' AS t)
+        bound = node if node.meta and PARAMETER in node.meta else None
+        if bound is None and isinstance(node, exp.Literal) and isinstance(node.parent, exp.Cast) and node.parent.meta:
+            bound = node.parent if PARAMETER in node.parent.meta else None  # a float, decimal or date parameter: CAST('…' AS t)
+        origin = bound.meta[PARAMETER] if bound is not None else None
         if origin is None and any(n.meta and PARAMETER in n.meta for n in node.walk()):
             whole = False
         index = slots.setdefault(literal_identity(value), len(values))
@@ -155,9 +157,13 @@ def parameterize(statement: exp.Expression, dialect: str) -> Shape:
             values.append(value)
             sources.append([])
         sources[index].append(origin)
-        return exp.Placeholder(this=f"{_SLOT}_{'s' if value.is_string else 'n'}_{index}")
+        slot = exp.Placeholder(this=f"{_SLOT}_{'s' if value.is_string else 'n'}_{index}")
+        if bound is not None:  # a result column named after the slot shows the parameter as written
+            slot.meta[PLACEHOLDER] = bound.meta[PLACEHOLDER]
+        return slot
 
     bound = Counter(n.meta[PARAMETER] for n in statement.walk() if n.meta and PARAMETER in n.meta)
+    spellings = [n.meta[PLACEHOLDER] for n in statement.walk() if n.meta and PLACEHOLDER in n.meta]
     shaped = statement.transform(visit)
     slotted = Counter(origin for feeding in sources for origin in feeding)
     baked = {i for i, count in bound.items() if count > slotted[i]}
@@ -167,6 +173,8 @@ def parameterize(statement: exp.Expression, dialect: str) -> Shape:
         key = shaped.sql(dialect=dialect, unsupported_level=ErrorLevel.RAISE)
     except UnsupportedError as e:
         raise NotSupportedError(str(e).splitlines()[0].strip()) from e
+    if spellings:  # texts writing a value apart ($lo, $hi, 6) name their columns apart
+        key += " -- " + " ".join(spellings)
     return Shape(shaped, key, values, sources, baked, whole)
 
 
