@@ -378,7 +378,8 @@ class LocalCluster:
                 proc, spill_dir = self._spawn(worker_id, self.host)
                 address = f"{self.host}:{self._await_port(proc, worker_id)}"
             except OperationalError as e:
-                log.error("could not start a replacement worker: %s", e)
+                if not self._closed:  # closed while it started: nothing failed the user needs to hear of
+                    log.error("could not start a replacement worker: %s", e)
                 return None
             if address not in self._lost:
                 return worker_id, address, proc, spill_dir
