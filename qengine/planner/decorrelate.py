@@ -236,10 +236,10 @@ def _rewrite(outer: exp.Select, sub: exp.Subquery | exp.All) -> None:
         if not _bounding(c, local, outer_aliases):
             return  # a correlation we cannot turn into a join key or a domain's test
         bounds.append(c)
-    if not (keys or bounds) or _tables(value) - local or inner.find(exp.Subquery, exp.Exists):
+    if not (keys or bounds) or _tables(value) - local:
         return
-    if any(_tables(j) - local for j in inner.args.get("joins") or []):
-        return
+    if bounds and (where.find(exp.Subquery, exp.Exists) or any(_tables(j) - local for j in inner.args.get("joins") or [])):
+        return  # an outer column the domain's columns would not replace
     joins = [j.copy() for j in inner.args.get("joins") or []]
     if bounds:  # the outer rows' distinct values are joined in, and keys of the groups
         keys, rest, domain = _over_domain(outer, keys, rest + bounds, local)
