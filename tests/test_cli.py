@@ -250,6 +250,8 @@ def test_data_dir_skips_a_directory_holding_a_link_out_of_it(tmp_path) -> None:
     pq.write_table(pa.table({"a": [1]}), data / "sales" / "a.parquet")
     (data / "sales" / "b.parquet").symlink_to(outside / "secret.parquet")
     pq.write_table(pa.table({"a": [2, 3]}), data / "ok" / "a.parquet")
+    for never_read in (".cache", "_meta.parquet", "notes.txt"):  # links the table does not read: it stays
+        (data / "ok" / never_read).symlink_to(outside / "secret.parquet")
     result = run_cli("sql", "-d", str(data), "--format", "csv", "-c", "SELECT sum(a) AS s FROM ok")
     assert result.returncode == 0 and result.stdout.split() == ["s", "5"], result.stderr
     assert f"skipped {data / 'sales'}: {data / 'sales' / 'b.parquet'} leads to" in result.stderr

@@ -137,6 +137,23 @@ IN_AS_VALUE = {
 }
 
 
+def test_a_correlation_tells_negative_zero_from_zero(con, duck) -> None:
+    """The outer values' DISTINCT took -0.0 and 0.0 for one, and ``1 / o.f`` read the one kept
+    for both rows (DuckDB itself answers so too): checked against the same count written as a
+    join, which DuckDB answers right."""
+    zeros = pa.table({"id": [1, 2, 3], "f": [0.0, -0.0, 0.0], "k": [3, 3, 4]})
+    con.register("signed_zeros", zeros)
+    duck.register("signed_zeros", zeros)
+    try:
+        for test in ("b.x < 1 / o.f", "b.x < 1 / o.f AND b.k = o.k"):
+            got = con.execute(f"SELECT o.id, (SELECT count(*) FROM small b WHERE {test}) FROM signed_zeros o ORDER BY 1").fetchall()
+            joined = duck.execute(f"SELECT o.id, count(b.x) FILTER (WHERE {test}) FROM signed_zeros o, small b GROUP BY 1 ORDER BY 1").fetchall()
+            assert got == joined, test
+    finally:
+        con.execute("DROP TABLE signed_zeros")
+        duck.unregister("signed_zeros")
+
+
 @pytest.mark.parametrize(
     "sql",
     [
@@ -149,6 +166,9 @@ IN_AS_VALUE = {
         "SELECT id, (SELECT count(*) FROM (SELECT k FROM small) s WHERE s.k = small.x OR s.k IS NULL) FROM small",
         "SELECT a.id, (SELECT count(*) FROM small b WHERE b.x < coalesce(a.x, 5)) FROM small a",
         "SELECT a.id, (SELECT count(*) FROM small b WHERE b.x IS DISTINCT FROM a.x) FROM small a",
+        # no FROM: the rewrite read its FROM and failed with a KeyError
+        "SELECT a.id FROM small a WHERE EXISTS (SELECT 1 WHERE a.x > 5)",
+        "SELECT a.id, (SELECT a.x WHERE a.x > 5) FROM small a",
     ],
 )
 def test_correlations_a_join_cannot_answer_exactly_are_refused(con, duck, sql: str) -> None:
@@ -404,6 +424,12 @@ CORRELATED_BY_COMPARISON = {
     "exists_in_aggregate_query": "SELECT count(*) FROM small a WHERE EXISTS (SELECT 1 FROM big b WHERE b.k = a.k AND b.d > a.x)",
     # sqlglot's rule searched a list of structs of the two compared columns, read as a table _x
     "exists_two_compared_columns": "SELECT a.id FROM small a WHERE EXISTS (SELECT 1 FROM big b WHERE b.k = a.k AND b.id < a.x * 100 AND b.d > 1)",
+    # an aggregate without GROUP BY makes a row of no rows: the EXISTS is TRUE
+    "exists_of_an_aggregate": "SELECT a.id FROM small a WHERE EXISTS (SELECT sum(b.x) FROM small b WHERE b.x < a.k AND b.id > a.id)",
+    # the rewrite told its own joins by their names' prefix, and dropped a user's join of that name
+    "outer_alias_like_a_rewrites": (
+        "SELECT x.id, (SELECT count(*) FROM small s WHERE s.x < _dcx.x) AS c FROM small x JOIN small _dcx ON x.id = _dcx.id"
+    ),
     "not_exists_two_compared_columns": (
         "SELECT a.id FROM small a WHERE NOT EXISTS (SELECT 1 FROM big b WHERE b.k = a.k AND b.id < a.x * 100 AND b.d > a.x / 10)"
     ),

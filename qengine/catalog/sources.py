@@ -76,7 +76,7 @@ class Source:
     def watch(self, directories: list[str], rebuild: Callable[[], Source]) -> None:
         """Read the table again, listed afresh by ``rebuild``, once a file is added to or
         removed from one of ``directories`` (as DuckDB lists a directory or glob at each query)."""
-        self._watched, self._rebuild = tuple(directories), rebuild
+        self._watched, self._rebuild = tuple(dict.fromkeys(directories)), rebuild
         self._signature = self.disk_state()
 
     def reread(self) -> Source:

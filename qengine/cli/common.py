@@ -74,13 +74,16 @@ def directory_tables(directory: str) -> list[tuple[str, str, str]]:
 
 
 def _link_out(path: str, root: str) -> str | None:
-    """The first path at or below ``path`` that leads out of ``root``, if any: a table of a
-    directory holding one such link failed every statement of a session it was registered in."""
+    """The first path at or below ``path`` that leads out of ``root`` and that its table would
+    read (a Parquet file not named ``.…`` or ``_…``; links to directories are not followed), if
+    any: a table of a directory holding one such link failed every statement of a session it
+    was registered in."""
     if not inside(os.path.realpath(path), [root]):
         return path
-    for top, dirs, files in os.walk(path):
-        for name in sorted(dirs + files):
-            if not inside(os.path.realpath(os.path.join(top, name)), [root]):
+    for top, _, files in os.walk(path):
+        for name in sorted(files):
+            read = name.endswith(PARQUET) and not name.startswith((".", "_"))
+            if read and not inside(os.path.realpath(os.path.join(top, name)), [root]):
                 return os.path.join(top, name)
     return None
 

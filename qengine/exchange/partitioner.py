@@ -3,21 +3,22 @@
 Hash partitioning uses DuckDB's ``hash()``, which is unsalted and so gives the same answer in
 every process (Python's ``hash()`` does not). Numeric keys are cast to the nearest DOUBLE
 first, so an INTEGER key on one side of a join and a BIGINT or DECIMAL key on the other land in
-the same partition. Dates and timestamps are hashed as the local time or instant DuckDB
-compares them by, so a DATE key meets the TIMESTAMP midnight it equals. An ENUM hashes as its label, which is what DuckDB compares two ENUMs of
-different labels by. Keys of other kinds hash as they are, so two inputs whose keys differ in
-kind (VARCHAR and BIGINT, UUID and VARCHAR, INTEGER[] and DOUBLE[]) would not meet, nor would
-a FLOAT and an integer or DECIMAL, which DuckDB compares as FLOATs (16777217 = 16777216.0), nor
-a DOUBLE and a number of more than 64 bits, which DuckDB compares through its own rounding:
-:func:`keys_meet` tells which kinds meet, and the coordinator refuses any other pair before
-its reducers run. The fragment
-itself computes the id (:func:`hash_sql`). Range partitioning places
-each row by its first sort key against sampled bounds; rows with equal keys always share a
-partition.
+the same partition. Dates and timestamps are cast to TIMESTAMP, so a DATE key meets the
+TIMESTAMP midnight it equals, and a TIMESTAMP WITH TIME ZONE its local time. An ENUM hashes as
+its label, which is what DuckDB compares two ENUMs of different labels by. Keys of other kinds
+hash as they are, so two inputs whose keys differ in kind (VARCHAR and BIGINT, UUID and
+VARCHAR, INTEGER[] and DOUBLE[]) would not meet, nor would a FLOAT and an integer or DECIMAL,
+which DuckDB compares as FLOATs (16777217 = 16777216.0), nor a DOUBLE and a wide number
+(:func:`wide`), which DuckDB compares through its own rounding, nor, outside UTC, a TIMESTAMP
+WITH TIME ZONE and a local time in an hour the clocks skip: :func:`keys_meet` tells which kinds
+meet, and the coordinator refuses any other pair before its reducers run. The fragment itself
+computes the id (:func:`hash_sql`). Range partitioning places each row by its first sort key
+against sampled bounds; rows with equal keys always share a partition.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 
 import duckdb
@@ -34,23 +35,24 @@ PARTITION_COLUMN = "__qengine_partition"
 # Dates and timestamps by their exact names (a list of them is no date)
 _DATES = frozenset(["DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS"])
 _ENUM = re.compile(r"ENUM\(.*\)", re.DOTALL)
-_DECIMAL_WIDTH = re.compile(r"DECIMAL\((\d+),\s*\d+\)")
+_DECIMAL_TYPE = re.compile(r"DECIMAL\((\d+),\s*(\d+)\)")
 _HOLDS_ENUM = re.compile(r"\bENUM\(")
 
 
-def hash_sql(types: dict[str, str], keys: list[str], partitions: int, utc: bool = True) -> str:
+def hash_sql(types: dict[str, str], keys: list[str], partitions: int) -> str:
     """The partition id of a row as SQL, from the DuckDB types of the fragment's columns: the
     hash of the (type-canonical) keys modulo ``partitions``. The fragment computes it with its
-    rows, which saves a second pass over them. ``utc``: whether the fragment's DuckDB reads
-    local times in UTC (see :func:`_instant`)."""
+    rows, which saves a second pass over them."""
     parts = []
     for key in keys:
         quoted = identifier(key)
         kind = types[key]
         if is_number(kind):
-            parts.append(f"CAST(CAST({quoted} AS VARCHAR) AS DOUBLE)" if _wide(kind) else f"CAST({quoted} AS DOUBLE)")
+            parts.append(f"CAST(CAST({quoted} AS VARCHAR) AS DOUBLE)" if wide(kind) else f"CAST({quoted} AS DOUBLE)")
         elif kind in _DATES:
-            parts.append(_instant(quoted, kind, utc))
+            # a DATE past TIMESTAMP's range (year 300000) equals no timestamp: hashed as NULL,
+            # where the cast failed the query
+            parts.append(f"TRY_CAST({quoted} AS TIMESTAMP)")
         elif _ENUM.fullmatch(kind):
             parts.append(f"CAST({quoted} AS VARCHAR)")
         else:
@@ -58,36 +60,23 @@ def hash_sql(types: dict[str, str], keys: list[str], partitions: int, utc: bool 
     return f"CAST(hash({', '.join(parts)}) % {int(partitions)} AS BIGINT)"
 
 
-def _wide(kind: str) -> bool:
+def wide(kind: str) -> bool:
     """Whether DuckDB's cast of a number of type ``kind`` to DOUBLE may miss the nearest DOUBLE:
-    a HUGEINT, UHUGEINT or DECIMAL of more than 18 digits (held in 128 bits) may round to the
-    DOUBLE next to it, and did so differently for equal values of two such types (a DECIMAL(18,3)
-    against a DECIMAL(38,20); a BIGINT against its sum, a HUGEINT), which then hashed apart.
-    Such a number is hashed as the DOUBLE its text parses to, which is the nearest; DuckDB's
-    casts of narrower numbers are the nearest too."""
+    a HUGEINT or UHUGEINT, or a DECIMAL whose unscaled value may pass 2^53 and has a fraction
+    to divide off (DECIMAL(16,1) and up) or is held in 128 bits (more than 18 digits). Equal
+    values of two such types cast apart (a DECIMAL(18,3) against a DECIMAL(38,20); a BIGINT
+    against its sum, a HUGEINT), and hashed apart. Such a number is hashed as the DOUBLE its
+    text parses to, the nearest, which is what DuckDB's casts of the other numbers give."""
     if kind in ("HUGEINT", "UHUGEINT"):
         return True
-    width = _DECIMAL_WIDTH.fullmatch(kind)
-    return width is not None and int(width.group(1)) > 18
+    decimal = _DECIMAL_TYPE.fullmatch(kind)
+    return decimal is not None and (int(decimal.group(1)) > 18 or int(decimal.group(1)) > 15 and int(decimal.group(2)) > 0)
 
 
-def _instant(quoted: str, kind: str, utc: bool) -> str:
-    """A date or timestamp key as what DuckDB compares it by. A TIMESTAMP (or DATE) meets a
-    TIMESTAMPTZ as the instant its local time is in the session's zone: in a zone with a
-    change of clocks, a local time in the hour skipped is another hour's instant, so the key
-    is hashed as that instant. In UTC (no change of clocks) the local time itself is hashed,
-    which is cheaper. A DATE past TIMESTAMP's range (year 300000) equals no timestamp: it is
-    hashed as NULL, where the cast failed the query."""
-    if utc:
-        return f"TRY_CAST({quoted} AS TIMESTAMP)"
-    if kind == "TIMESTAMP WITH TIME ZONE":
-        return quoted
-    return f"TRY_CAST(TRY_CAST({quoted} AS TIMESTAMP) AS TIMESTAMPTZ)"
-
-
-def utc_zone(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether ``con`` reads local times in UTC."""
-    zone = con.execute("SELECT current_setting('TimeZone')").fetchone()[0]
+@functools.cache
+def _local_time_is_utc() -> bool:
+    """Whether DuckDB reads local times in UTC here (its TimeZone setting follows the process's)."""
+    zone = duckdb.connect().execute("SELECT current_setting('TimeZone')").fetchone()[0]
     return zone.removeprefix("Etc/") in ("UTC", "UCT", "GMT", "Universal", "Zulu")
 
 
@@ -107,8 +96,10 @@ def key_class(field: pa.Field) -> str:
         return "FLOAT"
     if pa.types.is_float64(t):
         return "DOUBLE"
-    if HUGEINT.fullmatch(carried) or pa.types.is_decimal(t) and t.precision > 18:
+    if HUGEINT.fullmatch(carried) or pa.types.is_decimal(t) and wide(f"DECIMAL({t.precision},{t.scale})"):
         return "wide number"  # hashed through its text (hash_sql): it meets no FLOAT or DOUBLE
+    if pa.types.is_timestamp(t) and t.tz:
+        return "timestamp with time zone"
     if pa.types.is_integer(t) or pa.types.is_decimal(t):
         return "number"  # an integer or DECIMAL
     if pa.types.is_date(t) or pa.types.is_timestamp(t):
@@ -129,6 +120,10 @@ def keys_meet(a: str, b: str) -> bool:
         return True
     if {a, b} == {"number", "wide number"}:
         return True
+    if {a, b} == {"date or timestamp", "timestamp with time zone"}:
+        # DuckDB compares them as instants, and a local time in an hour the clocks skip is not
+        # the instant whose local time it hashes as: only in UTC do the two hash alike
+        return _local_time_is_utc()
     numbers = {"number", "DOUBLE", "FLOAT"}
     return a in numbers and b in numbers and {a, b} != {"number", "FLOAT"}
 

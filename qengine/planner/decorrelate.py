@@ -39,6 +39,19 @@ partially before the shuffle:
 MIN and MAX skip NULLs as the comparison with a NULL does, and a group of NULLs only gives
 NULL bounds, so the test is NULL where no element compared true; that equals false only
 where the test is a conjunct of a WHERE, so only there is it rewritten.
+
+A subquery correlated through other comparisons (``b.d BETWEEN o.d - 30 AND o.d``, ``b.x <
+o.x``) is grouped by the outer values it reads, as DuckDB decorrelates a dependent join over
+its "domain": the outer FROM's distinct values of those columns are joined into it,
+
+    ... WHERE x > (SELECT max(b.v) FROM b WHERE b.d < o.d)
+    ... LEFT JOIN (SELECT dm._d0 AS _k0, max(b.v) AS _v, TRUE AS _m FROM b,
+                   (SELECT DISTINCT o.d AS _d0 FROM o) dm WHERE b.d < dm._d0 GROUP BY dm._d0) d
+          ON o.d = d._k0
+
+which holds only where each comparison is NULL wherever its outer value is: an outer NULL,
+which ``=`` never matches, then rightly gets the value over no rows. A correlated EXISTS
+sqlglot leaves is first counted, ``(SELECT count(*) ...) > 0``.
 """
 
 from __future__ import annotations
@@ -50,6 +63,7 @@ import sqlglot.expressions as exp
 from qengine.planner.expressions import conjuncts, has_aggregate
 
 _ids = itertools.count()
+_JOINED = "qengine_decorrelated"  # the meta key marking a join a rewrite added
 # DuckDB's own message, for a scalar subquery that makes more than one row.
 MULTIPLE_ROWS = "More than one row returned by a subquery used as an expression - scalar subqueries can only return a single row."
 
@@ -107,19 +121,20 @@ def decorrelate(query: exp.Expression) -> exp.Expression:
 
 
 def _exists_as_counts(select: exp.Select) -> None:
-    """``EXISTS (q)`` that sqlglot's optimizer left correlated (it needs an equality) is
+    """A correlated ``EXISTS (q)`` still here (sqlglot's optimizer decorrelates one with an
+    equality and no other comparison, or with one compared inner column) is
     ``(SELECT count(*) ... of q) > 0``, which is never NULL either, and which ``_rewrite``
-    decorrelates."""
+    decorrelates. Not where ``q`` aggregates: without GROUP BY it makes a row of no rows."""
     places = [select.args.get("where")] if _aggregates(select) else [select.args.get("where"), *select.expressions]
     for place in places:
         for test in list(place.find_all(exp.Exists)) if place is not None else []:
             inner = test.this
             if test.find_ancestor(exp.Select) is not select or not isinstance(inner, exp.Select):
                 continue
-            if any(inner.args.get(k) for k in ("group", "having", "limit", "offset", "qualify", "with_")):
+            if any(inner.args.get(k) for k in ("limit", "offset", "qualify", "with_")) or inner.args.get("from_") is None:
                 continue
-            if not _tables(inner) - _aliases(inner):
-                continue  # not correlated
+            if _aggregates(inner) or not _tables(inner) - _aliases(inner):
+                continue  # grouped (an aggregate without GROUP BY makes a row of no rows), or not correlated
             counted = exp.select(exp.Count(this=exp.Star()))
             for k in ("from_", "joins", "where"):
                 if inner.args.get(k):
@@ -198,7 +213,7 @@ def _aggregates(select: exp.Select) -> bool:
 
 def _rewrite(outer: exp.Select, sub: exp.Subquery | exp.All) -> None:
     inner = sub.this
-    if not isinstance(inner, exp.Select) or len(inner.expressions) != 1:
+    if not isinstance(inner, exp.Select) or len(inner.expressions) != 1 or inner.args.get("from_") is None:
         return
     if any(inner.args.get(k) for k in ("group", "having", "limit", "offset", "order", "qualify", "with_", "distinct")):
         return
@@ -259,6 +274,7 @@ def _rewrite(outer: exp.Select, sub: exp.Subquery | exp.All) -> None:
     derived.group_by(*[inner_e.copy() for _, inner_e in keys], copy=False)
     on = exp.and_(*[exp.EQ(this=outer_e.copy(), expression=exp.column(f"_k{i}", alias)) for i, (outer_e, _) in enumerate(keys)])
     outer.join(derived.subquery(alias), on=on, join_type="LEFT", copy=False)
+    outer.args["joins"][-1].meta[_JOINED] = True
     if checked:
         several = exp.GT(this=exp.column("_n", alias), expression=exp.Literal.number(1))
         replacement = exp.Case(
@@ -313,8 +329,10 @@ def _over_domain(
     join): the keys' outer expressions and the outer columns the tests read become columns
     ``_d0``, ``_d1``… of a derived table of the outer FROM's distinct values, which the tests
     read instead. The outer rows are a subset of that FROM's (its joins, and the WHERE's tests
-    that read nothing else, are kept), so each outer row finds its own group. Returns the keys
-    as (outer expression, domain column), the tests, and the derived table."""
+    that read nothing else, are kept), so each outer row finds its own group. The groups are
+    keyed by the values' text too, and joined back by it alone: DISTINCT took -0.0 and 0.0 for
+    one value, and ``1 / o.f`` then read the one kept for both. Returns the keys as (outer
+    expression, domain column), the tests, and the derived table."""
     name = f"_dm{next(_ids)}"
     values: dict[str, int] = {}
     read: list[exp.Expression] = []
@@ -334,13 +352,15 @@ def _over_domain(
         return node
 
     tests = [exp.EQ(this=slot(o), expression=i.copy()) for o, i in keys] + [t.copy().transform(visit, copy=False) for t in tests]
-    domain = exp.select(*[e.copy().as_(f"_d{i}") for i, e in enumerate(read)]).distinct(copy=False)
+    texts = [exp.cast(e.copy(), exp.DataType.build("VARCHAR")).as_(f"_t{i}") for i, e in enumerate(read)]
+    domain = exp.select(*[e.copy().as_(f"_d{i}") for i, e in enumerate(read)], *texts).distinct(copy=False)
     domain.set("from_", outer.args["from_"].copy())
-    joins = [j.copy() for j in outer.args.get("joins") or [] if not j.this.alias_or_name.startswith("_dc")]
+    joins = [j.copy() for j in outer.args.get("joins") or [] if not j.meta.get(_JOINED)]  # not an earlier rewrite's
     if joins:
         domain.set("joins", joins)
     sources = _aliases(domain)
     kept = [c.copy() for c in conjuncts(outer.args.get("where")) if not c.find(exp.Query, exp.Exists) and _tables(c) <= sources]
     if kept:
         domain.where(exp.and_(*kept), copy=False)
-    return [(e, exp.column(f"_d{i}", name)) for i, e in enumerate(read)], tests, domain.subquery(name)
+    text = exp.DataType.build("VARCHAR")
+    return [(exp.cast(e.copy(), text), exp.column(f"_t{i}", name)) for i, e in enumerate(read)], tests, domain.subquery(name)

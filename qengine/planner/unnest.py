@@ -132,6 +132,9 @@ def _struct_keyed(scope: Scope) -> bool:
     (``s.d < o.d AND s.v <> o.d``). It reads the structs' fields as columns of a table ``_x``,
     which the builder took for a correlated reference; ``planner/decorrelate.py`` counts the
     rows over the outer values instead."""
+    query = scope.expression
+    if isinstance(query, exp.Select) and query.args.get("group") is None and any(has_aggregate(e) for e in query.expressions):
+        return False  # a row even of no rows: the rule makes the EXISTS TRUE
     inner = set()
     for column in scope.external_columns:
         test = column.find_ancestor(exp.Predicate)

@@ -73,7 +73,6 @@ class PartitionIds:
     def __init__(self) -> None:
         self._known: dict[str, str] = {}
         self._lock = threading.Lock()  # tasks run on several threads
-        self._utc: bool | None = None  # whether the worker's DuckDB reads local times in UTC
 
     def select(self, con: duckdb.DuckDBPyConnection, sql: str, output: dict) -> str:
         """``sql`` with the partition id of each row added as its last column."""
@@ -81,9 +80,7 @@ class PartitionIds:
         if expr is None:
             rel = con.sql(sql)
             types = {name: str(t) for name, t in zip(rel.columns, rel.types, strict=True)}
-            if self._utc is None:
-                self._utc = partitioner.utc_zone(con)
-            expr = partitioner.hash_sql(types, output["keys"], output["partitions"], self._utc)
+            expr = partitioner.hash_sql(types, output["keys"], output["partitions"])
             with self._lock:
                 self._known[output["key"]] = expr
                 while len(self._known) > self.KEPT:
