@@ -424,6 +424,9 @@ CORRELATED_BY_COMPARISON = {
     "exists_in_aggregate_query": "SELECT count(*) FROM small a WHERE EXISTS (SELECT 1 FROM big b WHERE b.k = a.k AND b.d > a.x)",
     # sqlglot's rule searched a list of structs of the two compared columns, read as a table _x
     "exists_two_compared_columns": "SELECT a.id FROM small a WHERE EXISTS (SELECT 1 FROM big b WHERE b.k = a.k AND b.id < a.x * 100 AND b.d > 1)",
+    # unnamed for the count(*) inside it, ORDER BY its position failed inside sqlglot (AssertionError)
+    "ordered_by_its_position": "SELECT a.id, (SELECT count(*) FROM small b WHERE b.x < a.x) FROM small a ORDER BY 2 DESC, 1",
+    "equality_ordered_by_its_position": "SELECT a.id, (SELECT count(*) FROM small b WHERE b.k = a.k) FROM small a ORDER BY 2 DESC, 1",
     # an aggregate without GROUP BY makes a row of no rows: the EXISTS is TRUE
     "exists_of_an_aggregate": "SELECT a.id FROM small a WHERE EXISTS (SELECT sum(b.x) FROM small b WHERE b.x < a.k AND b.id > a.id)",
     # the rewrite told its own joins by their names' prefix, and dropped a user's join of that name
@@ -1468,3 +1471,9 @@ def test_age_of_one_timestamp_counts_from_midnight_of_the_utc_date() -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "TZ": zone}, capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["True"], done.stdout + done.stderr
+
+
+def test_a_count_star_inside_an_item_names_it_as_duckdb(con, duck) -> None:
+    """An item holding ``count(*)`` was taken for a star expansion and left unnamed (``_col_0``)."""
+    sql = "SELECT count(*) + 1, [count(*)][1] + 0 AS listed FROM small"
+    assert [d[0] for d in con.execute(sql).description] == [d[0] for d in duck.execute(sql).description]

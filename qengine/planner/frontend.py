@@ -174,9 +174,14 @@ def _date_add_as_plus(statement: exp.Expression) -> None:
 def _output_name(e: exp.Expression) -> str:
     """An unaliased expression as DuckDB names its result column ("count(x)", "(a + 1)"); a
     bound parameter as it was written."""
-    if isinstance(e, exp.Count) and isinstance(e.this, exp.Star):
-        return "count_star()"
-    shown = e.transform(lambda n: exp.Var(this=n.meta[PLACEHOLDER]) if n.meta and PLACEHOLDER in n.meta else n)
+    def shown_as(n: exp.Expression) -> exp.Expression:
+        if n.meta and PLACEHOLDER in n.meta:
+            return exp.Var(this=n.meta[PLACEHOLDER])
+        if isinstance(n, exp.Count) and isinstance(n.this, exp.Star):
+            return exp.Anonymous(this="count_star")
+        return n
+
+    shown = e.transform(shown_as)
     text = shown.sql(dialect="duckdb", normalize_functions="lower", comments=False)
     return f"({text})" if isinstance(e, exp.Binary) else text
 
@@ -698,12 +703,20 @@ def _name_select_outputs(query: exp.Expression) -> None:
     if not isinstance(query, exp.Select):
         return
     for e in list(query.expressions):
-        if isinstance(e, exp.Alias | exp.Column | exp.Star) or e.find(exp.Star) and not isinstance(e, exp.Count):
+        if isinstance(e, exp.Alias | exp.Column | exp.Star) or _expands_a_star(e):
             continue
         name = _output_name(e)
         # an Alias node even around a subquery, which ``alias_`` would give a table alias of
         # its own: sqlglot's ORDER BY and GROUP BY positions take only an Alias for a name
         e.replace(exp.Alias(this=e.copy(), alias=exp.to_identifier(name, quoted=True)))
+
+
+def _expands_a_star(e: exp.Expression) -> bool:
+    """Whether a select item holds a star that stands for columns, not ``count(*)`` or a star
+    of a subquery inside it: a scalar subquery of ``count(*)`` went unnamed, and ORDER BY its
+    position failed inside sqlglot."""
+    inner = {id(star) for query in e.find_all(exp.Subquery) for star in query.find_all(exp.Star)}
+    return any(id(star) not in inner and not isinstance(star.parent, exp.Count) for star in e.find_all(exp.Star))
 
 
 def written_aliases(statement: exp.Expression) -> dict[int, str]:
