@@ -124,12 +124,20 @@ def test_a_glob_lists_nothing_outside_the_roots(local, layout) -> None:
     _refused(local, f"SELECT * FROM read_csv('{data}/t\x00.csv')", "NUL character")
 
 
-def test_a_link_swapped_in_after_planning_is_refused_by_the_worker(local, layout) -> None:
+def test_a_link_swapped_in_is_refused(local, layout) -> None:
+    """A registered file swapped for a link leading outside: the table, read again before the
+    next statement, is refused by the coordinator before anything outside is read. A swap after
+    planning meets the worker's own check, which refuses a path that is no longer its realpath."""
+    from qengine.catalog.access import AccessPolicy, check_opened
+
     table = layout["data"] / "t.parquet"
     assert local.execute("SELECT sum(k) FROM t").fetchone() == (6,)
     table.unlink()
     table.symlink_to(layout["outside"] / "other.parquet")  # same name, now leading outside
-    _refused(local, "SELECT sum(k) FROM t", "changed after the query was planned")
+    with pytest.raises(qengine.OperationalError, match="changed on disk and cannot be read again: .* is outside the data roots"):
+        local.execute("SELECT sum(k) FROM t")
+    with pytest.raises(qengine.ProgrammingError, match="changed after the query was planned"):
+        check_opened(str(table), [AccessPolicy.of([str(layout["root"])], [])])
 
 
 def test_local_writes_stay_inside_the_output_roots(local, layout) -> None:
