@@ -306,9 +306,14 @@ def _bounding(test: exp.Expression, local: set[str], outer: set[str]) -> bool:
     joined back on ``=``, which never matches NULL: the subquery over no rows is the value."""
     if not isinstance(test, _TESTS) or isinstance(test, exp.Like | exp.ILike) and test.args.get("escape"):
         return False
-    operands = [o for o in test.args.values() if isinstance(o, exp.Expression)]
-    reading = [o for o in operands if _tables(o) - local]
-    return bool(reading) and all(_strict(o, local, outer) for o in reading)
+    return _outer_parts_strict(test, local, outer)
+
+
+def _outer_parts_strict(e: exp.Expression, local: set[str], outer: set[str]) -> bool:
+    """Whether some operand of ``e`` reads outer columns, and each that does is NULL wherever
+    one of them is."""
+    reading = [p for p in e.args.values() if isinstance(p, exp.Expression) and _tables(p) - local]
+    return bool(reading) and all(_strict(p, local, outer) for p in reading)
 
 
 def _strict(e: exp.Expression, local: set[str], outer: set[str]) -> bool:
@@ -316,9 +321,7 @@ def _strict(e: exp.Expression, local: set[str], outer: set[str]) -> bool:
     if isinstance(e, exp.Column):
         return e.table.lower() in outer
     if isinstance(e, exp.Cast) and not isinstance(e, exp.TryCast) or isinstance(e, _STRICT):
-        parts = [p for p in e.args.values() if isinstance(p, exp.Expression)]
-        reading = [p for p in parts if _tables(p) - local]
-        return bool(reading) and all(_strict(p, local, outer) for p in reading)
+        return _outer_parts_strict(e, local, outer)
     return False
 
 

@@ -162,8 +162,9 @@ def parameterize(statement: exp.Expression, dialect: str) -> Shape:
             slot.meta[PLACEHOLDER] = bound.meta[PLACEHOLDER]
         return slot
 
-    bound = Counter(n.meta[PARAMETER] for n in statement.walk() if n.meta and PARAMETER in n.meta)
-    spellings = [n.meta[PLACEHOLDER] for n in statement.walk() if n.meta and PLACEHOLDER in n.meta]
+    parameters = [n.meta for n in statement.walk() if n.meta and PARAMETER in n.meta]
+    bound = Counter(meta[PARAMETER] for meta in parameters)
+    spellings = [meta[PLACEHOLDER] for meta in parameters]
     shaped = statement.transform(visit)
     slotted = Counter(origin for feeding in sources for origin in feeding)
     baked = {i for i, count in bound.items() if count > slotted[i]}
