@@ -10,8 +10,9 @@ import datetime as dt
 import decimal
 import os
 import socket
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import duckdb
 import numpy as np
@@ -107,6 +108,22 @@ def make_data(root: str) -> dict[str, str]:
         _write(table, path, files, rg)
         paths[name] = path
     return paths
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _temporary_files_under_pytest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Temporary files of the tests' clusters under pytest's own base directory, which pytest
+    prunes, not the system's: a local cluster that lost a worker keeps its logs on purpose, and
+    every run of the suite left some thirty such directories in /tmp."""
+    path = str(tmp_path_factory.mktemp("tmp"))
+    before = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = tempfile.tempdir = path  # workers inherit TMPDIR
+    yield
+    if before[0] is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before[0]
+    tempfile.tempdir = before[1]
 
 
 @pytest.fixture(scope="session")

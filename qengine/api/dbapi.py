@@ -4,7 +4,6 @@ name (``api.replacement_scans``)."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -482,5 +481,11 @@ class Connection:
         self._close()  # the block may have closed it already
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # interpreter shutdown
+        # A closed connection has nothing to do: at interpreter shutdown this module's
+        # globals may already be gone, and even ``contextlib`` failed here.
+        if getattr(self, "_closed", True):
+            return
+        try:  # noqa: SIM105 - contextlib may be gone at shutdown; builtins are not
             self._close()
+        except Exception:  # noqa: BLE001 - a finalizer must not raise
+            pass
