@@ -123,11 +123,14 @@ class Catalog:
         if from_sql or not self.extendable:
             check(str(_split_at_wildcard(spec)[0]))
         seen = listed if listed is not None else []
-        if os.path.isdir(spec):
+        if os.path.isdir(spec) and from_sql:  # as DuckDB reads a directory: the files of its reader's kind below it
+            found = [p for p in _glob(os.path.join(spec, "**", "*" + suffixes[0]), check, seen) if os.path.isfile(p)]
+        elif os.path.isdir(spec):  # a registered directory: its data files, as Spark and Hive list them
             found = []
-            for d, _, files in os.walk(spec):
+            for d, dirs, files in os.walk(spec):
                 seen.append(d)
-                found += [os.path.join(d, f) for f in files if f.endswith(suffixes) and not f.startswith((".", "_"))]
+                dirs[:] = [n for n in dirs if not _hidden(n)]
+                found += [os.path.join(d, f) for f in files if f.endswith(suffixes) and not _hidden(f)]
         elif any(ch in spec for ch in "*?["):
             found = [p for p in _glob(spec, check, seen) if os.path.isfile(p)]
         elif os.path.isfile(spec):
@@ -136,15 +139,16 @@ class Catalog:
             raise ProgrammingError(f"no such file or directory: {spec}")
         if not found:
             raise ProgrammingError(f"no {'/'.join(suffixes)} files match {spec}")
-        resolved = {check(p): p for p in sorted(found)}
+        # Each name is read, as DuckDB reads it: a link beside the file it links to is read twice.
+        resolved = sorted((check(p), p) for p in found)
         if from_sql:
-            bad = [p for p in found if not p.endswith(suffixes)]
+            bad = [p for p in found if not uncompressed(p).lower().endswith(suffixes)]
             if bad:
                 raise ProgrammingError(f"{bad[0]} is not a {'/'.join(suffixes)} file")
-        for p in resolved:
+        for p, _ in resolved:
             if not os.access(p, os.R_OK):
                 raise ProgrammingError(f"{p} is not readable")
-        return sorted(resolved.items())
+        return resolved
 
     def parquet_files(self) -> tuple[str, ...]:
         """Every Parquet file of a registered table: what a fragment's connection may read.
@@ -266,13 +270,29 @@ def local_catalog(allowed_roots: list[str] | None, output_roots: list[str] | Non
     return Catalog(AccessPolicy.of(reads, writes), extendable=allowed_roots is None)
 
 
+def _hidden(name: str) -> bool:
+    """Whether a registered directory's listing leaves ``name`` out, as Spark's does: a name
+    starting with a dot, or with an underscore unless it is a ``_key=value`` partition."""
+    return name.startswith(".") or (name.startswith("_") and "=" not in name)
+
+
+# What DuckDB decompresses as it reads a CSV or JSON file: ``x.csv.gz`` is a CSV file.
+COMPRESSIONS = (".gz", ".zst")
+
+
+def uncompressed(path: str) -> str:
+    """``path`` without the suffix of a compression DuckDB reads through (``x.csv.gz``)."""
+    return path[: -len(suffix)] if (suffix := next((s for s in COMPRESSIONS if path.lower().endswith(s)), "")) else path
+
+
 def _glob(spec: str, check: Callable[[str], object], listed: list[str]) -> list[str]:
-    """The paths ``spec`` matches, each directory passed to ``check`` before it is listed, so
-    that nothing outside the roots is listed. ``..`` after a wildcard is refused: it climbs out
-    of whatever the wildcard matched, a link included. ``**`` descends into directories, not
-    into links to them, as DuckDB's does (a link back to a parent made Python's ``glob`` expand
-    without end). Names starting with a dot are left out unless the pattern's part starts with
-    one, as ``glob`` leaves them. The directories listed are added to ``listed``."""
+    """The paths ``spec`` matches, as DuckDB's glob matches them, each directory passed to
+    ``check`` before it is listed, so that nothing outside the roots is listed. ``..`` after a
+    wildcard is refused: it climbs out of whatever the wildcard matched, a link included.
+    ``**`` descends into directories, not into links to them, as DuckDB's does (a link back to
+    a parent made Python's ``glob`` expand without end). Unlike Python's ``glob``, a wildcard
+    matches names starting with a dot, and ``**`` enters such directories: DuckDB read them, so
+    leaving them out lost their rows. The directories listed are added to ``listed``."""
     fixed, pattern = _split_at_wildcard(spec)
     if ".." in pattern.parts:
         raise ProgrammingError(f"{spec}: '..' after a wildcard is not supported")
@@ -285,11 +305,11 @@ def _glob(spec: str, check: Callable[[str], object], listed: list[str]) -> list[
             check(directory)
             listed.append(directory)
             if part == "**":  # the directory itself and every one below it
-                below = [d for d, _, _ in os.walk(directory) if not any(p.startswith(".") for p in pathlib.PurePath(d).relative_to(directory).parts)]
+                below = [d for d, _, _ in os.walk(directory)]
                 listed += below
                 matched += below
                 continue
-            names = [n for n in os.listdir(directory) if fnmatch.fnmatchcase(n, part) and (part.startswith(".") or not n.startswith("."))]
+            names = [n for n in os.listdir(directory) if fnmatch.fnmatchcase(n, part)]
             matched += [os.path.join(directory, n) for n in names]
         found = matched
     return found

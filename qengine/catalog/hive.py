@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 import duckdb
 import pyarrow as pa
 
-from qengine.errors import ProgrammingError
+from qengine.errors import NotSupportedError, ProgrammingError
 from qengine.sandbox.connection import safe_connection, scratch_connection
 from qengine.sandbox.quoting import identifier, string_literal
 from qengine.transport.wire import schema_from_hex, schema_to_hex
@@ -80,12 +80,11 @@ def detect(spelled: list[str], resolved: list[str], options: HiveOptions) -> Hiv
         return None
     keys = [set(_keys(p)) for p in spelled]
     first = keys[0]
-    if options.partitioning is None and not options.types:
-        # DuckDB's detection: the first file has ``key=value`` directories, and every file as
-        # many path segments with no other key.
-        depth = len(spelled[0].split(os.sep))
-        if not first or any(len(p.split(os.sep)) != depth or not k <= first for p, k in zip(spelled, keys, strict=True)):
-            return None
+    # DuckDB's detection: the first file has ``key=value`` directories, and every file the same
+    # keys, at whatever depth (``k=1/f`` beside ``k=2/sub/f`` is partitioned; beside ``nokey/f``
+    # it is not).
+    if options.partitioning is None and not options.types and (not first or any(k != first for k in keys)):
+        return None
     if not any(keys) and not options.types:  # partitioned, but by nothing: DuckDB reads the files alone
         return None
     files = ", ".join(string_literal(p) for p in spelled)
@@ -108,8 +107,15 @@ def detect(spelled: list[str], resolved: list[str], options: HiveOptions) -> Hiv
         con.close()
     real = dict(zip(spelled, resolved, strict=True))
     values: dict[str, list[str | None]] = {p: [None] * len(names) for p in resolved}  # a file of no rows: none read
+    named: dict[str, str] = {}  # resolved path → the name its values were read under
     for row in rows:
-        values[real[row[0]]] = list(row[1:])
+        path = real[row[0]]
+        if path in named and values[path] != list(row[1:]):
+            # A split names a file by its real path: one file in two partitions (a link) has
+            # one set of values there.
+            raise NotSupportedError(f"{row[0]} and {named[path]} are one file in two hive partitions: "
+                                    "copy the file instead of linking it")
+        named[path], values[path] = row[0], list(row[1:])
     return HivePartitions(schema, types, values)
 
 

@@ -202,7 +202,10 @@ def read_split(split: dict, columns: list[tuple[str, str]], fetch_memory: Callab
     kind = split["kind"]
     try:
         if kind == "parquet":
-            table = _read_parquet(split, sources)
+            try:
+                table = _read_parquet(split, sources)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                table = _read_parquet_by_duckdb(split, sources)
         elif kind in ("csv", "json"):
             table = _read_by_duckdb(split).select(sources)
         elif kind == "records":
@@ -257,6 +260,21 @@ def _read_parquet(split: dict, sources: list[str]) -> pa.Table:
     return pa.schema([lowered[s.lower()].with_name(s) for s in sources]).empty_table()
 
 
+def _read_parquet_by_duckdb(split: dict, sources: list[str]) -> pa.Table:
+    """A Parquet split pyarrow could not read, read by DuckDB's reader, the reference: pyarrow
+    fails on files DuckDB reads (a DuckDB ARRAY column holding a NULL)."""
+    sql = parquet_sql(split, [(s, s) for s in sources])
+    if sql is None:
+        raise OperationalError("scan failed: pyarrow could not read an empty split")
+    con = safe_connection(readable=split_files(split))
+    try:
+        return tagged_result(con.sql(sql))
+    except duckdb.Error as e:
+        raise OperationalError(f"scan failed: {str(e).splitlines()[0]}") from e
+    finally:
+        con.close()
+
+
 def duckdb_schema(schema: pq.ParquetSchema) -> pa.Schema:
     """The Arrow schema of a Parquet file's columns as DuckDB reads them, where pyarrow reads
     them otherwise. pyarrow reads an INTERVAL column (a 12-byte FIXED_LEN_BYTE_ARRAY marked
@@ -268,7 +286,8 @@ def duckdb_schema(schema: pq.ParquetSchema) -> pa.Schema:
     FLOAT), and timestamps in seconds or milliseconds (TIMESTAMP to DuckDB). A UUID, at any
     depth, pyarrow reads as its 16 bytes, which reached results as a BLOB: it is DuckDB's text of
     the UUID, tagged as one (``sandbox.carried_types``), as DuckDB's own Arrow output carries it."""
-    arrow = _marked_leaves(schema, _is_uuid, _as_uuid)
+    # INT96 (Impala's and Spark's timestamps): pyarrow reads nanoseconds, DuckDB a TIMESTAMP
+    arrow = _marked_leaves(schema, _is_int96, lambda _: pa.timestamp("us"), _marked_leaves(schema, _is_uuid, _as_uuid))
     # for their types' names alone: pyarrow reads a JSON as text, and a TIME WITH TIME ZONE as a
     # time with its offset dropped (a type qengine refuses to carry, see ``sandbox.carried_types``)
     described = _marked_leaves(schema, _is_zoned_time, lambda _: ZonedTime(), _marked_leaves(schema, _is_json, _as_json, arrow))
@@ -319,9 +338,24 @@ def _holds_uuid(t: pa.DataType) -> bool:
 
 
 def _as_duckdb_reads(t: pa.DataType) -> pa.DataType:
-    """The Arrow type of a column pyarrow reads as ``t``, as DuckDB reads it (see :func:`duckdb_schema`)."""
+    """The Arrow type of a column pyarrow reads as ``t``, as DuckDB reads it (see :func:`duckdb_schema`).
+
+    The variants of one type (a large or dictionary-encoded string, say) are the type itself:
+    DuckDB reads them all as one, and files written with different variants concatenate."""
     if _holds_uuid(t):
         return _uuids_as_strings(t)
+    if pa.types.is_dictionary(t):
+        return _as_duckdb_reads(t.value_type)
+    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return pa.binary()
+    if pa.types.is_null(t):  # a column of no type at all is DuckDB's INTEGER
+        return pa.int32()
+    if pa.types.is_decimal256(t):  # wider than DuckDB's DECIMAL: it reads a DOUBLE
+        return pa.float64()
+    if pa.types.is_fixed_size_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
+        return pa.list_(t.value_field.with_type(_as_duckdb_reads(t.value_type)))
     if pa.types.is_nested(t):  # DuckDB reads the values inside as it reads them outside
         return with_child_types(t, _as_duckdb_reads)
     if pa.types.is_duration(t):
@@ -346,6 +380,32 @@ def _duckdb_time_zone() -> str:
         return con.execute("SELECT current_setting('TimeZone')").fetchone()[0]
     finally:
         con.close()
+
+
+def misread_columns(schema: pq.ParquetSchema) -> frozenset[str]:
+    """The top-level columns that pyarrow reads other than DuckDB does, in values and not only
+    in type, so that only DuckDB's reader may read them: an INT96 timestamp (whose nanoseconds
+    DuckDB cuts its own way), a DECIMAL wider than 38 digits (DuckDB reads a DOUBLE, even where
+    that DOUBLE is not the number), a fixed-size list (a DuckDB ARRAY with a NULL is a file
+    pyarrow cannot read at all), a column of no type, a union (DuckDB writes a struct whose tag
+    field has no name, and reads it back as a struct without names)."""
+    arrow = schema.to_arrow_schema()
+    int96 = {schema.column(i).path.split(".")[0] for i in range(len(schema)) if _is_int96(schema.column(i))}
+    return frozenset(f.name for f in arrow if f.name in int96 or _misread(f.type))
+
+
+def _misread(t: pa.DataType) -> bool:
+    if pa.types.is_null(t) or pa.types.is_decimal256(t) or pa.types.is_fixed_size_list(t) or pa.types.is_union(t):
+        return True
+    if pa.types.is_struct(t) and any(not t.field(i).name for i in range(t.num_fields)):
+        return True
+    if pa.types.is_dictionary(t):
+        return _misread(t.value_type)
+    return any(_misread(t.field(i).type) for i in range(t.num_fields))
+
+
+def _is_int96(column: pq.ColumnSchema) -> bool:
+    return column.physical_type == "INT96"
 
 
 def _is_uuid(column: pq.ColumnSchema) -> bool:

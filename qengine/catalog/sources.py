@@ -21,9 +21,9 @@ import pyarrow.parquet as pq
 from qengine.catalog import records
 from qengine.catalog.hive import HiveOptions, HivePartitions
 from qengine.catalog.hive import detect as detect_partitions
-from qengine.catalog.scan import csv_error, duckdb_schema
+from qengine.catalog.scan import csv_error, duckdb_schema, misread_columns
 from qengine.catalog.types import PLAIN_NAME, type_code
-from qengine.errors import NotSupportedError, OperationalError, ProgrammingError
+from qengine.errors import DataError, NotSupportedError, OperationalError, ProgrammingError
 from qengine.sandbox.carried_types import tagged_result
 from qengine.sandbox.connection import safe_connection
 from qengine.sandbox.quoting import identifier, string_literal
@@ -51,6 +51,8 @@ class Source:
     schema: pa.Schema
     # How the query named it, where ``name`` is made up (a read_parquet() call in FROM): for EXPLAIN
     written: str | None = None
+    # Columns only DuckDB's own reader reads as DuckDB does (``scan.misread_columns``)
+    misread: frozenset[str] = frozenset()
 
     def __deepcopy__(self, memo: dict) -> Source:
         """The catalog's table itself: a copied plan (``planner.templates``) reads the same one."""
@@ -183,6 +185,7 @@ class ParquetSource(Source):
                 md = pq.ParquetFile(path).metadata
             except (OSError, pa.ArrowInvalid) as e:
                 raise ProgrammingError(f"table {name!r}: cannot read Parquet file {path}: {e}") from e
+            self.misread |= misread_columns(md.schema)
             if path == paths[0]:
                 self.schema = duckdb_schema(md.schema)
                 _refuse_repeated_names(name, path, self.schema.names)
@@ -390,7 +393,11 @@ class CsvSource(Source):
 def _reordered_headers(con: duckdb.DuckDBPyConnection, paths: list[str], dialect: tuple, schema: pa.Schema, types: list[str]) -> dict[str, str]:
     """The read options of each file whose header names the table's columns in another order:
     DuckDB matches a file's columns to the first file's by name, and read with the first file's
-    ``columns`` option, such a file's values went to the wrong columns."""
+    ``columns`` option, such a file's values went to the wrong columns.
+
+    A file whose header names other columns is refused, as DuckDB refuses it ("schema
+    mismatch"): read with the first file's options, a file without a header lost its first row
+    to the header it was taken for."""
     delimiter, quote, escape, _, _, skip = dialect[:6]
     text = _sniffed_text
     duck_types = dict(zip(schema.names, types, strict=True))
@@ -400,7 +407,10 @@ def _reordered_headers(con: duckdb.DuckDBPyConnection, paths: list[str], dialect
     for path in paths[1:]:
         header = con.sql(f"SELECT * FROM read_csv({string_literal(path)}, delim = {text(delimiter)}, quote = {text(quote)}, "
                          f"escape = {text(escape)}, skip = {int(skip)}, header = true, all_varchar = true) LIMIT 0").columns
-        if [n.lower() for n in header] != order and sorted(n.lower() for n in header) == sorted(order):
+        if sorted(n.lower() for n in header) != sorted(order):
+            raise DataError(f"CSV file {path} has the columns {', '.join(header)} where {paths[0]} has "
+                            f"{', '.join(schema.names)}: read them as separate tables")
+        if [n.lower() for n in header] != order:
             named = ", ".join(f"{string_literal(by_lower[n.lower()])}: {string_literal(duck_types[by_lower[n.lower()]])}" for n in header)
             options[path] = _csv_read_options(dialect, f"columns = {{{named}}}")
     return options

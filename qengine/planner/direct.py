@@ -55,6 +55,8 @@ def plan(root: lp.Node) -> dict[str, Any] | None:
         fields = node.read_source.schema
         if any(fields.get_field_index(c) >= 0 and unsupported(carried_type(fields.field(c))) for c in node.column_map):
             return None  # a type Arrow cannot carry (a TIME WITH TIME ZONE): DuckDB's fragment reads and refuses it
+        if node.read_source.misread.intersection(node.column_map):
+            return None  # only DuckDB's reader reads these columns' values as DuckDB does
         ops.append(["select", [[c, c] for c in node.columns]])
     elif isinstance(node, lp.ExchangeRead):
         name = node.table

@@ -24,7 +24,7 @@ from typing import Any
 import duckdb
 import sqlglot.expressions as exp
 
-from qengine.catalog.catalog import Catalog
+from qengine.catalog.catalog import Catalog, uncompressed
 from qengine.catalog.sources import CsvSource, JsonSource, RangeSource, Source, hive_parquet
 from qengine.errors import Error, NotSupportedError, ProgrammingError
 from qengine.planner.parquet_options import hive_options
@@ -47,7 +47,7 @@ _counter = itertools.count()
 
 def file_kind(name: str) -> str | None:
     """How a table named ``name`` is read as a file, by its suffix; None if it names no file."""
-    lowered = name.lower()
+    lowered = uncompressed(name).lower()
     return next((kind for suffix, kind in FILE_SUFFIXES.items() if lowered.endswith(suffix)), None)
 
 
