@@ -885,6 +885,52 @@ USING_COLUMNS = {
     "natural": "SELECT *, typeof(k) AS t FROM small NATURAL JOIN (SELECT k::DOUBLE AS k, 7 AS j FROM one) o",
     "written_coalesce_stays": "SELECT coalesce(small.k, o.k) AS c, typeof(c) AS t FROM small JOIN (SELECT k::DOUBLE AS k FROM one) o USING (k)",
     "grouped": "SELECT k, count(*) AS n, typeof(min(k)) AS t FROM big JOIN (SELECT k::DOUBLE AS k FROM one) o USING (k) GROUP BY k",
+    # joins of several kinds: each takes what the one before it made (it was COALESCE of all, a DOUBLE)
+    "left_then_right": "SELECT k, typeof(k) AS t FROM small LEFT JOIN (SELECT k::DOUBLE AS k FROM one) o USING (k) "
+                       "RIGHT JOIN (SELECT k::DECIMAL(9,2) AS k FROM one) p USING (k)",
+    "inner_then_full": "SELECT k, typeof(k) AS t FROM small JOIN (SELECT k::DOUBLE AS k FROM one) o USING (k) "
+                       "FULL JOIN (SELECT 5::SMALLINT AS k) p USING (k) ORDER BY k",
+    "inner_then_left_star": "SELECT * FROM small JOIN (SELECT k, id AS j FROM one) o USING (k) LEFT JOIN (SELECT k::DOUBLE AS k, 1 AS z FROM one) p USING (k)",
+}
+
+# A chain of USING joins: each compares its right table's key with what the joins before it
+# made of the key (a full join's COALESCE of every table merged so far), where the qualifier
+# compared the first table's column, so rows only a later table held found no match.
+_KEYED = {"a": "SELECT k, id AS x FROM small WHERE k < 6", "b": "SELECT k::DOUBLE AS k, id AS y FROM small WHERE k >= 4",
+          "c": "SELECT k::SMALLINT AS k, id AS z FROM small WHERE k % 2 = 0 OR k IS NULL", "d": "SELECT k::INTEGER AS k, 1 AS w FROM big WHERE k < 15"}
+_CHAINS = ["FULL,FULL,FULL", "FULL,FULL,RIGHT", "FULL,INNER,LEFT", "LEFT,FULL,INNER", "RIGHT,FULL,LEFT", "INNER,RIGHT,FULL",
+           "FULL,SEMI,FULL", "LEFT,ANTI,RIGHT", "RIGHT,RIGHT,INNER", "FULL,NATURAL FULL,LEFT"]
+
+
+def _chained(kinds: str, projection: str) -> str:
+    joins = [f"{kind} JOIN ({_KEYED[t]}) {t}" + ("" if kind.startswith("NATURAL") else " USING (k)")
+             for kind, t in zip(kinds.split(","), "bcd", strict=True)]
+    return f"SELECT {projection} FROM ({_KEYED['a']}) a " + " ".join(joins)
+
+
+USING_CHAINS = {f"{kinds}-{shown}": _chained(kinds, projection) for kinds in _CHAINS
+                for shown, projection in (("key", "k, typeof(k) AS t"), ("star", "*"))}
+
+# Two textually equal subqueries calling random() or uuid() were made one (sqlglot's
+# eliminate_subqueries), so both sides drew the same values: DuckDB draws each apart.
+VOLATILE_SUBQUERIES = {
+    "derived_tables": "SELECT count(*) FROM (SELECT id, random() r FROM big) x JOIN (SELECT id, random() r FROM big) y USING (id) WHERE x.r = y.r",
+    "cte_and_derived_table": "WITH c AS (SELECT id, random() r FROM big) SELECT count(*) FROM c JOIN (SELECT id, random() r FROM big) y USING (id) WHERE c.r = y.r",
+    "in_subquery": "SELECT count(*) FROM (SELECT id, random() r FROM big) x WHERE x.r IN (SELECT r FROM (SELECT id, random() r FROM big))",
+    "uuids": "SELECT count(*) FROM (SELECT id, gen_random_uuid() u FROM big) x JOIN (SELECT id, gen_random_uuid() u FROM big) y USING (id) WHERE x.u = y.u",
+    "scalar_subqueries": "SELECT count(*) FROM small WHERE (SELECT max(r) FROM (SELECT random() r FROM big)) = (SELECT max(r) FROM (SELECT random() r FROM big))",
+    "deterministic_ones_still_merge": "SELECT count(*) FROM (SELECT id, k FROM big) x JOIN (SELECT id, k FROM big) y USING (id) WHERE x.k = y.k",
+}
+
+# Found by a hunt over ordered aggregates and windows: an InternalError (a rank's lower bound
+# written with the constant first) and invalid SQL (merged one-row aggregates with an ORDER BY
+# inside the aggregate, wrapped in a CASE).
+RANKS_AND_MERGED_AGGREGATES = {
+    "rank_bound_constant_first": "SELECT id, r FROM (SELECT id, rank() OVER (PARTITION BY k ORDER BY id) AS r FROM big) WHERE 1 < r AND 3 >= r",
+    "rank_lower_bound_alone": "SELECT id, r FROM (SELECT id, dense_rank() OVER (PARTITION BY k ORDER BY id) AS r FROM big) WHERE 2 <= r",
+    "merged_ordered_aggregates": "SELECT * FROM (SELECT count(b.id ORDER BY b.id) AS a, string_agg(b.id::VARCHAR, ',' ORDER BY b.id DESC) AS s "
+                                 "FROM big b, small s WHERE b.k = s.k AND s.x = 1) s1, "
+                                 "(SELECT count(*) AS c FROM big b, small s WHERE b.k = s.k AND s.x = 2) s2",
 }
 
 
@@ -926,6 +972,9 @@ ANSWERED_AS_DUCKDB = {
     "struct_fields_named_after_columns": STRUCT_FIELDS,
     "respelled_by_the_parser": RESPELLED,
     "using_columns_as_duckdb_gives_them": USING_COLUMNS,
+    "using_join_chains_compare_what_came_before": USING_CHAINS,
+    "volatile_subqueries_are_drawn_apart": VOLATILE_SUBQUERIES,
+    "ranks_and_merged_aggregates": RANKS_AND_MERGED_AGGREGATES,
 }
 
 
@@ -1355,6 +1404,34 @@ def test_named_window_used_in_another_query_is_refused(con) -> None:
     later UNION branch use an earlier one's: qengine resolves a name in its own query only."""
     with pytest.raises(qengine.NotSupportedError, match='window "w" used outside the query whose WINDOW clause defines it'):
         con.execute("SELECT * FROM (SELECT sum(x) OVER w AS s FROM small) WINDOW w AS (ORDER BY id)")
+
+
+def test_copy_of_a_named_window_defined_from_another_is_refused(con) -> None:
+    """DuckDB 1.5 copies only ``w2``'s own ORDER BY, dropping ``w``'s PARTITION BY; qengine kept
+    it, as the standard does, and answered otherwise. Used as it is, ``w2`` is read alike."""
+    windows = "FROM small WINDOW w AS (PARTITION BY k), w2 AS (w ORDER BY id)"
+    for over in ("OVER (w2 ROWS 2 PRECEDING)", "OVER (w2)"):
+        with pytest.raises(qengine.NotSupportedError, match='copying window "w2", which is defined from window "w"'):
+            con.execute(f"SELECT id, sum(x) {over} AS s {windows}")
+    with pytest.raises(qengine.NotSupportedError, match='copying window "w2"'):
+        con.execute(f"SELECT id, sum(x) OVER w3 AS s {windows}, w3 AS (w2 ROWS 2 PRECEDING)")
+
+
+@pytest.mark.parametrize(("sql", "error", "message"), [
+    # the star lost s.k, which DuckDB selects: a later table's column named like a merged key
+    ("SELECT * FROM small a JOIN one b USING (k) JOIN small s ON s.id = b.id", qengine.NotSupportedError, "SELECT \\* over a USING"),
+    ("SELECT * FROM small JOIN one USING (id, k) JOIN small s3 USING (k)", qengine.NotSupportedError, "SELECT \\* over a USING"),
+    # DuckDB: ambiguous; qengine took one of the two
+    ("SELECT count(*) FROM small JOIN one USING (id) JOIN small s3 USING (k)", qengine.ProgrammingError, 'column "k" of the USING join with s3 is ambiguous'),
+    # DuckDB: no columns to join on; qengine made it a cross join
+    ("SELECT count(*) FROM small NATURAL JOIN (SELECT 1 AS zz) q", qengine.ProgrammingError, "no column in common"),
+])
+def test_using_joins_duckdb_reads_otherwise_are_refused(con, duck, sql: str, error: type, message: str) -> None:
+    if error is qengine.ProgrammingError:
+        with pytest.raises(duckdb.BinderException):
+            duck.execute(sql)
+    with pytest.raises(error, match=message):
+        con.execute(sql)
 
 
 def test_named_window_defined_by_itself_is_refused(con) -> None:

@@ -26,6 +26,7 @@ from sqlglot.optimizer import RULES, optimize
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.canonicalize import canonicalize
 from sqlglot.optimizer.eliminate_joins import eliminate_joins as sqlglot_eliminate_joins
+from sqlglot.optimizer.eliminate_subqueries import eliminate_subqueries as sqlglot_eliminate_subqueries
 from sqlglot.optimizer.merge_subqueries import merge_subqueries as sqlglot_merge_subqueries
 from sqlglot.optimizer.optimize_joins import optimize_joins as sqlglot_optimize_joins
 from sqlglot.optimizer.pushdown_predicates import pushdown_predicates
@@ -40,6 +41,7 @@ from qengine.errors import Error, NotSupportedError, ProgrammingError
 from qengine.planner import table_sources
 from qengine.planner.column_aliases import check_alias_widths, cte_aliases_as_derived_tables, cte_of, is_listed_star
 from qengine.planner.eliminate_joins import eliminate_joins
+from qengine.planner.eliminate_subqueries import eliminate_subqueries
 from qengine.planner.grouping_syntax import parse_tokens
 from qengine.planner.join_order import optimize_joins
 from qengine.planner.merge_derived import merge_subqueries
@@ -74,14 +76,15 @@ class _Rule:
 # it, so they are left out too, and no node carries a type for every copy to deep-copy.
 # Subqueries are unnested, joins ordered, derived tables merged and unused joins dropped by
 # qengine's wrappers of sqlglot's rules (planner/unnest.py, planner/join_order.py,
-# planner/merge_derived.py, planner/eliminate_joins.py), which keep each rule off those it would
-# answer wrongly for.
+# planner/merge_derived.py, planner/eliminate_joins.py, planner/eliminate_subqueries.py), which
+# keep each rule off those it would answer wrongly for.
 _WRAPPED = {
     qualify: qualify_with_using_sides,
     sqlglot_unnest_subqueries: unnest_subqueries,
     sqlglot_optimize_joins: optimize_joins,
     sqlglot_merge_subqueries: merge_subqueries,
     sqlglot_eliminate_joins: eliminate_joins,
+    sqlglot_eliminate_subqueries: eliminate_subqueries,
 }
 _RULES = tuple(
     _Rule(_WRAPPED.get(rule, rule))

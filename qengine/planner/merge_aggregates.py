@@ -89,7 +89,8 @@ def _mergeable(body: exp.Expression, ctes: dict[str, exp.CTE]) -> tuple | None:
         return None
     for e in body.expressions:
         agg = e.this if isinstance(e, exp.Alias) else None
-        if not isinstance(agg, _NULL_SKIPPING) or agg.find(exp.Query, exp.Window) or len(list(agg.find_all(exp.AggFunc))) > 1:
+        # An ORDER BY inside the aggregate cannot be wrapped in the CASE that keeps each member's rows
+        if not isinstance(agg, _NULL_SKIPPING) or agg.find(exp.Query, exp.Window, exp.Order) or len(list(agg.find_all(exp.AggFunc))) > 1:
             return None
         if isinstance(agg.this, exp.Distinct) and len(agg.this.expressions) != 1:
             return None

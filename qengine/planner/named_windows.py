@@ -12,8 +12,11 @@ DuckDB's rules, which its errors are kept for:
   never used is never looked at.
 Refused: a window used in a query other than the one whose WINDOW clause defines it (DuckDB
 lets a scalar subquery see the windows around it, but not a derived table, and a later UNION
-branch see an earlier one's), and a definition that names itself, directly or through others
-(DuckDB reads it as an empty window).
+branch see an earlier one's), a definition that names itself, directly or through others
+(DuckDB reads it as an empty window), and a copy of a window whose definition names another
+(``w2 AS (w ORDER BY x)`` copied as ``OVER (w2 ROWS 2 PRECEDING)`` or ``w3 AS (w2 ...)``): DuckDB
+1.5 copies only ``w2``'s own clauses, dropping the PARTITION BY of ``w``, where the standard
+keeps it, and the two answered differently.
 """
 
 from __future__ import annotations
@@ -87,6 +90,8 @@ def _own_windows(select: exp.Select) -> list[exp.Window]:
 def _applied(window: exp.Window, own: dict[str, exp.Window], everywhere: set[str]) -> exp.Window:
     """``window`` (``f() OVER name`` or ``OVER (name ...)``) with the named window written in."""
     reference = window.args["alias"]
+    if _copies(window):
+        _refuse_copy_of_a_copy(reference.name, own)
     merged = _merged(window, _resolved(reference.name, own, everywhere, ()), reference.name)
     merged.set("this", window.this)
     merged.set("over", window.args.get("over"))
@@ -107,17 +112,32 @@ def _resolved(name: str, own: dict[str, exp.Window], everywhere: set[str], seen:
     base = definition.args.get("alias")
     if base is None:
         return definition
-    known = _resolved(base.name, own, everywhere, (*seen, key))
+    known = _resolved(base.name, own, everywhere, (*seen, key))  # a window defined by itself is refused first
+    _refuse_copy_of_a_copy(base.name, own)
     if known.args.get("spec"):
         raise ProgrammingError(f'cannot copy window "{base.name}" because it has a frame clause')
     return _merged(definition, known, base.name)
+
+
+def _copies(reference: exp.Window) -> bool:
+    """Whether a window naming another copies it: in parentheses, sqlglot gives it the clauses'
+    keys, empty or not."""
+    return any(clause in reference.args for clause in _CLAUSES)
+
+
+def _refuse_copy_of_a_copy(name: str, own: dict[str, exp.Window]) -> None:
+    """Refuse copying window ``name`` when its definition names another (module docstring)."""
+    definition = own.get(name.lower())
+    if definition is not None and definition.args.get("alias") is not None:
+        raise NotSupportedError(f'copying window "{name}", which is defined from window "{definition.args["alias"].name}": '
+                                "DuckDB drops the clauses of the window it names; write them out")
 
 
 def _merged(reference: exp.Window, base: exp.Window, name: str) -> exp.Window:
     """A window of ``base``'s clauses and those ``reference`` adds, under DuckDB's rules. In
     parentheses a reference copies the window: sqlglot gives it the clauses' keys, empty."""
     added = {clause: reference.args.get(clause) for clause in _CLAUSES if reference.args.get(clause)}
-    copied = added or any(clause in reference.args for clause in _CLAUSES)
+    copied = added or _copies(reference)
     if copied and base.args.get("spec"):
         raise ProgrammingError(f'cannot copy window "{name}" because it has a frame clause')
     for clause, words in (("partition_by", "PARTITION BY"), ("order", "ORDER BY")):

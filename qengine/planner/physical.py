@@ -612,7 +612,8 @@ def _rank_bound(condition: exp.Expression, window: lp.Window) -> int | None:
     bounds = []
     for c in condition.flatten() if isinstance(condition, exp.And) else [condition]:
         if isinstance(c, exp.LTE | exp.LT | exp.GTE | exp.GT) and (isinstance(c.this, exp.Literal) or slot_kind(c.this)):
-            c = {exp.GTE: exp.LTE, exp.GT: exp.LT}[type(c)](this=c.expression, expression=c.this)  # N >= r → r <= N
+            # N >= r → r <= N; N < r is a lower bound, which limits nothing (it failed with a KeyError)
+            c = {exp.GTE: exp.LTE, exp.GT: exp.LT, exp.LTE: exp.GTE, exp.LT: exp.GT}[type(c)](this=c.expression, expression=c.this)
         if not isinstance(c, exp.LTE | exp.LT) or not isinstance(c.this, exp.Column) or c.this.name != name:
             continue
         value = value_of(c.expression)

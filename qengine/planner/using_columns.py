@@ -1,11 +1,18 @@
-"""The column a ``JOIN ... USING (k)`` (or a NATURAL join) gives ``k`` as, as DuckDB gives it.
+"""The column a ``JOIN ... USING (k)`` (or a NATURAL join) gives ``k`` as, as DuckDB gives it,
+and the USING joins sqlglot's qualifier would read otherwise than DuckDB, refused.
 
 sqlglot's qualifier writes every reference to a USING column, and each one a star selects, as
-``COALESCE(a.k, b.k)``: the keys' common type. DuckDB gives the left table's column for an
-inner or left join (a DATE key joined to a TIMESTAMP one stays a DATE) and the right table's
-for a right join; only a full join coalesces. Where a query's USING and NATURAL joins are all
-of one of those kinds, the coalesce the qualifier wrote is replaced by that side's column. A
-COALESCE the user wrote stays.
+``COALESCE(a.k, b.k, ...)``: the keys' common type. DuckDB gives the left side's column for an
+inner, left, semi or anti join (a DATE key joined to a TIMESTAMP one stays a DATE), the right
+table's for a right join, and only a full join coalesces: the columns of every table merged
+into the key so far. Down a chain of joins each one takes what the one before it made. That
+chain is worked out for each query before it is qualified, and the coalesce the qualifier wrote
+replaced by it. A COALESCE the user wrote stays.
+
+The qualifier also expands a star over a USING join without the later tables' columns of a
+key's name (``a JOIN b USING (x) JOIN c ON ...`` lost ``c.x``), and takes a key that two
+tables before a USING join hold for one of them, where DuckDB refuses it as ambiguous. Both
+are refused here, and so is a NATURAL join with no column in common, as DuckDB refuses it.
 """
 
 from __future__ import annotations
@@ -15,31 +22,150 @@ from typing import Any
 
 import sqlglot.expressions as exp
 from sqlglot.optimizer.qualify import qualify
+from sqlglot.schema import Schema, ensure_schema
+
+from qengine.errors import NotSupportedError, ProgrammingError
 
 _WRITTEN = "qengine_written_coalesce"
 
+# How a merged key is made: the COALESCE of these tables' columns (by the tables' aliases), or
+# the one table's column.
+Made = tuple[str, ...]
+
 
 def qualify_with_using_sides(expression: exp.Expression, **kwargs: Any) -> exp.Expression:
-    """sqlglot's ``qualify``, then each query's USING columns as DuckDB's side of its joins."""
-    sides = {}
-    for select in expression.find_all(exp.Select):
-        joins = [j for j in select.args.get("joins") or [] if j.args.get("using") or j.method.upper() == "NATURAL"]
-        if joins:
-            sides[id(select)] = {(j.side or "INNER").upper() if j.kind.upper() not in ("SEMI", "ANTI") else "SEMI" for j in joins}
-    if not sides:
+    """sqlglot's ``qualify``, then each query's USING columns as DuckDB's chain of joins makes them."""
+    selects = [s for s in expression.find_all(exp.Select) if any(_merging(j) for j in s.args.get("joins") or [])]
+    if not selects:
         return qualify(expression, **kwargs)
+    schema = ensure_schema(kwargs.get("schema"), dialect=kwargs.get("dialect"))
+    ctes = {cte.alias_or_name.lower(): cte for cte in expression.find_all(exp.CTE)}
+    chains = {id(s): _chain(s, schema, ctes) for s in selects}
     for written in expression.find_all(exp.Coalesce):
         written.meta[_WRITTEN] = True
     qualified = qualify(expression, **kwargs)
     for select in qualified.find_all(exp.Select):
-        kinds = sides.get(id(select))
-        if kinds is None or len(kinds) != 1 or next(iter(kinds)) not in ("INNER", "LEFT", "RIGHT"):
+        if id(select) not in chains:
             continue
-        pick = -1 if kinds == {"RIGHT"} else 0
-        for node in _own_nodes(select):
+        made, compared = chains[id(select)]
+        nodes = _own_nodes(select)
+        parts: dict[str, dict[str, exp.Column]] = {}  # key → table alias → the qualifier's column
+        for node in nodes:
+            if isinstance(node, exp.Column) and node.table:
+                parts.setdefault(node.name.lower(), {}).setdefault(node.table.lower(), node)
+        for node in nodes:
             if isinstance(node, exp.Coalesce) and not node.meta.get(_WRITTEN) and _same_named_columns(node):
-                node.replace(([node.this, *node.expressions][pick]).copy())
+                key = node.this.name.lower()
+                if (replacement := _expression(made.get(key), parts.get(key, {}))) is not None:
+                    node.replace(replacement)
+        # Each USING join compares its right table's key with what the joins before it made of
+        # the key: the qualifier compared the first table's (a row the left table of a full join
+        # did not have missed its match) or a coalesce of every table's.
+        for join, keys in zip(select.args.get("joins") or [], compared, strict=True):
+            for condition in join.args["on"].flatten() if isinstance(join.args.get("on"), exp.And) else [join.args.get("on")]:
+                if not isinstance(condition, exp.EQ) or not isinstance(condition.expression, exp.Column):
+                    continue
+                key = condition.expression.name.lower()
+                if key in keys and (replacement := _expression(keys[key], parts.get(key, {}))) is not None:
+                    condition.set("this", replacement)
     return qualified
+
+
+def _merging(join: exp.Join) -> bool:
+    return bool(join.args.get("using")) or join.method.upper() == "NATURAL"
+
+
+def _chain(select: exp.Select, schema: Schema, ctes: dict[str, exp.CTE]) -> tuple[dict[str, Made], list[dict[str, Made]]]:
+    """How each key the query's USING and NATURAL joins merge is made (key → :data:`Made`),
+    the joins taken left to right, and per join what its right table's keys are compared
+    with; raises where DuckDB reads the joins otherwise than the qualifier would."""
+    joins = select.args.get("joins") or []
+    sources = [select.args["from_"].this, *(j.this for j in joins)]
+    names = [s.alias_or_name.lower() for s in sources]
+    columns = [_columns(s, schema, ctes) for s in sources]
+    star = any(isinstance(e, exp.Star) for e in select.expressions)
+    made: dict[str, Made] = {}
+    merged: dict[str, list[str]] = {}  # the tables merged into each key so far
+    compared: list[dict[str, Made]] = []
+    for i, join in enumerate(joins, 1):
+        right, kind = columns[i], (join.side or join.kind or "INNER").upper()
+        keys = _keys(join, columns[:i], right)
+        hidden = (join.kind or "").upper() in ("SEMI", "ANTI")  # the right table's columns are not the join's
+        lefts: dict[str, list[str] | None] = {}
+        for key in keys:
+            holders = [n for n, c in zip(names[:i], columns[:i], strict=True) if c is not None and key in c]
+            if key not in made and len(holders) > 1:
+                raise ProgrammingError(f'column "{key}" of the USING join with {names[i]} is ambiguous: '
+                                       f"{' and '.join(holders)} both hold it")
+            unknown = any(c is None for c in columns[:i])
+            lefts[key] = merged[key] if key in made else holders[:1] if holders and not unknown else None
+        if star and made and not hidden and (right is None or (right & set(made)) - set(keys)):
+            raise NotSupportedError(
+                f"SELECT * over a USING or NATURAL join followed by a join of {names[i]}, which holds a column "
+                f"named like a merged key ({', '.join(sorted(made))}), or whose columns the plan cannot see: "
+                "name the columns to select")
+        compared.append({key: made.get(key, (left[0],)) for key, left in lefts.items() if left is not None})
+        for key, left in lefts.items():
+            if left is None:
+                made.pop(key, None)
+                merged.pop(key, None)
+                continue
+            first = made.get(key, (left[0],))
+            merged[key] = left if hidden else [*left, names[i]]  # a semi join's table is not the join's
+            made[key] = first if kind in ("INNER", "LEFT", "SEMI", "ANTI") else (names[i],) if kind == "RIGHT" else tuple(merged[key])
+    return made, compared
+
+
+def _keys(join: exp.Join, left: list[set[str] | None], right: set[str] | None) -> list[str]:
+    """The keys a join merges: its USING columns, or a NATURAL join's columns in common."""
+    if join.args.get("using"):
+        return [k.name.lower() for k in join.args["using"]]
+    if join.method.upper() != "NATURAL" or right is None or any(c is None for c in left):
+        return []
+    common = sorted(right & set().union(*left))
+    if not common:
+        raise ProgrammingError(f"NATURAL JOIN with {join.this.alias_or_name}: the two sides have no column in common")
+    return common
+
+
+def _columns(source: exp.Expression, schema: Schema, ctes: dict[str, exp.CTE]) -> set[str] | None:
+    """The column names (lower case) a FROM or JOIN source gives; None where the query does not
+    show them (a star inside a derived table, an unknown table)."""
+    alias = source.args.get("alias")
+    if isinstance(alias, exp.TableAlias) and alias.columns:
+        return {c.name.lower() for c in alias.columns}
+    if isinstance(source, exp.Subquery):
+        return _selected(source.this)
+    if not isinstance(source, exp.Table) or not isinstance(source.this, exp.Identifier):
+        return None
+    cte = ctes.get(source.name.lower()) if not source.args.get("db") else None
+    if cte is not None:
+        listed = cte.args.get("alias")
+        return {c.name.lower() for c in listed.columns} if isinstance(listed, exp.TableAlias) and listed.columns else _selected(cte.this)
+    try:
+        found = schema.column_names(source)
+    except Exception:  # noqa: BLE001 - sqlglot raises its own kinds for a table it does not know
+        return None
+    return {n.lower() for n in found} or None
+
+
+def _selected(query: exp.Expression) -> set[str] | None:
+    while isinstance(query, exp.SetOperation):
+        query = query.this
+    if not isinstance(query, exp.Select):
+        return None
+    names = [e.alias_or_name for e in query.expressions]
+    if any(isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star)) for e in query.expressions) or not all(names):
+        return None
+    return {n.lower() for n in names}
+
+
+def _expression(made: Made | None, parts: dict[str, exp.Column]) -> exp.Expression | None:
+    """The merged key ``made`` describes, out of the qualifier's columns; None if one is missing."""
+    if made is None or any(name not in parts for name in made):
+        return None
+    columns = [parts[name].copy() for name in made]
+    return columns[0] if len(columns) == 1 else exp.Coalesce(this=columns[0], expressions=columns[1:])
 
 
 # the optimizer passes a rule the arguments its signature names: qualify's, not **kwargs
