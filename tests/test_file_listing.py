@@ -46,6 +46,10 @@ def root(tmp_path_factory) -> str:
         _write(os.path.join(base, "depth", key, rest), pa.table({"v": [int(key[-1])]}))
     for d in ("k=1", "nokey"):  # a file without the key: not partitioned
         _write(os.path.join(base, "mixed", d, "f.parquet"), pa.table({"v": [len(d)]}))
+    for d in ("k=", "k=2"):  # an empty value is a partition value ''
+        _write(os.path.join(base, "blank", d, "f.parquet"), pa.table({"v": [len(d)]}))
+    for d in ("k=a=b", "k=c"):  # two '=' make no partition
+        _write(os.path.join(base, "twice_eq", d, "f.parquet"), pa.table({"v": [len(d)]}))
     for name, column in (("1", pa.array(["x"], pa.string())), ("2", pa.array(["y", "z"], pa.large_string())),
                          ("3", pa.array(["x", "w"]).dictionary_encode())):
         _write(os.path.join(base, "strings", f"{name}.parquet"), pa.table({"s": column}))
@@ -56,9 +60,11 @@ def root(tmp_path_factory) -> str:
     _write(os.path.join(odd, "fixed.parquet"), pa.table({"fl": pa.array([[1, 2], None], pa.list_(pa.int16(), 2))}))
     _write(os.path.join(odd, "wide.parquet"), pa.table({"c": pa.array([decimal.Decimal("1.25")], pa.decimal256(40, 2))}))
     duckdb.execute(f"COPY (SELECT [1, 2, 3]::INTEGER[3] AS c, 1 AS n UNION ALL SELECT NULL, 2) TO '{odd}/array.parquet'")
-    for name, text in (("1.csv", "a,b\n1,x\n"), ("2.csv", "3,z\n4,w\n")):  # the second file has no header
-        os.makedirs(os.path.join(base, "headless"), exist_ok=True)
-        with open(os.path.join(base, "headless", name), "w") as f:
+    for directory, name, text in (("headless", "1.csv", "a,b\n1,x\n"), ("headless", "2.csv", "3,z\n4,w\n"),  # no header
+                                  ("cased", "1.csv", "a,b\n1,x\n"), ("cased", "2.csv", "B,A\ny,2\n"),  # A is not a
+                                  ("blank", "1.csv", "a,b\n1,x\n"), ("blank", "2.csv", "")):  # an empty file: no rows
+        os.makedirs(os.path.join(base, "csvs", directory), exist_ok=True)
+        with open(os.path.join(base, "csvs", directory, name), "w") as f:
             f.write(text)
     return base
 
@@ -117,7 +123,7 @@ def test_a_registered_directory_leaves_out_hidden_and_underscore_files(con, root
     ``_temporary/``). SQL naming the directory reads it as DuckDB does (above)."""
     con.register_parquet("lay", os.path.join(root, "lay"))
     names = sorted(r[0] for r in con.execute("SELECT f FROM lay").fetchall())
-    assert names == ["a.parquet", "a.parquet", "sub/b.parquet", "y.parq"]  # a.parquet and the link to it
+    assert names == ["X.PARQUET", "a.parquet", "a.parquet", "sub/b.parquet", "y.parq"]  # a.parquet and the link to it
 
 
 def test_hive_partitions_at_unequal_depths_are_detected_as_duckdb_detects_them(con, root) -> None:
@@ -125,6 +131,8 @@ def test_hive_partitions_at_unequal_depths_are_detected_as_duckdb_detects_them(c
     assert rows == [(1, 1), (2, 2)]  # v and k
     rows = _same(con, f"SELECT * FROM read_parquet('{root}/mixed/**/*.parquet')")
     assert rows == [(3,), (5,)]  # a file without the key: no partition column at all
+    assert _same(con, f"SELECT * FROM read_parquet('{root}/blank/*/*.parquet')") == [(2, ""), (3, "2")]
+    assert _same(con, f"SELECT * FROM read_parquet('{root}/twice_eq/*/*.parquet')") == [(3,), (5,)]
 
 
 def test_one_file_linked_into_two_partitions_is_refused(con, root, tmp_path_factory) -> None:
@@ -154,7 +162,9 @@ def test_columns_pyarrow_reads_otherwise_read_as_duckdb_reads_them(con, root, na
 def test_a_csv_file_whose_header_differs_is_refused(con, root) -> None:
     """The second file has no header: read with the first one's options, its first row was
     taken for a header and lost. DuckDB refuses the files as a mismatch."""
-    with pytest.raises(duckdb.Error, match="(?i)mismatch"):
-        duckdb.sql(f"SELECT * FROM read_csv('{root}/headless/*.csv')").fetchall()
-    with pytest.raises(qengine.DataError, match="has the columns 3, z where .* has a, b"):
-        con.execute(f"SELECT * FROM read_csv('{root}/headless/*.csv')")
+    for directory, names in (("headless", "3, z"), ("cased", "B, A")):
+        with pytest.raises(duckdb.Error, match="(?i)mismatch"):
+            duckdb.sql(f"SELECT * FROM read_csv('{root}/csvs/{directory}/*.csv')").fetchall()
+        with pytest.raises(qengine.DataError, match=f"has the columns {names} where .* has a, b"):
+            con.execute(f"SELECT * FROM read_csv('{root}/csvs/{directory}/*.csv')")
+    assert _same(con, f"SELECT * FROM read_csv('{root}/csvs/blank/*.csv')") == [(1, "x")]

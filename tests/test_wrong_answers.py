@@ -910,6 +910,12 @@ def _chained(kinds: str, projection: str) -> str:
 
 USING_CHAINS = {f"{kinds}-{shown}": _chained(kinds, projection) for kinds in _CHAINS
                 for shown, projection in (("key", "k, typeof(k) AS t"), ("star", "*"))}
+# A plain join's condition between USING joins sees the key as the joins before it made it
+USING_CHAINS["on_between_full_joins"] = (f"SELECT k, typeof(k) AS t FROM ({_KEYED['a']}) a FULL JOIN ({_KEYED['b']}) b USING (k) "
+                                         f"JOIN ({_KEYED['c']}) c ON c.k = k FULL JOIN ({_KEYED['d']}) d USING (k)")
+USING_CHAINS["on_before_a_right_join"] = (f"SELECT k, z FROM ({_KEYED['a']}) a JOIN ({_KEYED['b']}) b USING (k) "
+                                          f"JOIN ({_KEYED['c']}) c ON c.k = k RIGHT JOIN ({_KEYED['d']}) d USING (k)")
+USING_CHAINS["after_a_comma"] = f"SELECT a.x, b.y, one.id FROM one, ({_KEYED['a']}) a JOIN ({_KEYED['b']}) b USING (k)"
 
 # Two textually equal subqueries calling random() or uuid() were made one (sqlglot's
 # eliminate_subqueries), so both sides drew the same values: DuckDB draws each apart.
@@ -1423,6 +1429,8 @@ def test_copy_of_a_named_window_defined_from_another_is_refused(con) -> None:
     ("SELECT * FROM small JOIN one USING (id, k) JOIN small s3 USING (k)", qengine.NotSupportedError, "SELECT \\* over a USING"),
     # DuckDB: ambiguous; qengine took one of the two
     ("SELECT count(*) FROM small JOIN one USING (id) JOIN small s3 USING (k)", qengine.ProgrammingError, 'column "k" of the USING join with s3 is ambiguous'),
+    # DuckDB reads one, a FULL JOIN b as one crossed with (a FULL JOIN b); the flat list of joins made it (one, a) FULL JOIN b
+    ("SELECT count(*) FROM one, small a FULL JOIN small b ON a.k = b.x", qengine.NotSupportedError, "a comma in FROM followed by a FULL JOIN"),
     # DuckDB: no columns to join on; qengine made it a cross join
     ("SELECT count(*) FROM small NATURAL JOIN (SELECT 1 AS zz) q", qengine.ProgrammingError, "no column in common"),
 ])

@@ -130,7 +130,7 @@ class Catalog:
             for d, dirs, files in os.walk(spec):
                 seen.append(d)
                 dirs[:] = [n for n in dirs if not _hidden(n)]
-                found += [os.path.join(d, f) for f in files if f.endswith(suffixes) and not _hidden(f)]
+                found += [os.path.join(d, f) for f in files if uncompressed(f).lower().endswith(suffixes) and not _hidden(f)]
         elif any(ch in spec for ch in "*?["):
             found = [p for p in _glob(spec, check, seen) if os.path.isfile(p)]
         elif os.path.isfile(spec):

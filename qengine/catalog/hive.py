@@ -28,7 +28,7 @@ FILE_COLUMN = "__qengine_hive_file"
 @dataclass(frozen=True)
 class HiveOptions:
     """``read_parquet``'s hive options: ``partitioning`` None detects as DuckDB does (every file
-    below directories of the same ``key=value`` names)."""
+    below ``key=value`` directories of the same keys, at any depth)."""
 
     partitioning: bool | None = None
     types: dict[str, str] = field(default_factory=dict)
@@ -66,10 +66,11 @@ class HivePartitions:
 
 
 def _keys(path: str) -> list[str]:
-    """The keys of the ``key=value`` directories of ``path``, as DuckDB splits them (empty
-    pieces dropped)."""
-    pieces = ([s for s in seg.split("=") if s] for seg in path.split(os.sep)[:-1])
-    return [p[0] for p in pieces if len(p) == 2]
+    """The keys of the ``key=value`` directories of ``path``, as DuckDB 1.5 reads them: one
+    ``=`` after a key that is not empty, the value possibly empty (``k=`` is ``k`` = ''; ``=v``,
+    ``k=a=b`` and ``k==x`` are no partition)."""
+    pieces = (seg.split("=") for seg in path.split(os.sep)[:-1])
+    return [p[0] for p in pieces if len(p) == 2 and p[0]]
 
 
 def detect(spelled: list[str], resolved: list[str], options: HiveOptions) -> HivePartitions | None:

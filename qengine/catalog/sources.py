@@ -405,9 +405,11 @@ def _reordered_headers(con: duckdb.DuckDBPyConnection, paths: list[str], dialect
     by_lower = {n.lower(): n for n in schema.names}
     options = {}
     for path in paths[1:]:
+        if os.path.getsize(path) == 0:  # no header and no rows: DuckDB reads it as nothing
+            continue
         header = con.sql(f"SELECT * FROM read_csv({string_literal(path)}, delim = {text(delimiter)}, quote = {text(quote)}, "
                          f"escape = {text(escape)}, skip = {int(skip)}, header = true, all_varchar = true) LIMIT 0").columns
-        if sorted(n.lower() for n in header) != sorted(order):
+        if sorted(header) != sorted(schema.names):  # as DuckDB compares them: ``A`` is not ``a``
             raise DataError(f"CSV file {path} has the columns {', '.join(header)} where {paths[0]} has "
                             f"{', '.join(schema.names)}: read them as separate tables")
         if [n.lower() for n in header] != order:

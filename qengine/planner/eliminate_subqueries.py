@@ -14,18 +14,25 @@ from __future__ import annotations
 import sqlglot.expressions as exp
 from sqlglot.optimizer.eliminate_subqueries import eliminate_subqueries as sqlglot_eliminate_subqueries
 
-from qengine.planner.expressions import calls_volatile
+from qengine.planner.expressions import is_volatile_call
 
 _APART = "qengine_volatile_apart"  # an argument the SQL generator does not know: never written
 
 
 def eliminate_subqueries(expression: exp.Expression) -> exp.Expression:
     """sqlglot's rule, but no query that calls a volatile function is taken for another."""
-    marked = [q for q in expression.find_all(exp.Query) if calls_volatile(q)]
-    for i, query in enumerate(marked):
+    marked: dict[int, exp.Query] = {}  # the queries around each volatile call, found in one walk
+    for node in expression.walk():
+        if is_volatile_call(node):
+            around: exp.Expression | None = node
+            while around is not None and id(around) not in marked:
+                if isinstance(around, exp.Query):
+                    marked[id(around)] = around
+                around = around.parent
+    for i, query in enumerate(marked.values()):
         query.set(_APART, exp.Literal.number(i))
     try:
         return sqlglot_eliminate_subqueries(expression)
     finally:
-        for query in marked:
+        for query in marked.values():
             query.set(_APART, None)

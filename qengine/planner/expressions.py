@@ -207,9 +207,11 @@ _VOLATILE_NAMES = frozenset({"random", "gen_random_uuid", "uuid", "uuidv4", "uui
 def calls_volatile(e: exp.Expression) -> bool:
     """Whether ``e`` calls a function whose value changes from call to call: a query over it
     must be computed once however often it is read, and its columns not copied into each use."""
-    for node in e.walk():
-        if isinstance(node, _VOLATILE_CALLS):
-            return True
-        if isinstance(node, exp.Func) and (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower() in _VOLATILE_NAMES:
-            return True
-    return False
+    return any(is_volatile_call(node) for node in e.walk())
+
+
+def is_volatile_call(node: exp.Expression) -> bool:
+    """Whether ``node`` itself is such a call (:func:`calls_volatile`)."""
+    if isinstance(node, _VOLATILE_CALLS):
+        return True
+    return isinstance(node, exp.Func) and (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower() in _VOLATILE_NAMES

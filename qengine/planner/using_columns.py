@@ -35,7 +35,10 @@ Made = tuple[str, ...]
 
 def qualify_with_using_sides(expression: exp.Expression, **kwargs: Any) -> exp.Expression:
     """sqlglot's ``qualify``, then each query's USING columns as DuckDB's chain of joins makes them."""
-    selects = [s for s in expression.find_all(exp.Select) if any(_merging(j) for j in s.args.get("joins") or [])]
+    every = list(expression.find_all(exp.Select))
+    for select in every:
+        _refuse_comma_before_outer_join(select.args.get("joins") or [])
+    selects = [s for s in every if any(_merging(j) for j in s.args.get("joins") or [])]
     if not selects:
         return qualify(expression, **kwargs)
     schema = ensure_schema(kwargs.get("schema"), dialect=kwargs.get("dialect"))
@@ -47,38 +50,85 @@ def qualify_with_using_sides(expression: exp.Expression, **kwargs: Any) -> exp.E
     for select in qualified.find_all(exp.Select):
         if id(select) not in chains:
             continue
-        made, compared = chains[id(select)]
+        made, before, merges, aliases = chains[id(select)]
         nodes = _own_nodes(select)
-        parts: dict[str, dict[str, exp.Column]] = {}  # key → table alias → the qualifier's column
+        parts: dict[str, dict[str, exp.Column]] = {}  # key → table alias → a column of that key
         for node in nodes:
             if isinstance(node, exp.Column) and node.table:
                 parts.setdefault(node.name.lower(), {}).setdefault(node.table.lower(), node)
-        for node in nodes:
-            if isinstance(node, exp.Coalesce) and not node.meta.get(_WRITTEN) and _same_named_columns(node):
-                key = node.this.name.lower()
-                if (replacement := _expression(made.get(key), parts.get(key, {}))) is not None:
-                    node.replace(replacement)
-        # Each USING join compares its right table's key with what the joins before it made of
-        # the key: the qualifier compared the first table's (a row the left table of a full join
-        # did not have missed its match) or a coalesce of every table's.
-        for join, keys in zip(select.args.get("joins") or [], compared, strict=True):
-            for condition in join.args["on"].flatten() if isinstance(join.args.get("on"), exp.And) else [join.args.get("on")]:
+        for columns in parts.values():  # a table's key the query never names is named here
+            template = next(iter(columns.values()))
+            for name, alias in aliases.items():
+                columns.setdefault(name, exp.column(template.args["this"].copy(), table=alias.copy()))
+        # A join's condition sees the key as the joins before it made it (``JOIN c ON c.k = k``
+        # after a full join is the coalesce of the two tables before it, not of every table);
+        # the rest of the query sees what the last join made.
+        seen: set[int] = set()
+        for join, state, (right, keys) in zip(select.args.get("joins") or [], before, merges, strict=True):
+            on = join.args.get("on")
+            if on is None:
+                continue
+            inside = list(on.walk(prune=lambda n: isinstance(n, exp.Query)))
+            seen.update(id(n) for n in inside)
+            _merge_keys(inside, state, parts)
+            # A USING join compares its right table's key with that too: the qualifier compared
+            # the first table's (a row the left table of a full join did not have missed its
+            # match) or a coalesce of every table's.
+            for condition in on.flatten() if isinstance(on, exp.And) else [on]:
                 if not isinstance(condition, exp.EQ) or not isinstance(condition.expression, exp.Column):
                     continue
                 key = condition.expression.name.lower()
-                if key in keys and (replacement := _expression(keys[key], parts.get(key, {}))) is not None:
+                if key in keys and condition.expression.table.lower() == right and (
+                        replacement := _expression(state.get(key), parts.get(key, {}))) is not None:
                     condition.set("this", replacement)
+        _merge_keys([n for n in nodes if id(n) not in seen], made, parts)
     return qualified
+
+
+def _merge_keys(nodes: list[exp.Expression], made: dict[str, Made], parts: dict[str, dict[str, exp.Column]]) -> None:
+    """Replace each coalesce the qualifier wrote for a merged key among ``nodes`` by what ``made`` says."""
+    for node in nodes:
+        if isinstance(node, exp.Coalesce) and not node.meta.get(_WRITTEN) and _same_named_columns(node):
+            key = node.this.name.lower()
+            if (replacement := _expression(made.get(key), parts.get(key, {}))) is not None:
+                node.replace(replacement)
+
+
+def _alias(source: exp.Expression) -> exp.Identifier:
+    """A source's alias as the qualifier writes it for DuckDB, which tells no case apart."""
+    return exp.to_identifier(source.alias_or_name.lower())
+
+
+def _comma(join: exp.Join) -> bool:
+    """Whether ``join`` is a comma in FROM (``FROM a, b``)."""
+    return not (join.args.get("on") or join.args.get("using") or join.method or join.side or join.kind)
+
+
+def _refuse_comma_before_outer_join(joins: list[exp.Join]) -> None:
+    """A comma binds looser than JOIN: DuckDB reads ``FROM c, a FULL JOIN b ON ...`` as ``c``
+    crossed with ``(a FULL JOIN b)``, where the parser's flat list of joins made it ``(c, a) FULL
+    JOIN b``, and ``b``'s unmatched rows came once, with NULL for ``c``, instead of once per row
+    of ``c``. For an inner, left, semi or anti join the two readings agree."""
+    after_comma = False
+    for join in joins:
+        if after_comma and (join.side or "").upper() in ("RIGHT", "FULL"):
+            raise NotSupportedError(f"a comma in FROM followed by a {join.side.upper()} JOIN (of {join.this.alias_or_name}): "
+                                    "DuckDB joins the tables after the comma first; list the comma's tables after the "
+                                    "joins (FROM a FULL JOIN b ON ..., c), or join them in a subquery")
+        after_comma = after_comma or _comma(join)
 
 
 def _merging(join: exp.Join) -> bool:
     return bool(join.args.get("using")) or join.method.upper() == "NATURAL"
 
 
-def _chain(select: exp.Select, schema: Schema, ctes: dict[str, exp.CTE]) -> tuple[dict[str, Made], list[dict[str, Made]]]:
+def _chain(
+    select: exp.Select, schema: Schema, ctes: dict[str, exp.CTE]
+) -> tuple[dict[str, Made], list[dict[str, Made]], list[tuple[str, set[str]]], dict[str, exp.Identifier]]:
     """How each key the query's USING and NATURAL joins merge is made (key → :data:`Made`),
-    the joins taken left to right, and per join what its right table's keys are compared
-    with; raises where DuckDB reads the joins otherwise than the qualifier would."""
+    the joins taken left to right; per join what the joins before it made of each key (what its
+    condition sees), and its table with the keys it merges; and each table's alias as the
+    qualifier writes it. Raises where DuckDB reads the joins otherwise than the qualifier would."""
     joins = select.args.get("joins") or []
     sources = [select.args["from_"].this, *(j.this for j in joins)]
     names = [s.alias_or_name.lower() for s in sources]
@@ -86,25 +136,33 @@ def _chain(select: exp.Select, schema: Schema, ctes: dict[str, exp.CTE]) -> tupl
     star = any(isinstance(e, exp.Star) for e in select.expressions)
     made: dict[str, Made] = {}
     merged: dict[str, list[str]] = {}  # the tables merged into each key so far
-    compared: list[dict[str, Made]] = []
+    before: list[dict[str, Made]] = []  # per join, what the joins before it made of each key
+    merges: list[tuple[str, set[str]]] = []  # per join, its table and the keys it merges
+    start = 0  # where the left side of the join begins: after the last comma
     for i, join in enumerate(joins, 1):
         right, kind = columns[i], (join.side or join.kind or "INNER").upper()
-        keys = _keys(join, columns[:i], right)
+        if _comma(join):
+            start = i
+        keys = _keys(join, columns[start:i], right)
+        if star and start and keys:
+            raise NotSupportedError("SELECT * over a USING or NATURAL join after a comma in FROM: name the columns to select")
         hidden = (join.kind or "").upper() in ("SEMI", "ANTI")  # the right table's columns are not the join's
         lefts: dict[str, list[str] | None] = {}
         for key in keys:
-            holders = [n for n, c in zip(names[:i], columns[:i], strict=True) if c is not None and key in c]
+            # the join's left side: the tables since the last comma, which binds looser than JOIN
+            holders = [n for n, c in zip(names[start:i], columns[start:i], strict=True) if c is not None and key in c]
             if key not in made and len(holders) > 1:
                 raise ProgrammingError(f'column "{key}" of the USING join with {names[i]} is ambiguous: '
                                        f"{' and '.join(holders)} both hold it")
-            unknown = any(c is None for c in columns[:i])
+            unknown = any(c is None for c in columns[start:i])
             lefts[key] = merged[key] if key in made else holders[:1] if holders and not unknown else None
         if star and made and not hidden and (right is None or (right & set(made)) - set(keys)):
             raise NotSupportedError(
                 f"SELECT * over a USING or NATURAL join followed by a join of {names[i]}, which holds a column "
                 f"named like a merged key ({', '.join(sorted(made))}), or whose columns the plan cannot see: "
                 "name the columns to select")
-        compared.append({key: made.get(key, (left[0],)) for key, left in lefts.items() if left is not None})
+        before.append({**made, **{key: (left[0],) for key, left in lefts.items() if left is not None and key not in made}})
+        merges.append((names[i], set(keys)))
         for key, left in lefts.items():
             if left is None:
                 made.pop(key, None)
@@ -113,7 +171,7 @@ def _chain(select: exp.Select, schema: Schema, ctes: dict[str, exp.CTE]) -> tupl
             first = made.get(key, (left[0],))
             merged[key] = left if hidden else [*left, names[i]]  # a semi join's table is not the join's
             made[key] = first if kind in ("INNER", "LEFT", "SEMI", "ANTI") else (names[i],) if kind == "RIGHT" else tuple(merged[key])
-    return made, compared
+    return made, before, merges, {n: _alias(s) for n, s in zip(names, sources, strict=True)}
 
 
 def _keys(join: exp.Join, left: list[set[str] | None], right: set[str] | None) -> list[str]:
