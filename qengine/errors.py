@@ -136,6 +136,16 @@ def error_class(name: str) -> type[Error]:
     return _BY_NAME.get(name) or _DUCKDB_TO_DBAPI.get(name) or OperationalError
 
 
+def user_message(type_name: str, message: str) -> str:
+    """What the user reads of an engine's error of class ``type_name``: its first line, and for
+    Arrow's "not implemented" (a bare ``sparse_union`` for a UNION column a shuffle hashed)
+    what it means and what to do."""
+    line = first_line(message)
+    if type_name == "ArrowNotImplementedError":
+        return f"a column's type is not supported where this query needs it (Arrow: {line}); cast the column, to VARCHAR say"
+    return line
+
+
 def first_line(message: str) -> str:
     """The first non-blank line of an engine's error message: DuckDB appends an excerpt of the
     fragment SQL qengine wrote, which the user never saw."""

@@ -404,3 +404,18 @@ def test_any_value_runs_without_a_notice(con, oracle, caplog) -> None:
         rows = con.execute(sql).fetchall()
     assert not [r.getMessage() for r in caplog.records if r.name.startswith("sqlglot")]
     assert rows == oracle.execute(sql).fetchall()
+
+
+def test_a_type_arrow_cannot_shuffle_is_named_with_what_to_do(tmp_path) -> None:
+    """A GROUP BY on a UNION key failed with the bare message "sparse_union"."""
+    import duckdb
+
+    for f in range(4):
+        duckdb.execute(f"COPY (SELECT (i % 13)::INTEGER AS k FROM range({f * 300}, {f * 300 + 300}) r(i)) "
+                       f"TO '{tmp_path}/p{f}.parquet' (FORMAT parquet, ROW_GROUP_SIZE 60)")
+    with qengine.connect(workers=2, allowed_roots=[str(tmp_path)], broadcast_threshold=0, partitions=4,
+                         split_size="1KB", coalesce_size=0) as con:
+        con.register_parquet("t", str(tmp_path))
+        with pytest.raises(qengine.NotSupportedError, match=r"not supported where this query needs it \(Arrow: sparse_union\); cast the column"):
+            con.execute("SELECT union_value(n := k) AS v, count(*) FROM t GROUP BY v")
+        assert len(con.execute("SELECT k, count(*) FROM t GROUP BY k").fetchall()) == 13  # the connection goes on

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import duckdb
 import pyarrow as pa
 
-from qengine.errors import Error, error_class, first_line
+from qengine.errors import Error, error_class, user_message
 from qengine.planner.null_columns import null_columns
 from qengine.planner.render import render
 from qengine.planner.stages import StagePlan
@@ -115,7 +115,7 @@ class Coordinator:
             relation = con.sql(render(stage.root))
             table = tagged_result(relation, null_columns(stage.root, {}))
         except (duckdb.Error, pa.ArrowException) as e:
-            raise error_class(type(e).__name__)(with_user_columns(first_line(str(e)), plan)) from e
+            raise error_class(type(e).__name__)(with_user_columns(user_message(type(e).__name__, str(e)), plan)) from e
         finally:
             con.close()
         seconds = time.perf_counter() - started

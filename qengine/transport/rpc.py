@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from qengine.errors import Error, OperationalError, WorkerUnreachableError, error_class, first_line
+from qengine.errors import Error, OperationalError, WorkerUnreachableError, error_class, user_message
 
 log = logging.getLogger("qengine.transport.rpc")
 
@@ -104,7 +104,7 @@ class RemoteTaskError(Exception):
 def remote_error(info: dict[str, str]) -> Error:
     """The qengine exception for an :func:`error_payload` from another process, with the
     whole original attached as its cause."""
-    error = error_class(info["type"])(first_line(info["message"]))
+    error = error_class(info["type"])(user_message(info["type"], info["message"]))
     error.__cause__ = RemoteTaskError(f"{info['type']}: {info['message']}")
     return error
 
