@@ -168,3 +168,18 @@ def test_a_csv_file_whose_header_differs_is_refused(con, root) -> None:
         with pytest.raises(qengine.DataError, match=f"has the columns {names} where .* has a, b"):
             con.execute(f"SELECT * FROM read_csv('{root}/csvs/{directory}/*.csv')")
     assert _same(con, f"SELECT * FROM read_csv('{root}/csvs/blank/*.csv')") == [(1, "x")]
+
+
+def test_a_column_named_with_a_dot_keeps_its_own_statistics(con, root) -> None:
+    """A file with columns ``a`` and ``a.b``: the statistics of ``a.b`` (path ``a.b``) were filed
+    under ``a``, and a join pruning ``a``'s row groups by the other side's key range dropped them
+    all: 0 rows where DuckDB counts 50. A struct's field is no column's statistics either."""
+    for j in range(3):
+        ids = range(j * 100, j * 100 + 100)
+        _write(os.path.join(root, "dot", f"p{j}.parquet"),
+               pa.table({"a": pa.array([i // 10 for i in ids], pa.int64()), "a.b": pa.array([1000 + i for i in ids], pa.int64()),
+                         "s": pa.array([{"x": 5000 + i} for i in ids])}), row_group_size=20)
+    _write(os.path.join(root, "dim.parquet"), pa.table({"k": pa.array(range(40), pa.int64()), "flag": [i % 7 == 0 for i in range(40)]}))
+    sql = (f"SELECT count(*), sum(\"a.b\") FROM read_parquet('{root}/dot/*.parquet') d "
+           f"JOIN read_parquet('{root}/dim.parquet') m ON d.a = m.k WHERE m.flag")
+    assert _same(con, sql) == [(50, 50 * 1000 + sum(i for i in range(300) if (i // 10) % 7 == 0))]

@@ -336,7 +336,10 @@ def test_copy_writes_carried_types_as_duckdb(con, duck, files, fmt: str, options
 CSV_TEXTS = ("SELECT i, TIMESTAMPTZ '2026-11-27 11:15:57.619074+00' AS t, TIMESTAMP '2026-11-27 11:15:57' AS ts, TIME '01:02:03.5' AS tm, "
              "-0.0::DOUBLE AS z, 1.0e-7::DOUBLE AS small, 'a\"b' AS q, 'x,y' AS c, 'a\nb' AS nl, ' lead' AS sp, '' AS empty, NULL AS n, "
              "'NULL' AS word, [i, NULL] AS l, 'x'::ENUM('x', 'y') AS e, CAST(i AS HUGEINT) * 10000000000000000000 AS h, "
-             "'2021-01-02 03:04:05.123456789'::TIMESTAMP_NS AS tns, 'é' AS \"a,b\" FROM range(3) t(i)")
+             "'2021-01-02 03:04:05.123456789'::TIMESTAMP_NS AS tns, 'é' AS \"a,b\", "
+             # Arrow wrote 1.000E-7, 0E-10 and <value out of range: 2147483647> for these
+             "0.0000001::DECIMAL(18,10) AS tiny, 0::DECIMAL(18,10) AS nought, -0.00000005::DECIMAL(18,8) AS neg, "
+             "DATE 'infinity' AS inf, DATE '-infinity' AS neginf, DATE '0001-12-31 (BC)' AS bc FROM range(3) t(i)")
 
 
 def test_copy_to_csv_writes_duckdbs_bytes(con, duck, files) -> None:
@@ -347,6 +350,19 @@ def test_copy_to_csv_writes_duckdbs_bytes(con, duck, files) -> None:
     duck.execute(f"COPY ({CSV_TEXTS}) TO '{theirs}'")
     with open(mine, "rb") as a, open(theirs, "rb") as b:
         assert a.read() == b.read()
+
+
+@pytest.mark.parametrize("options", ["PARTITION_BY (store_id)", "PER_THREAD_OUTPUT true"])
+def test_copy_to_a_directory_without_a_format_writes_csv_as_duckdb_does(con, duck, files, options: str) -> None:
+    """It wrote Parquet; DuckDB's COPY writes CSV unless told otherwise, a directory's too."""
+    mine, theirs = (os.path.join(files["root"], f"{who}-plain-{options.split()[0]}") for who in ("qengine", "duckdb"))
+    con.execute(f"COPY ({COPIED}) TO '{mine}' ({options})")
+    duck.execute(f"COPY ({COPIED}) TO '{theirs}' ({options})")
+    def suffixes(root: str) -> set[str]:
+        return {os.path.splitext(f)[1] for _, _, fs in os.walk(root) for f in fs if not f.startswith("_")}
+    assert suffixes(mine) == suffixes(theirs) == {".csv"}
+    result = compare(_read_back(mine, "csv"), _read_back(theirs, "csv"), "PARTITION_BY")
+    assert result.ok, result.message
 
 
 def test_copy_of_an_interval_to_parquet_is_refused_by_name(con, files) -> None:
@@ -450,3 +466,15 @@ def test_a_partitioned_copy_whose_writer_refuses_a_column_leaves_nothing(con, fi
     with pytest.raises(qengine.NotSupportedError, match="INTERVAL"):
         con.execute(f"COPY (SELECT INTERVAL 1 DAY AS i, 'a' AS k) TO '{target}' (FORMAT parquet, PARTITION_BY (k))")
     assert not os.path.exists(target)
+
+
+def test_drop_of_two_tables_is_refused_as_in_duckdb(con, duck) -> None:
+    """DuckDB drops one object at a time and drops nothing when given two; qengine dropped both."""
+    for c in (con, duck):
+        c.execute("CREATE OR REPLACE TABLE drop_one AS SELECT 1 AS a")
+        c.execute("CREATE OR REPLACE TABLE drop_two AS SELECT 2 AS a")
+    with pytest.raises(duckdb.NotImplementedException):
+        duck.execute("DROP TABLE drop_one, drop_two")
+    with pytest.raises(qengine.NotSupportedError, match="one table or view at a time"):
+        con.execute("DROP TABLE drop_one, drop_two")
+    assert con.execute("SELECT a FROM drop_one UNION ALL SELECT a FROM drop_two ORDER BY a").fetchall() == [(1,), (2,)]

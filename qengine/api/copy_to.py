@@ -78,8 +78,8 @@ def target(st: exp.Copy, policy: AccessPolicy) -> Target:
         raise NotSupportedError(f"COPY to a compressed file ({extension}) is not supported: write it uncompressed, or as Parquet")
     if given is None and one_file and extension and suffix is None:
         raise NotSupportedError(f"COPY cannot tell a format from {extension!r}: add (FORMAT parquet), csv or json")
-    # DuckDB writes one CSV file where neither a FORMAT nor the file's extension names one
-    fmt = (given or suffix or ("csv" if one_file else "parquet")).lower()
+    # DuckDB writes CSV where neither a FORMAT nor the file's extension names one: one file, parts or hive directories
+    fmt = (given or suffix or "csv").lower()
     if fmt not in FORMATS:
         raise NotSupportedError(f"COPY format {fmt!r} is not supported ({', '.join(FORMATS)})")
     resolved = policy.check_write(path)

@@ -522,6 +522,8 @@ class Session:
         if kind not in ("TABLE", "VIEW"):
             raise NotSupportedError(f"DROP {kind} is not supported")
         targets = st.args.get("tables") or ([st.this] if st.this is not None else [])
+        if len(targets) > 1:  # DuckDB drops nothing then: dropping the first ones would not be DuckDB's
+            raise NotSupportedError("DROP drops one table or view at a time, as in DuckDB")
         for target in targets:
             self._forget(target.name, kind, bool(st.args.get("exists")))
         return Result(None, -1)

@@ -197,6 +197,9 @@ class ParquetSource(Source):
                 column, mine, other = differing[0]
                 raise NotSupportedError(f"table {name!r}: column {column!r} of {path} is {other}, of {paths[0]} {mine}: "
                                         "rewrite the files with one type")
+            # each leaf column's top-level column, by the schema: a column named ``a.b`` has the
+            # path ``a.b`` too, and splitting it on the dot filed its statistics under ``a``
+            tops = _top_columns(md.schema)
             first = 0
             for i in range(md.num_row_groups):
                 rg = md.row_group(i)
@@ -205,9 +208,10 @@ class ParquetSource(Source):
                 self.row_groups.append(group)
                 for c in range(rg.num_columns):
                     cc = rg.column(c)
-                    top = cc.path_in_schema.split(".")[0]
+                    top = tops[c]
                     widths[top] = widths.get(top, 0) + cc.total_uncompressed_size
-                    if cc.physical_type in ("INT32", "INT64") and (bounds := _integer_bounds(cc.statistics)) is not None:
+                    # a top-level integer column's own statistics, not a nested field's
+                    if cc.path_in_schema == top and cc.physical_type in ("INT32", "INT64") and (bounds := _integer_bounds(cc.statistics)) is not None:
                         group.ranges[top] = bounds
                 if hive is not None:
                     _partition_ranges(group, hive)
@@ -416,6 +420,22 @@ def _reordered_headers(con: duckdb.DuckDBPyConnection, paths: list[str], dialect
             named = ", ".join(f"{string_literal(by_lower[n.lower()])}: {string_literal(duck_types[by_lower[n.lower()]])}" for n in header)
             options[path] = _csv_read_options(dialect, f"columns = {{{named}}}")
     return options
+
+
+def _top_columns(schema: pq.ParquetSchema) -> list[str]:
+    """The top-level column each of the schema's leaf columns belongs to, in leaf order."""
+    tops: list[str] = []
+    for column in schema.to_arrow_schema():
+        tops += [column.name] * _leaves(column.type)
+    # a layout this count does not know: no column's statistics are taken, so nothing is pruned
+    return tops if len(tops) == len(schema) else [""] * len(schema)
+
+
+def _leaves(t: pa.DataType) -> int:
+    """How many Parquet leaf columns a field of Arrow type ``t`` is stored as."""
+    if pa.types.is_dictionary(t):
+        return _leaves(t.value_type)
+    return sum(_leaves(t.field(i).type) for i in range(t.num_fields)) if t.num_fields else 1
 
 
 def _refuse_repeated_names(table: str, path: str, names: list[str]) -> None:

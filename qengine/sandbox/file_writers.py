@@ -92,12 +92,14 @@ def _over(table: pa.Table, name: str, sql: str, what: str, lossless_arrow: bool 
 
 
 def _spelled_alike(field: pa.Field) -> bool:
-    """Whether Arrow's text of this column's values is DuckDB's: integers, booleans, strings,
-    dates and decimals (not a float: Arrow writes 1e-7 and -0 where DuckDB writes 1e-07 and -0.0)."""
+    """Whether Arrow's text of this column's values is DuckDB's: integers, booleans and strings.
+    Not a float (Arrow writes 1e-7 and -0 where DuckDB writes 1e-07 and -0.0), a decimal
+    (Arrow writes 1.000E-7 and 0E-10 for DuckDB's 0.0000001000 and 0.0000000000), nor a date
+    (Arrow wrote ``<value out of range: 2147483647>`` for DuckDB's ``infinity``, and 0000-12-31
+    for ``0001-12-31 (BC)``)."""
     t = field.type
     return not carried_type(field) and (
         pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
-        or pa.types.is_date32(t) or pa.types.is_decimal(t)
     )
 
 

@@ -45,10 +45,16 @@ def filters_mishandle(table: pa.Table, sql: str) -> bool:
     A list, struct or map compared by ``op ANY`` or ``op ALL`` of a subquery read from Arrow
     was NULL where DuckDB's own tables give TRUE, and the worker sometimes crashed: an input
     with such columns of a query with such a test is copied.
+
+    A UBIGINT of 2^63 or more in a filter pushed into the scan (a join's, from its build side's
+    keys) failed it: DuckDB hands the bound to pyarrow as a signed 64-bit integer
+    ("OverflowError: Python int too large to convert to C long"). Such an input is copied.
     """
     if table.num_rows and any(pa.types.is_timestamp(f.type) and f.type.tz for f in table.schema):
         return True
     if table.num_rows and _beyond_python_dates(table):
+        return True
+    if table.num_rows and _beyond_signed_integers(table):
         return True
     if table.num_rows and _QUANTIFIED.search(sql) and any(pa.types.is_nested(f.type) for f in table.schema):
         return True
@@ -83,6 +89,13 @@ def _beyond_python_dates(table: pa.Table) -> bool:
         if low is not None and (low < _PYTHON_DAYS[0] * per_day or high >= (_PYTHON_DAYS[1] + 1) * per_day):
             return True
     return False
+
+
+def _beyond_signed_integers(table: pa.Table) -> bool:
+    """Whether a UBIGINT column holds a value of 2^63 or more."""
+    import pyarrow.compute as pc
+
+    return any(pa.types.is_uint64(f.type) and (pc.max(c).as_py() or 0) >= 1 << 63 for c, f in zip(table.columns, table.schema, strict=True))
 
 
 def _negative_zero(column: pa.ChunkedArray) -> bool:
