@@ -477,6 +477,10 @@ class Session:
             query = exp.select("*").from_(query)
         out = copy_to.target(st, self.catalog.policy)
         plan = self.plan(query)
+        if len({n.lower() for n in plan.names}) != len(plan.names):
+            if out.format == "json":  # DuckDB: "Duplicate struct entry name"
+                raise ProgrammingError("COPY to JSON writes each row as an object: two columns of one name, give one another")
+            plan.names = deduplicated(plan.names)  # a and a_1, as DuckDB's COPY names them in CSV and Parquet
         if out.kind == "parts":
             claim_output(out.path, out.overwrite)
             output = {"kind": "files", "key": "files", "dir": out.path, "format": out.format, "names": plan.names}
