@@ -264,8 +264,7 @@ def _read_parquet_by_duckdb(split: dict, sources: list[str]) -> pa.Table:
     """A Parquet split pyarrow could not read, read by DuckDB's reader, the reference: pyarrow
     fails on files DuckDB reads (a DuckDB ARRAY column holding a NULL)."""
     sql = parquet_sql(split, [(s, s) for s in sources])
-    if sql is None:
-        raise OperationalError("scan failed: pyarrow could not read an empty split")
+    assert sql is not None  # pyarrow read something: the split has row groups
     con = safe_connection(readable=split_files(split))
     try:
         return tagged_result(con.sql(sql))
@@ -390,8 +389,27 @@ def misread_columns(schema: pq.ParquetSchema) -> frozenset[str]:
     pyarrow cannot read at all), a column of no type, a union (DuckDB writes a struct whose tag
     field has no name, and reads it back as a struct without names)."""
     arrow = schema.to_arrow_schema()
-    int96 = {schema.column(i).path.split(".")[0] for i in range(len(schema)) if _is_int96(schema.column(i))}
+    tops = top_columns(schema, arrow)
+    int96 = {tops[i] for i in range(len(schema)) if _is_int96(schema.column(i))}
     return frozenset(f.name for f in arrow if f.name in int96 or _misread(f.type))
+
+
+def top_columns(schema: pq.ParquetSchema, arrow: pa.Schema | None = None) -> list[str]:
+    """The top-level column each of the schema's leaf columns belongs to, in leaf order (``arrow``:
+    the schema as Arrow, if already made). Not the leaf's path up to its first dot: a column
+    named ``a.b`` has the path ``a.b`` too."""
+    tops: list[str] = []
+    for column in arrow if arrow is not None else schema.to_arrow_schema():
+        tops += [column.name] * _leaves(column.type)
+    # a layout this count does not know: no column's statistics are taken, so nothing is pruned
+    return tops if len(tops) == len(schema) else [""] * len(schema)
+
+
+def _leaves(t: pa.DataType) -> int:
+    """How many Parquet leaf columns a field of Arrow type ``t`` is stored as."""
+    if pa.types.is_dictionary(t):
+        return _leaves(t.value_type)
+    return sum(_leaves(t.field(i).type) for i in range(t.num_fields)) if t.num_fields else 1
 
 
 def _misread(t: pa.DataType) -> bool:

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from qengine.catalog import records
 from qengine.catalog.hive import HiveOptions, HivePartitions
 from qengine.catalog.hive import detect as detect_partitions
-from qengine.catalog.scan import csv_error, duckdb_schema, misread_columns
+from qengine.catalog.scan import csv_error, duckdb_schema, misread_columns, top_columns
 from qengine.catalog.types import PLAIN_NAME, type_code
 from qengine.errors import DataError, NotSupportedError, OperationalError, ProgrammingError
 from qengine.sandbox.carried_types import tagged_result
@@ -199,7 +199,7 @@ class ParquetSource(Source):
                                         "rewrite the files with one type")
             # each leaf column's top-level column, by the schema: a column named ``a.b`` has the
             # path ``a.b`` too, and splitting it on the dot filed its statistics under ``a``
-            tops = _top_columns(md.schema)
+            tops = top_columns(md.schema)
             first = 0
             for i in range(md.num_row_groups):
                 rg = md.row_group(i)
@@ -420,22 +420,6 @@ def _reordered_headers(con: duckdb.DuckDBPyConnection, paths: list[str], dialect
             named = ", ".join(f"{string_literal(by_lower[n.lower()])}: {string_literal(duck_types[by_lower[n.lower()]])}" for n in header)
             options[path] = _csv_read_options(dialect, f"columns = {{{named}}}")
     return options
-
-
-def _top_columns(schema: pq.ParquetSchema) -> list[str]:
-    """The top-level column each of the schema's leaf columns belongs to, in leaf order."""
-    tops: list[str] = []
-    for column in schema.to_arrow_schema():
-        tops += [column.name] * _leaves(column.type)
-    # a layout this count does not know: no column's statistics are taken, so nothing is pruned
-    return tops if len(tops) == len(schema) else [""] * len(schema)
-
-
-def _leaves(t: pa.DataType) -> int:
-    """How many Parquet leaf columns a field of Arrow type ``t`` is stored as."""
-    if pa.types.is_dictionary(t):
-        return _leaves(t.value_type)
-    return sum(_leaves(t.field(i).type) for i in range(t.num_fields)) if t.num_fields else 1
 
 
 def _refuse_repeated_names(table: str, path: str, names: list[str]) -> None:

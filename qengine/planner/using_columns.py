@@ -50,7 +50,8 @@ def qualify_with_using_sides(expression: exp.Expression, **kwargs: Any) -> exp.E
     for select in qualified.find_all(exp.Select):
         if id(select) not in chains:
             continue
-        made, before, merges, aliases = chains[id(select)]
+        made, before, merges = chains[id(select)]
+        aliases = {name for name, _ in merges} | {select.args['from_'].this.alias_or_name.lower()}
         nodes = _own_nodes(select)
         parts: dict[str, dict[str, exp.Column]] = {}  # key → table alias → a column of that key
         for node in nodes:
@@ -58,8 +59,8 @@ def qualify_with_using_sides(expression: exp.Expression, **kwargs: Any) -> exp.E
                 parts.setdefault(node.name.lower(), {}).setdefault(node.table.lower(), node)
         for columns in parts.values():  # a table's key the query never names is named here
             template = next(iter(columns.values()))
-            for name, alias in aliases.items():
-                columns.setdefault(name, exp.column(template.args["this"].copy(), table=alias.copy()))
+            for name in aliases:
+                columns.setdefault(name, exp.column(template.args["this"].copy(), table=exp.to_identifier(name)))
         # A join's condition sees the key as the joins before it made it (``JOIN c ON c.k = k``
         # after a full join is the coalesce of the two tables before it, not of every table);
         # the rest of the query sees what the last join made.
@@ -94,11 +95,6 @@ def _merge_keys(nodes: list[exp.Expression], made: dict[str, Made], parts: dict[
                 node.replace(replacement)
 
 
-def _alias(source: exp.Expression) -> exp.Identifier:
-    """A source's alias as the qualifier writes it for DuckDB, which tells no case apart."""
-    return exp.to_identifier(source.alias_or_name.lower())
-
-
 def _comma(join: exp.Join) -> bool:
     """Whether ``join`` is a comma in FROM (``FROM a, b``)."""
     return not (join.args.get("on") or join.args.get("using") or join.method or join.side or join.kind)
@@ -124,11 +120,11 @@ def _merging(join: exp.Join) -> bool:
 
 def _chain(
     select: exp.Select, schema: Schema, ctes: dict[str, exp.CTE]
-) -> tuple[dict[str, Made], list[dict[str, Made]], list[tuple[str, set[str]]], dict[str, exp.Identifier]]:
+) -> tuple[dict[str, Made], list[dict[str, Made]], list[tuple[str, set[str]]]]:
     """How each key the query's USING and NATURAL joins merge is made (key → :data:`Made`),
     the joins taken left to right; per join what the joins before it made of each key (what its
-    condition sees), and its table with the keys it merges; and each table's alias as the
-    qualifier writes it. Raises where DuckDB reads the joins otherwise than the qualifier would."""
+    condition sees), and its table (its alias, lower case, as the qualifier writes it for DuckDB)
+    with the keys it merges. Raises where DuckDB reads the joins otherwise than the qualifier would."""
     joins = select.args.get("joins") or []
     sources = [select.args["from_"].this, *(j.this for j in joins)]
     names = [s.alias_or_name.lower() for s in sources]
@@ -171,7 +167,7 @@ def _chain(
             first = made.get(key, (left[0],))
             merged[key] = left if hidden else [*left, names[i]]  # a semi join's table is not the join's
             made[key] = first if kind in ("INNER", "LEFT", "SEMI", "ANTI") else (names[i],) if kind == "RIGHT" else tuple(merged[key])
-    return made, before, merges, {n: _alias(s) for n, s in zip(names, sources, strict=True)}
+    return made, before, merges
 
 
 def _keys(join: exp.Join, left: list[set[str] | None], right: set[str] | None) -> list[str]:
