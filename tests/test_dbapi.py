@@ -467,6 +467,23 @@ def test_insert_and_executemany_rowcount_on_a_ctas_table(default_engine, oracle)
             cur.executemany(f"INSERT INTO {name} VALUES (?, ?)", [(1,)])
 
 
+def test_insert_values_holding_subqueries_as_duckdb(default_engine, oracle) -> None:
+    """A subquery in INSERT's VALUES failed with "Table with name customers does not exist": the
+    VALUES list ran as written, apart from the tables. Each value is cast to its column's type."""
+    name = unique("t_sub_values")
+    rows = (f"INSERT INTO {name} VALUES ((SELECT max(cust_id) FROM customers), (SELECT min(name) FROM customers)), "
+            "(1 + (SELECT count(*) FROM items WHERE item_id < 9), 'x'), (2.6, NULL)")
+    with session_objects(default_engine, ("TABLE", name)):
+        oracle.execute(f"CREATE TEMP TABLE {name} (a INTEGER, b VARCHAR)")
+        try:
+            default_engine.execute(f"CREATE TABLE {name} (a INTEGER, b VARCHAR)")
+            assert default_engine.execute(rows).rowcount == oracle.execute(rows).fetchall()[0][0] == 3
+            sql = f"SELECT a, b FROM {name} ORDER BY a"
+            assert default_engine.execute(sql).fetchall() == oracle_rows(oracle, sql)
+        finally:
+            oracle.execute(f"DROP TABLE {name}")
+
+
 def test_create_table_as_insert_select_and_column_list(default_engine, oracle) -> None:
     base = "SELECT cust_id AS a, name AS b, city AS c FROM customers"
     with ctas(default_engine, oracle, "t_ctas", f"{base} WHERE cust_id < 10") as name:

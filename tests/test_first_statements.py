@@ -390,6 +390,30 @@ def test_copy_partition_by_writes_duckdbs_hive_directories(con, duck, files, col
         con.execute(sql.format(COPIED, mine))
 
 
+def test_copy_partition_by_a_timestamptz_names_directories_in_utc_as_duckdb(tmp_path) -> None:
+    """DuckDB names a TIMESTAMPTZ partition's directory in UTC whatever its TimeZone setting;
+    qengine's cast named it in the process's zone (``t=2024-01-01 00:00:00-05`` in New York). Run
+    in a process whose zone is not UTC."""
+    import subprocess
+    import sys
+
+    script = (
+        "import os, sys, duckdb, qengine\n"
+        "root = sys.argv[1]\n"
+        "sql = (\"COPY (SELECT TIMESTAMPTZ '2024-01-01 05:00:00.5+00' + INTERVAL (i) HOUR AS t, i FROM range(3) r(i) \"\n"
+        "       \"UNION ALL SELECT 'infinity'::TIMESTAMPTZ, 9) TO '{}' (FORMAT parquet, PARTITION_BY (t))\")\n"
+        "duckdb.connect().execute(sql.format(os.path.join(root, 'duckdb')))\n"
+        "with qengine.connect(workers=1, allowed_roots=[root], output_roots=[root]) as con:\n"
+        "    con.execute(sql.format(os.path.join(root, 'qengine')))\n"
+        "print(sorted(os.listdir(os.path.join(root, 'qengine'))) == sorted(os.listdir(os.path.join(root, 'duckdb'))))\n"
+        "print(sorted(os.listdir(os.path.join(root, 'qengine'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env={**os.environ, "TZ": "America/New_York"},
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout.split("\n")[0] == "True", done.stdout + done.stderr
+    assert "t=2024-01-01%2005%3A00%3A00.5%2B00" in done.stdout
+
+
 def test_copy_returns_its_count_and_stays_in_the_output_roots(con, files, tmp_path) -> None:
     cur = con.execute(f"COPY (SELECT * FROM range(7)) TO '{os.path.join(files['root'], 'seven.parquet')}'")
     assert [d[0] for d in cur.description] == ["Count"] and cur.rowcount == 7 and cur.fetchall() == [(7,)]

@@ -18,7 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from qengine.exchange.store import BlockStore, MissingBlocksError, concat, empty_table, new_spill_dir
+from qengine.exchange.store import BlockStore, MissingBlocksError, concat, new_spill_dir
+from qengine.transport.wire import empty_table
 
 ROWS = 100
 BLOCK = 8 * ROWS  # bytes of one ``block()`` table

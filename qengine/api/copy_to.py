@@ -249,11 +249,14 @@ class _JsonWriter(Writer):
 
 def _groups(batch: pa.RecordBatch, keys: list[str]) -> dict[tuple[str, ...], list[int]]:
     """Row numbers of ``batch`` by their partition values, as DuckDB writes them in a directory
-    name: the value cast to VARCHAR by DuckDB itself (dates, decimals, timestamps alike)."""
+    name: the value cast to VARCHAR by DuckDB itself (dates, decimals, timestamps alike). DuckDB
+    names a TIMESTAMPTZ's directory in UTC whatever its TimeZone setting; the scratch database's
+    setting is locked, so such a value is spelled in UTC by the cast itself."""
     con = scratch_connection()
     try:
         con.register("__qengine_batch", pa.Table.from_batches([batch.select(keys)]))
-        casts = ", ".join(f"CAST({identifier(k)} AS VARCHAR)" for k in keys)
+        casts = ", ".join(_text(identifier(k), pa.types.is_timestamp(t := batch.schema.field(k).type) and t.tz is not None)
+                          for k in keys)
         texts = con.execute(f"SELECT {casts} FROM __qengine_batch").fetchall()
     except duckdb.Error as e:
         raise OperationalError(f"cannot name the partitions: {e}") from e
@@ -263,6 +266,13 @@ def _groups(batch: pa.RecordBatch, keys: list[str]) -> dict[tuple[str, ...], lis
     for i, values in enumerate(texts):
         groups.setdefault(tuple(NULL_PARTITION if v is None else v for v in values), []).append(i)
     return groups
+
+
+def _text(column: str, zoned: bool) -> str:
+    """DuckDB's directory-name text of ``column``: a TIMESTAMPTZ's in UTC, as ``2024-01-01 05:00:00+00``."""
+    if not zoned:
+        return f"CAST({column} AS VARCHAR)"
+    return f"CASE WHEN isinf({column}) THEN CAST({column} AS VARCHAR) ELSE CAST(timezone('UTC', {column}) AS VARCHAR) || '+00' END"
 
 
 def _escaped(value: str) -> str:

@@ -42,7 +42,8 @@ def _sql_value(function: str, name: str, value: Any) -> exp.Expression:
 
 
 def _user_errors(fn: Callable) -> Callable:
-    """Let qengine errors through; wrap anything else as an InternalError with the cause kept."""
+    """Let qengine errors through; wrap anything else as an InternalError with the cause kept,
+    but Arrow's "not implemented", which is a type qengine does not support there."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -58,6 +59,8 @@ def _user_errors(fn: Callable) -> Callable:
             connection = getattr(args[0], "connection", args[0]) if args else None
             if getattr(connection, "_closed", False):
                 raise InterfaceError("the connection was closed while the statement ran") from e
+            if isinstance(e, pa.ArrowNotImplementedError):  # a type Arrow cannot handle here (a UNION range-sorted)
+                raise NotSupportedError(errors.user_message(type(e).__name__, str(e))) from e
             raise InternalError(f"{type(e).__name__}: {e}") from e
 
     return wrapper

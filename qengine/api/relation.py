@@ -27,6 +27,7 @@ from qengine.errors import NotSupportedError, ProgrammingError
 from qengine.planner.frontend import parse
 from qengine.sandbox.carried_types import restoring_query
 from qengine.sandbox.connection import scratch_connection
+from qengine.transport.wire import empty_table
 
 SHOWN_ROWS = 40  # rows show() and repr() print of a longer result
 _EXPLAIN = re.compile(r"^\s*EXPLAIN\b", re.IGNORECASE)
@@ -211,7 +212,7 @@ class Relation(ScopedQuery):
         schema = self._result_schema()
         con = scratch_connection()
         try:
-            con.register("result", schema.empty_table())
+            con.register("result", empty_table(schema))
             return [str(t) for t in con.sql(restoring_query("result", schema) or "SELECT * FROM result").types]
         finally:
             con.close()

@@ -29,7 +29,7 @@ from qengine.errors import DataError, OperationalError
 from qengine.sandbox.carried_types import tagged, tagged_result, with_child_types
 from qengine.sandbox.connection import one_select, safe_connection, scratch_connection
 from qengine.sandbox.quoting import identifier, string_literal
-from qengine.transport.wire import schema_from_hex, table_from_hex
+from qengine.transport.wire import empty_table, schema_from_hex, table_from_hex
 
 
 def parquet_sql(split: dict, columns: list[tuple[str, str]]) -> str | None:
@@ -214,14 +214,14 @@ def read_split(split: dict, columns: list[tuple[str, str]], fetch_memory: Callab
                 data = np.frombuffer(f.read(split["length"]), dtype=np.uint8)
             table = records.to_table(data.reshape(-1, records.RECORD)).select(sources)
         elif kind == "empty":  # a concatenated union's input that another task reads
-            table = schema_from_hex(split["schema"]).empty_table().select(sources)
+            table = empty_table(schema_from_hex(split["schema"])).select(sources)
         elif kind == "inline":
             table = table_from_hex(split["data"]).select(sources)
         elif kind == "range":
             values = split["start"] + split["step"] * np.arange(split["count"], dtype=np.int64)
             table = pa.table({split["column"]: values}).select(sources)
         elif kind == "memory":
-            table = fetch_memory(split) if split["key"] else schema_from_hex(split["schema"]).empty_table()
+            table = fetch_memory(split) if split["key"] else empty_table(schema_from_hex(split["schema"]))
             table = table.select(sources)
         else:
             raise OperationalError(f"unknown split kind {kind!r}")
@@ -257,7 +257,7 @@ def _read_parquet(split: dict, sources: list[str]) -> pa.Table:
         partitions = schema_from_hex(hive["schema"])
         schema = pa.schema([f for f in schema if f.name.lower() not in index] + list(partitions))
     lowered = {f.name.lower(): f for f in schema}
-    return pa.schema([lowered[s.lower()].with_name(s) for s in sources]).empty_table()
+    return empty_table(pa.schema([lowered[s.lower()].with_name(s) for s in sources]))
 
 
 def _read_parquet_by_duckdb(split: dict, sources: list[str]) -> pa.Table:

@@ -26,9 +26,9 @@ import numpy as np
 import pyarrow as pa
 
 from qengine.catalog.types import is_number
-from qengine.exchange.store import empty_table
 from qengine.sandbox.carried_types import HUGEINT, carried_type
 from qengine.sandbox.quoting import identifier
+from qengine.transport.wire import empty_table
 
 # The column a fragment with a hash output adds for the partition id of each row.
 PARTITION_COLUMN = "__qengine_partition"

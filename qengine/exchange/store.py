@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
 import itertools
 import os
 import shutil
@@ -41,6 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+
+from qengine.transport.wire import empty_table
 
 _files = itertools.count()
 BACKUP_BYTES = 32 << 20  # backups held at most, without a memory budget
@@ -73,19 +74,6 @@ def load(table: pa.Table | None, path: str | None, batches: tuple[int, int] | No
         loaded = pa.Table.from_batches([reader.get_batch(i) for i in range(first, first + count)], schema=reader.schema)
     # Copy out of the mapping so the file can be deleted while the table is in use.
     return loaded.combine_chunks() if loaded.num_rows else loaded
-
-
-def empty_table(schema: pa.Schema) -> pa.Table:
-    """``schema``'s table of no rows, made once: an empty partition is the usual input of a
-    reducer of a small query, and making one cost more than looking it up (tables are immutable).
-    Kept by the schema's bytes: a schema's ``==`` and hash leave out its fields' metadata, which
-    carries the types Arrow lacks (``sandbox.carried_types``)."""
-    return _empty_of(schema.serialize().to_pybytes())
-
-
-@functools.lru_cache(maxsize=512)
-def _empty_of(serialized: bytes) -> pa.Table:
-    return pa.ipc.read_schema(pa.py_buffer(serialized)).empty_table()
 
 
 def concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:

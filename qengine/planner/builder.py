@@ -478,7 +478,7 @@ def _order_position(term: exp.Expression, items: int) -> int | None:
     refused, as DuckDB refuses it, rather than ordering nothing."""
     pos = position(term)
     if pos is None:
-        if isinstance(term.this if isinstance(term, exp.Neg) else term, exp.Literal):
+        if isinstance(term, exp.Null) or isinstance(term.this if isinstance(term, exp.Neg) else term, exp.Literal):
             raise ProgrammingError(f"ORDER BY {term.sql()}: a constant that is not a select item's position orders nothing")
         return None
     if not 1 <= pos <= items:

@@ -1020,6 +1020,7 @@ def optimize_query(query: exp.Expression, catalog: Catalog, dialect: str) -> exp
     """Qualify, decorrelate and push down; unknown tables and columns become ProgrammingErrors."""
     cte_aliases_as_derived_tables(query)
     query = subquery_conditions_in_parentheses(exists_select_one(factor_disjunctions(spell_out_null_safe(unique_inner_columns(query)))))
+    query = _values_of_subqueries_as_selects(query)
     _name_values_columns(query)
     ctes = {cte.alias_or_name.lower() for cte in query.find_all(exp.CTE)}
     schema = {}
@@ -1152,6 +1153,30 @@ def _order_by_the_alias_of_a_repeated_name(query: exp.Expression) -> None:
 def _ordered_by_all(node: exp.Expression) -> bool:
     order = node.args.get("order")
     return order is not None and len(order.expressions) == 1 and is_order_by_all(order.expressions[0])
+
+
+def _values_of_subqueries_as_selects(query: exp.Expression) -> exp.Expression:
+    """VALUES whose rows hold a subquery, as the UNION ALL of one SELECT per row, as DuckDB reads
+    them (the columns' types each row's common type): a VALUES list is run as it is written, where
+    a subquery's tables are not found. Returns the query (a new one if it was such VALUES)."""
+    for values in list(query.find_all(exp.Values)):
+        rows = values.expressions
+        if not rows or not any(row.find(exp.Query) for row in rows):
+            continue
+        items = [row.expressions if isinstance(row, exp.Tuple) else [row] for row in rows]
+        if any(len(i) != len(items[0]) for i in items):
+            raise ProgrammingError("VALUES rows must all have the same number of columns")
+        alias = values.args.get("alias")
+        named = [c.name for c in alias.columns] if alias is not None else []
+        names = named + [f"col{i}" for i in range(len(named), len(items[0]))]
+        selects = [exp.select(*(exp.Alias(this=e.copy(), alias=exp.to_identifier(n, quoted=True)) for e, n in zip(i, names, strict=True)))
+                   for i in items]
+        union = functools.reduce(lambda a, b: exp.union(a, b, distinct=False), selects)
+        if values is query:
+            return union
+        table = alias.this.copy() if alias is not None and alias.this else exp.to_identifier("valueslist")
+        values.replace(exp.Subquery(this=union, alias=exp.TableAlias(this=table)))
+    return query
 
 
 def _name_values_columns(query: exp.Expression) -> None:

@@ -341,7 +341,8 @@ class Exchange(Unary):
     """Repartitions its child. ``kind``: hash, range, single, broadcast, roundrobin, or
     materialize (keep each task's output as its own partition, for shared readers).
 
-    ``keys`` are child columns for hash; ``order`` the sort keys for range (the first one drives
+    ``keys`` are child columns for hash, and for materialize those its partitions are hashed on,
+    if any; ``order`` the sort keys for range (the first one drives
     partitioning, the bounds come from a sample). ``partitions`` is the reducer count. A
     broadcast ``once`` is read by one task of its consumer only: a UNION ALL input that joins
     scan splits in their stage (see ``PhysicalPlanner._setop``).

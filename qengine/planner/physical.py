@@ -19,7 +19,7 @@ from qengine.catalog.types import is_number
 from qengine.planner import estimates
 from qengine.planner import logical as lp
 from qengine.planner.logical import GROUPING_ID, Exchange, col, not_null_operand, plain_column
-from qengine.planner.static_types import expression_signature
+from qengine.planner.static_types import compared_exactly, expression_signature, signature
 from qengine.planner.templates import slot_kind, value_of
 
 _MAX_BIGINT = 2**63 - 1
@@ -198,7 +198,9 @@ class PhysicalPlanner:
         key = id(node.producer)
         if key not in self._producers:
             planned, dist = self.plan(node.producer)
-            ex = Exchange(planned, "materialize", max(1, dist.partitions))
+            # the keys its partitions are hashed on, which the runtime checks against a shuffle's
+            # that a stage pairs them with (``query_run._check_hash_keys_meet``)
+            ex = Exchange(planned, "materialize", max(1, dist.partitions), list(dist.keys) if dist.kind == "hash" else [])
             ex.est_rows = planned.est_rows
             self._producers[key] = (ex, dist)
         ex, dist = self._producers[key]
@@ -231,6 +233,9 @@ class PhysicalPlanner:
         lkeys = [k.name for k in node.left_keys]
         rkeys = [k.name for k in node.right_keys]
         side = self._broadcast_side(node)
+        # which key pairs hold the same values once joined, from the sides' own types (planning
+        # the sides puts exchanges in them, through which a signature does not see)
+        alike = [compared_exactly(signature(node.left, lk), signature(node.right, rk)) for lk, rk in zip(lkeys, rkeys, strict=True)]
         wanted = list(range(len(lkeys)))
         if side is not None:  # the other side's rows stay where they are: it gets the want
             lwant, rwant = (want, ()) if side == "right" else ((), want)
@@ -254,9 +259,9 @@ class PhysicalPlanner:
             inner = node.kind == "inner"
             if side == "right":
                 node.left, node.right = left, self._exchange(right, "broadcast")[0]
-                return node, _equivalents(ldist, lkeys, rkeys) if inner else ldist
+                return node, _equivalents(ldist, lkeys, rkeys, alike) if inner else ldist
             node.left, node.right = self._exchange(left, "broadcast")[0], right
-            return node, _equivalents(rdist, rkeys, lkeys) if inner else rdist
+            return node, _equivalents(rdist, rkeys, lkeys, alike) if inner else rdist
         if not lkeys:  # a nested-loop join neither side of which may be copied
             node.left, node.right = self._gather(left, ldist), self._gather(right, rdist)
             return node, SINGLE
@@ -561,12 +566,17 @@ class PhysicalPlanner:
         return node, Dist("hash", tuple(node.names), self.partitions)
 
 
-def _equivalents(dist: Dist, keys: list[str], other: list[str]) -> Dist:
+def _equivalents(dist: Dist, keys: list[str], other: list[str], alike: list[bool]) -> Dist:
     """An inner join's output keeps ``dist`` (its staying side's) and is hashed as well on the
-    other side's join keys matching any of its key tuples: those columns hold the same values."""
+    other side's join keys matching any of its key tuples, where those columns hold the same
+    values: the pairs ``alike`` says DuckDB compares without rounding either side. A VARCHAR key
+    equal to an INTEGER one ('1' and '01' both match 1), or an INTEGER one equal to a FLOAT, is
+    not its partner's value: grouping on the partner after the join left one group per
+    partition of the staying side."""
     if dist.kind != "hash":
         return dist
-    return dist.with_sets([tuple(other[keys.index(k)] for k in s) for s in dist.key_sets if set(s) <= set(keys)])
+    same = {k for k, a in zip(keys, alike, strict=True) if a}
+    return dist.with_sets([tuple(other[keys.index(k)] for k in s) for s in dist.key_sets if set(s) <= same])
 
 
 def _unique_rows(node: lp.Node) -> bool:

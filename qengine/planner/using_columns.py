@@ -42,8 +42,7 @@ def qualify_with_using_sides(expression: exp.Expression, **kwargs: Any) -> exp.E
     if not selects:
         return qualify(expression, **kwargs)
     schema = ensure_schema(kwargs.get("schema"), dialect=kwargs.get("dialect"))
-    ctes = {cte.alias_or_name.lower(): cte for cte in expression.find_all(exp.CTE)}
-    chains = {id(s): _chain(s, schema, ctes) for s in selects}
+    chains = {id(s): _chain(s, schema) for s in selects}
     for written in expression.find_all(exp.Coalesce):
         written.meta[_WRITTEN] = True
     qualified = qualify(expression, **kwargs)
@@ -119,7 +118,7 @@ def _merging(join: exp.Join) -> bool:
 
 
 def _chain(
-    select: exp.Select, schema: Schema, ctes: dict[str, exp.CTE]
+    select: exp.Select, schema: Schema
 ) -> tuple[dict[str, Made], list[dict[str, Made]], list[tuple[str, set[str]]]]:
     """How each key the query's USING and NATURAL joins merge is made (key → :data:`Made`),
     the joins taken left to right; per join what the joins before it made of each key (what its
@@ -128,7 +127,7 @@ def _chain(
     joins = select.args.get("joins") or []
     sources = [select.args["from_"].this, *(j.this for j in joins)]
     names = [s.alias_or_name.lower() for s in sources]
-    columns = [_columns(s, schema, ctes) for s in sources]
+    columns = [_columns(s, schema) for s in sources]
     star = any(isinstance(e, exp.Star) for e in select.expressions)
     made: dict[str, Made] = {}
     merged: dict[str, list[str]] = {}  # the tables merged into each key so far
@@ -182,7 +181,7 @@ def _keys(join: exp.Join, left: list[set[str] | None], right: set[str] | None) -
     return common
 
 
-def _columns(source: exp.Expression, schema: Schema, ctes: dict[str, exp.CTE]) -> set[str] | None:
+def _columns(source: exp.Expression, schema: Schema) -> set[str] | None:
     """The column names (lower case) a FROM or JOIN source gives; None where the query does not
     show them (a star inside a derived table, an unknown table)."""
     alias = source.args.get("alias")
@@ -192,7 +191,7 @@ def _columns(source: exp.Expression, schema: Schema, ctes: dict[str, exp.CTE]) -
         return _selected(source.this)
     if not isinstance(source, exp.Table) or not isinstance(source.this, exp.Identifier):
         return None
-    cte = ctes.get(source.name.lower()) if not source.args.get("db") else None
+    cte = _visible_cte(source) if not source.args.get("db") else None
     if cte is not None:
         listed = cte.args.get("alias")
         return {c.name.lower() for c in listed.columns} if isinstance(listed, exp.TableAlias) and listed.columns else _selected(cte.this)
@@ -201,6 +200,29 @@ def _columns(source: exp.Expression, schema: Schema, ctes: dict[str, exp.CTE]) -
     except Exception:  # noqa: BLE001 - sqlglot raises its own kinds for a table it does not know
         return None
     return {n.lower() for n in found} or None
+
+
+def _visible_cte(table: exp.Table) -> exp.CTE | None:
+    """The CTE ``table`` names in its scope: the nearest WITH around it that defines the name,
+    where a CTE sees the ones listed before it (and itself, in a WITH RECURSIVE), not later ones;
+    None for a table of the catalog. A name two scopes define is not one CTE."""
+    name, inside, node = table.name.lower(), None, table
+    while node.parent is not None:
+        node = node.parent
+        if isinstance(node, exp.CTE):
+            inside = node
+            continue
+        if not isinstance(node, exp.Query) or not isinstance(with_ := node.args.get("with_"), exp.With):
+            continue
+        listed = with_.expressions
+        at = next((i for i, c in enumerate(listed) if c is inside), None)
+        if at is not None:
+            listed = listed[: at + (1 if with_.args.get("recursive") else 0)]
+        found = [c for c in listed if c.alias_or_name.lower() == name]
+        if found:
+            return found[-1]
+        inside = None
+    return None
 
 
 def _selected(query: exp.Expression) -> set[str] | None:

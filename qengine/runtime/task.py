@@ -37,7 +37,7 @@ from qengine.errors import (
 from qengine.exchange import partitioner
 from qengine.exchange.push_schedule import Piece, PushLimiter, destination_order, pieces, push_all
 from qengine.exchange.sampling import sample_keys
-from qengine.exchange.store import BlockStore, MissingBlocksError, concat, empty_table
+from qengine.exchange.store import BlockStore, MissingBlocksError, concat
 from qengine.planner import direct
 from qengine.runtime.empty_results import EmptyResults
 from qengine.runtime.faults import FaultPlan
@@ -49,7 +49,7 @@ from qengine.sandbox.file_writers import CsvWriter, ParquetWriter
 from qengine.sandbox.pool import ConnectionPool, Lease, filters_mishandle
 from qengine.sandbox.quoting import identifier
 from qengine.transport.rpc import ClientPool
-from qengine.transport.wire import schema_from_hex, schema_to_hex, table_from_hex, table_to_hex
+from qengine.transport.wire import empty_table, schema_from_hex, schema_to_hex, table_from_hex, table_to_hex
 
 # A result partition of at most this many bytes travels in its task's answer, not as a block.
 # What a worker answers for a key it holds no blocks of (``worker.WorkerServer.do_get``)
