@@ -13,6 +13,7 @@ import threading
 import duckdb
 
 from qengine.errors import ProgrammingError
+from qengine.sandbox.quoting import string_literal
 
 
 def safe_connection(
@@ -51,7 +52,8 @@ def safe_connection(
     if lossless_arrow:
         con.execute("SET arrow_lossless_conversion = true")
     if readable:
-        con.execute("SET allowed_paths = $1", [list(readable)])
+        # written out, not bound: binding a Python list makes DuckDB import pandas (0.7 s)
+        con.execute(f"SET allowed_paths = [{', '.join(map(string_literal, readable))}]")
         con.execute("SET parquet_metadata_cache = true")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
