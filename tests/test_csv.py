@@ -109,6 +109,43 @@ def test_files_naming_their_columns_in_another_order_are_read_by_name(con, oracl
         con.execute("DROP TABLE reordered")
 
 
+@pytest.mark.parametrize("endings", [("\n", "\r\n"), ("\r\n", "\n"), ("\n", "\r"), ("\r", "\r\n", "\n")])
+def test_files_ending_their_lines_otherwise_are_all_read(con, oracle, root: str, endings: tuple[str, ...]) -> None:
+    """Every file was read with the line break sniffed from the first: a later file written with
+    another one read as no rows, silently."""
+    directory = pathlib.Path(root) / f"endings{len(endings)}{''.join('n' if e == chr(10) else 'r' if e == chr(13) else 'rn' for e in endings)}"
+    directory.mkdir()
+    for i, end in enumerate(endings):
+        (directory / f"f{i}.csv").write_bytes(end.join(["a,b", f"{2 * i},x", f'{2 * i + 1},"y{end}z"', ""]).encode())
+    sql = f"SELECT a, b FROM read_csv('{directory}/*.csv') ORDER BY a"
+    assert len(oracle.execute(sql).fetchall()) == 2 * len(endings)
+    assert con.execute(sql).fetchall() == oracle.execute(sql).fetchall()
+
+
+@pytest.mark.parametrize(("files", "message"), [
+    ({"u.csv": "é,É\n1,2\n"}, "two columns named 'é' and 'É'"),
+    ({"u.json": '{"é":1,"É":2}\n'}, "the JSON keys 'é' and 'É' differ only in case"),
+    ({"a.json": '{"A":1,"a":2}\n'}, "the JSON keys 'A' and 'a' differ only in case"),
+    ({"a.json": '{"A":1}\n', "b.json": '{"a":2}\n'}, "the JSON keys 'A' and 'a' differ only in case"),
+    ({"e.json": '{"":1,"b":2}\n'}, "an object key that is the empty string"),
+    # DuckDB detects the offset's format and gives the instant in UTC (08:00); cast, the string kept 10:00
+    ({"t.json": '{"t":"2020-01-02T09:00:00+01:00"}\n{"t":"2020-01-02T10:00:00+02:00"}\n'}, r"writes dates or times \(t\)"),
+    ({"s.json": '{"s":{"u":"2020-01-02T10:00:00-07:00"}}\n'}, r"writes dates or times \(s\)"),
+])
+def test_columns_the_reads_by_name_cannot_tell_apart_are_refused(con, root: str, files: dict[str, str], message: str) -> None:
+    """Read back by name, each file's columns went astray: é and É (which DuckDB tells apart,
+    and qengine's names do not) both gave é's values; JSON keys A and a gave a's as NULL, or
+    another file's a_1 key took its place, and the empty key (DuckDB's column C0) was NULL.
+    Times with a UTC offset were read as their local time."""
+    directory = pathlib.Path(root) / ("alike-" + "-".join(files))
+    directory.mkdir()
+    for name, text in files.items():
+        (directory / name).write_text(text)
+    suffix = next(iter(files)).rsplit(".", 1)[1]
+    with pytest.raises(qengine.NotSupportedError, match=message):
+        con.execute(f"SELECT * FROM '{directory}/*.{suffix}'")
+
+
 def test_given_header_and_delimiter_override_the_sniffer(con, oracle, root: str) -> None:
     con.register_csv("forced_header", f"{root}/no_header.csv", header=True)
     con.register_csv("forced_comma", f"{root}/semicolons.csv", delimiter=",")
@@ -139,3 +176,12 @@ def test_columns_named_with_spaces_and_punctuation(oracle, tmp_path) -> None:
             'SELECT count(*) FROM odd_names WHERE "a b" = 2 GROUP BY "c.d"',
         ):
             assert_same(con, oracle, sql)
+
+
+def test_json_times_in_utc_read_as_duckdb(con, oracle, root: str) -> None:
+    """The check that refuses times with an offset passes those DuckDB reads alike."""
+    directory = pathlib.Path(root) / "utc_times"
+    directory.mkdir()
+    (directory / "a.json").write_text('{"t":"2020-01-02T09:00:00Z","d":"2020-01-02"}\n{"t":"2020-01-02 10:00:00","d":"2021-12-31"}\n')
+    (directory / "b.json").write_text('{"t":"2020-01-03T10:00:00.25+00:00","d":null}\n')
+    assert_same(con, oracle, f"SELECT t, d, typeof(t) AS tt, typeof(d) AS td FROM '{directory}/*.json' ORDER BY t")

@@ -11,6 +11,7 @@ import copy
 import functools
 import math
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -34,6 +35,8 @@ from qengine.transport.wire import schema_to_hex, table_to_hex
 # emits its own partial aggregates; against 64 MB, the 99 TPC-DS queries at SF 1 run about
 # 6% faster on 2 workers (store_sales in 2 splits, not 3).
 DEFAULT_SPLIT_BYTES = 128 << 20
+_TEMPORAL = re.compile(r"DATE|TIME")  # a DuckDB type name holding a date or time, nested or not
+JSON_SAMPLE_OBJECTS = 20_480  # the objects DuckDB's JSON reader detects columns from (its sample_size)
 
 
 def arrow_width(t: pa.DataType) -> float:
@@ -372,12 +375,13 @@ class CsvSource(Source):
         con = safe_connection(readable=tuple(paths))
         try:
             dialect = con.sql(
-                "SELECT Delimiter, Quote, Escape, NewLineDelimiter, Comment, SkipRows, HasHeader, DateFormat, TimestampFormat "
+                "SELECT Delimiter, Quote, Escape, Comment, SkipRows, HasHeader, DateFormat, TimestampFormat "
                 f"FROM sniff_csv({string_literal(paths[0])}{given})"
             ).fetchone()
             columns, self.schema, types = _detected(con, f"read_csv({files}{given})")
+            _refuse_repeated_names(name, paths[0], self.schema.names)
             self.read_options = _csv_read_options(dialect, columns)
-            self._file_options = _reordered_headers(con, paths, dialect, self.schema, types) if dialect[6] and len(paths) > 1 else {}
+            self._file_options = _reordered_headers(con, paths, dialect, self.schema, types) if dialect[5] and len(paths) > 1 else {}
         except duckdb.Error as e:
             raise csv_error(paths[0] if len(paths) == 1 else files, e) from e
         finally:
@@ -402,7 +406,7 @@ def _reordered_headers(con: duckdb.DuckDBPyConnection, paths: list[str], dialect
     A file whose header names other columns is refused, as DuckDB refuses it ("schema
     mismatch"): read with the first file's options, a file without a header lost its first row
     to the header it was taken for."""
-    delimiter, quote, escape, _, _, skip = dialect[:6]
+    delimiter, quote, escape, _, skip = dialect[:5]
     text = _sniffed_text
     duck_types = dict(zip(schema.names, types, strict=True))
     order = [n.lower() for n in schema.names]
@@ -431,6 +435,46 @@ def _refuse_repeated_names(table: str, path: str, names: list[str]) -> None:
             raise NotSupportedError(f"table {table!r}: {path} has two columns named {seen[column.lower()]!r} and {column!r}; "
                                     "names are told apart without case: rename one in the file")
         seen[column.lower()] = column
+
+
+def _refuse_keys_renamed(con: duckdb.DuckDBPyConnection, table: str, paths: list[str], json_format: str) -> None:
+    """Refuse JSON objects whose keys DuckDB's reader renames: two keys told apart only by case
+    (``A`` and ``a``: the second column is ``a_1``) and the empty key (column ``C0``). Each file
+    is read with the detected columns by name, and those names match no key: the values were
+    NULL, or another file's ``a_1`` key was taken for them. The keys are those of each file's
+    first objects, as many as DuckDB's detection samples."""
+    seen: dict[str, str] = {}
+    for path in paths:
+        keys = con.sql(f"SELECT DISTINCT unnest(json_keys(json)) FROM (SELECT json FROM read_json_objects("
+                       f"{string_literal(path)}, {json_format}) LIMIT {JSON_SAMPLE_OBJECTS})").fetchall()
+        for (key,) in keys:
+            if key == "":
+                raise NotSupportedError(f"table {table!r}: {path} has an object key that is the empty string, which "
+                                        "DuckDB's reader renames; rename it in the file")
+            if seen.setdefault(key.lower(), key) != key:
+                raise NotSupportedError(f"table {table!r}: the JSON keys {seen[key.lower()]!r} and {key!r} differ only in case, "
+                                        "which columns read by name cannot tell apart; rename one in the files")
+
+
+def _refuse_times_read_otherwise(con: duckdb.DuckDBPyConnection, table: str, paths: list[str], json_format: str, options: str) -> None:
+    """Refuse JSON whose dates or times the imposed columns read otherwise than DuckDB's detection:
+    DuckDB detects a format (``2020-01-02T10:00:00+02:00`` as ``%Y-%m-%dT%H:%M:%S%z``, 08:00 in
+    UTC), where a string cast to the imposed TIMESTAMP kept 10:00. Each file's first objects are
+    read both ways, where DuckDB gives the column the same type read alone."""
+    for path in paths:
+        own = con.sql(f"SELECT * FROM read_json({string_literal(path)}, {json_format}) LIMIT 0")
+        imposed = con.sql(f"SELECT * FROM read_json({string_literal(path)}, {options}) LIMIT 0")
+        typed = dict(zip(imposed.columns, map(str, imposed.types), strict=True))
+        columns = [c for c, t in zip(own.columns, map(str, own.types), strict=True) if _TEMPORAL.search(t) and typed.get(c) == t]
+        if not columns:
+            continue
+        picked = ", ".join(identifier(c) for c in columns)
+        differ = con.sql(f"SELECT count(*) FROM ((SELECT {picked} FROM read_json({string_literal(path)}, {json_format}) "
+                         f"LIMIT {JSON_SAMPLE_OBJECTS}) EXCEPT ALL (SELECT {picked} FROM read_json({string_literal(path)}, "
+                         f"{options}) LIMIT {JSON_SAMPLE_OBJECTS}))").fetchone()[0]
+        if differ:
+            raise NotSupportedError(f"table {table!r}: {path} writes dates or times ({', '.join(columns)}) in a form qengine "
+                                    "cannot read as DuckDB does (a time with a UTC offset, say); write them in UTC")
 
 
 def _detected(con: duckdb.DuckDBPyConnection, reader: str) -> tuple[str, pa.Schema, list[str]]:
@@ -476,14 +520,15 @@ def _sniffed_text(value: str) -> str:
 def _csv_read_options(dialect: tuple, columns: str) -> str:
     """read_csv()'s options, after the path, that read a file exactly as sniffed: ``dialect`` is
     sniff_csv()'s row (where '(empty)' stands for the empty string), ``columns`` the option
-    ``_detected`` made over all the files."""
-    delimiter, quote, escape, new_line, comment, skip, header, date_format, timestamp_format = dialect
+    ``_detected`` made over all the files. The line break is left to the reader, which takes
+    ``\n``, ``\r\n`` and ``\r`` alike, as DuckDB reads each file of a glob: told the first
+    file's, a later file written with another one read as no rows at all."""
+    delimiter, quote, escape, comment, skip, header, date_format, timestamp_format = dialect
     text = _sniffed_text
 
     options = [
         "auto_detect = false", f"delim = {text(delimiter)}", f"quote = {text(quote)}", f"escape = {text(escape)}",
-        f"new_line = {text(new_line)}", f"comment = {text(comment)}", f"skip = {int(skip)}", f"header = {'true' if header else 'false'}",
-        columns,
+        f"comment = {text(comment)}", f"skip = {int(skip)}", f"header = {'true' if header else 'false'}", columns,
     ]
     if date_format:
         options.append(f"dateformat = {string_literal(date_format)}")
@@ -508,13 +553,18 @@ class JsonSource(Source):
         json_format = f"format = {string_literal(json_format)}"
         con = safe_connection(readable=tuple(paths))
         try:
-            columns, self.schema, _ = _detected(con, f"read_json({files}, {json_format})")
+            columns, self.schema, types = _detected(con, f"read_json({files}, {json_format})")
             records = _records(con, f"read_json({files}, {json_format}, records = true)", columns)
+            self.read_options = f"{columns}, {json_format}, records = {records}"
+            if records == "true":
+                _refuse_keys_renamed(con, name, paths, json_format)
+                if any(_TEMPORAL.search(t) for t in types):
+                    _refuse_times_read_otherwise(con, name, paths, json_format, self.read_options)
+            _refuse_repeated_names(name, paths[0], self.schema.names)
         except duckdb.Error as e:
             raise ProgrammingError(f"cannot read JSON file {paths[0] if len(paths) == 1 else files}: {str(e).splitlines()[0]}") from e
         finally:
             con.close()
-        self.read_options = f"{columns}, {json_format}, records = {records}"
         self._bytes = sum(os.path.getsize(p) for p in paths)
 
     @property
