@@ -415,3 +415,23 @@ def test_ctrl_c_at_the_prompt_clears_the_line_and_the_shell_goes_on(default_engi
     assert "after ctrl-c" in out
     assert "half typed" not in out and "Error" not in err
 
+
+
+def test_values_arrow_lacks_are_written_as_duckdb_writes_them(tmp_path) -> None:
+    """The CLI wrote its output from the result with its DuckDB types dropped to Arrow's: a JSON
+    column came out as quoted strings, a UUID and JSON column went to Parquet as VARCHAR, and
+    the table printed TIME '24:00:00' as 00:00:00 and failed on an infinite date."""
+    table = ok(run_cli("sql", "-c", "SELECT TIME '24:00:00' AS t, 'infinity'::DATE AS d, INTERVAL 1 MONTH AS i, "
+                                    "'00000000-0000-0000-0000-000000000001'::UUID AS u"))
+    assert "24:00:00" in table and "infinity" in table and "1 month" in table and "uuid" in table, table
+    sql = "SELECT * FROM (VALUES ('{\"a\": [1, 2.50]}'::JSON, 1), ('123'::JSON, 2)) t(x, k)"
+    got = json.loads(ok(run_cli("sql", "--format", "json", "-c", sql)))
+    theirs = tmp_path / "duck.json"
+    duckdb.execute(f"COPY ({sql}) TO '{theirs}' (FORMAT json)")
+    assert got == [json.loads(line) for line in theirs.read_text().splitlines()]
+    out = tmp_path / "typed.parquet"
+    typed = "SELECT '00000000-0000-0000-0000-000000000001'::UUID AS u, '{\"a\": 1}'::JSON AS j, 10::HUGEINT AS h"
+    ok(run_cli("sql", "--format", "parquet", "-o", str(out), "-c", typed))
+    duckdb.execute(f"COPY ({typed}) TO '{tmp_path / 'duck.parquet'}' (FORMAT parquet)")
+    described = "SELECT typeof(u), typeof(j), typeof(h), u, j, h FROM '{}'"
+    assert duckdb.sql(described.format(out)).fetchall() == duckdb.sql(described.format(tmp_path / "duck.parquet")).fetchall()

@@ -168,6 +168,8 @@ def test_cursor_df_arrow_pl_are_duckdbs(con, oracle) -> None:
     assert_frame_equal(con.execute(ordered).pl(), oracle.execute(ordered).pl())
     assert_frame_equal(con.sql(ordered).pl(), oracle.sql(ordered).pl())
     assert isinstance(con.sql(ordered).pl(), polars.DataFrame)
+    repeated = "SELECT 1 AS a, 2 AS a, 3 AS a_1"  # polars refuses two columns of one name: renamed as DuckDB renames them
+    assert_frame_equal(con.execute(repeated).pl(), oracle.execute(repeated).pl())
     cur = con.execute(ordered)
     first = cur.fetchone()
     assert cur.to_arrow_table().num_rows == len(oracle.execute(ordered).fetchall()) - 1 and first is not None  # the rest
@@ -389,6 +391,12 @@ def test_a_standalone_cluster_binds_names_and_gives_relations(tmp_path, data_pat
         frame = pd.DataFrame({"x": [1]})  # noqa: F841
         with pytest.raises(qengine.NotSupportedError, match="'frame'"):
             remote.sql("SELECT * FROM frame").fetchall()
+        # sent as Arrow, a time lost its UTC offset silently, and an integer beyond BIGINT was an InternalError
+        with pytest.raises(qengine.NotSupportedError, match="a time with a UTC offset cannot be bound"):
+            remote.execute("SELECT ? AS t", [dt.time(10, 0, tzinfo=dt.timezone(dt.timedelta(hours=2)))])
+        with pytest.raises(qengine.NotSupportedError, match="beyond BIGINT's range"):
+            remote.execute("SELECT ? AS n", [2**63])
+        assert remote.execute("SELECT ? AS n", [2**63 - 1]).fetchall() == [(2**63 - 1,)]
 
 
 def test_the_same_text_reads_what_the_variable_holds_now(con, oracle) -> None:

@@ -1657,3 +1657,18 @@ def test_a_count_star_inside_an_item_names_it_as_duckdb(con, duck) -> None:
     """An item holding ``count(*)`` was taken for a star expansion and left unnamed (``_col_0``)."""
     sql = "SELECT count(*) + 1, [count(*)][1] + 0 AS listed FROM small"
     assert [d[0] for d in con.execute(sql).description] == [d[0] for d in duck.execute(sql).description]
+
+
+def test_columns_told_apart_only_by_case_beyond_ascii_are_refused(con, duck) -> None:
+    """DuckDB tells é from É; qengine finds a column by its name's lower(), and SELECT * over the
+    registered table gave é's values twice. Columns told apart by ASCII case alone read as in
+    DuckDB, which finds the first of them."""
+    duck.register("accents", pa.table({"é": [1], "É": [2]}))
+    assert duck.execute("SELECT * FROM accents").fetchall() == [(1, 2)]
+    with pytest.raises(qengine.NotSupportedError, match="'é' and 'É', which differ only in the case of letters beyond ASCII"):
+        con.register("accents", pa.table({"é": [1], "É": [2]}))
+    both = pa.table({"A": [1], "a": [2]})
+    duck.register("ascii_cases", both)
+    con.register("ascii_cases", both)
+    for sql in ("SELECT * FROM ascii_cases", 'SELECT "a" FROM ascii_cases'):
+        assert con.execute(sql).fetchall() == duck.execute(sql).fetchall()

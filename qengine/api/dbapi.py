@@ -229,6 +229,13 @@ class Cursor:
         return pa.Table.from_batches(list(self._rest()), schema=schema)
 
     @_user_errors
+    def fetch_typed_table(self) -> pa.Table:
+        """The rows not fetched yet with the DuckDB types Arrow lacks (UUID, JSON, HUGEINT, ...)
+        still tagged (``sandbox.carried_types``): for writers that give them back to DuckDB, as
+        the CLI's JSON, CSV and Parquet output and its table do."""
+        return self._rest_table()
+
+    @_user_errors
     def fetch_arrow_table(self) -> pa.Table:
         """The rows not fetched yet, as an Arrow table (all of them for a result not read from)."""
         return untagged(self._rest_table())

@@ -68,9 +68,10 @@ def pandas_frame(table: pa.Table) -> Any:
 
 
 def polars_frame(table: pa.Table) -> Any:
-    """``table`` as a polars DataFrame; polars is optional, so its absence is the user's to fix."""
+    """``table`` as a polars DataFrame; polars is optional, so its absence is the user's to fix.
+    A repeated column name is renamed as DuckDB's ``pl()`` renames it (a, a_1): polars refuses two."""
     try:
         import polars
     except ImportError as e:
         raise InterfaceError("a polars DataFrame needs polars, which is not installed: pip install polars") from e
-    return polars.from_arrow(table)
+    return polars.from_arrow(table.rename_columns(deduplicated(table.column_names)))

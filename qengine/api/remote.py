@@ -24,6 +24,7 @@ from qengine.api.result_stream import ResultStream
 from qengine.api.session import Result
 from qengine.api.statements import checked_sql
 from qengine.errors import Error, NotSupportedError, ProgrammingError
+from qengine.planner.parameters import literal
 from qengine.runtime.stats import QueryStats
 from qengine.transport.rpc import Client
 from qengine.transport.wire import schema_from_hex, table_to_hex
@@ -83,10 +84,15 @@ class RemoteSession:
             if named and not all(isinstance(name, str) for name in params):
                 raise ProgrammingError(f"parameter names must be strings, not {next(n for n in params if not isinstance(n, str))!r}")
             columns = {name: [v] for name, v in params.items()} if named else {f"p{i}": [v] for i, v in enumerate(params)}
+            for (value,) in columns.values():  # refused here as in-process: Arrow would drop a time's offset
+                literal(value)
             try:
                 body["params"], body["named"] = table_to_hex(pa.table(columns)), named
             except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
                 raise ProgrammingError(f"cannot send these parameters: {e}") from e
+            except OverflowError as e:  # an integer beyond BIGINT, which Arrow's inference does not carry
+                raise NotSupportedError("an integer parameter beyond BIGINT's range cannot be sent to a coordinator: "
+                                        "pass it as a string and cast it in SQL") from e
         reply = self._interruptible(functools.partial(self._call, "execute", body))
         stats = QueryStats.from_json(reply["stats"]) if reply["stats"] is not None else None
         if reply["result"] is None:

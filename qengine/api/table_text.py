@@ -7,6 +7,9 @@ from typing import Any
 import pyarrow as pa
 
 from qengine.catalog.types import NUMBER, column_type
+from qengine.sandbox.carried_types import restoring_query
+from qengine.sandbox.connection import scratch_connection
+from qengine.sandbox.quoting import identifier
 
 MAX_ROWS = 1000
 
@@ -24,9 +27,25 @@ def print_table(table: pa.Table, out: Any, total: int | None = None) -> None:
     for f in table.schema:
         kind = column_type(f)
         view.add_column(Text(f"{f.name}\n{kind.lower()}"), justify="right" if kind == NUMBER else "left")
-    for row in zip(*[c.to_pylist() for c in shown.columns], strict=True):
-        view.add_row(*[Text("NULL" if v is None else str(v)) for v in row])
+    for row in _cells(shown):
+        view.add_row(*[Text("NULL" if v is None else v) for v in row])
     console.print(view)
     total = table.num_rows if total is None else total
     more = f" (first {shown.num_rows} shown)" if shown.num_rows < total else ""
     console.print(f"{total} row(s){more}")
+
+
+def _cells(table: pa.Table) -> list[tuple[str | None, ...]]:
+    """Each value of ``table`` as DuckDB's text of it (its tagged types restored first): Python's
+    own text of Arrow's values printed TIME '24:00:00' as 00:00:00, an interval as
+    ``MonthDayNano(...)``, and failed on an infinite or BC date."""
+    names = [f"c{i}" for i in range(table.num_columns)]  # a result may repeat a column's name
+    renamed = pa.schema([f.with_name(n) for f, n in zip(table.schema, names, strict=True)])
+    con = scratch_connection()
+    try:
+        con.register("__qengine_shown", pa.Table.from_arrays(table.columns, schema=renamed))
+        source = restoring_query("__qengine_shown", renamed) or "SELECT * FROM __qengine_shown"
+        texts = ", ".join(f"CAST({identifier(n)} AS VARCHAR)" for n in names)
+        return con.execute(f"SELECT {texts} FROM ({source})").fetchall() if names else [()] * table.num_rows
+    finally:
+        con.close()

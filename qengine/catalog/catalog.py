@@ -172,6 +172,7 @@ class Catalog:
         ``replace``): two CREATE TABLEs of one name from two threads both succeeded. Returns
         the table or view it replaced, whose data the caller frees."""
         key = source.name.lower()
+        _refuse_names_folded_alike(source)
         with self._lock:
             if not replace and (key in self.tables or key in self.views):
                 raise ProgrammingError(f"table {source.name!r} already exists")
@@ -321,3 +322,22 @@ def _split_at_wildcard(spec: str) -> tuple[pathlib.PurePath, pathlib.PurePath]:
     parts = pathlib.PurePath(spec).parts
     first = next((i for i, part in enumerate(parts) if any(ch in part for ch in "*?[")), len(parts))
     return pathlib.PurePath(*parts[:first]), pathlib.PurePath(*parts[first:])
+
+
+def _refuse_names_folded_alike(source: Source) -> None:
+    """Refuse a table with two columns that differ only in the case of letters beyond ASCII (``é``
+    and ``É``): DuckDB tells them apart, but qengine finds a column by its name's ``lower()``, and
+    both read as the first (``SELECT *`` over a registered table gave ``é``'s values twice)."""
+    seen: dict[str, str] = {}
+    for name in source.schema.names:
+        first = seen.setdefault(name.lower(), name)
+        if first != name and _ascii_lower(first) != _ascii_lower(name):
+            raise NotSupportedError(f"table {source.name!r} has two columns named {first!r} and {name!r}, which differ only in "
+                                    "the case of letters beyond ASCII; rename one")
+
+
+def _ascii_lower(name: str) -> str:
+    return name.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")

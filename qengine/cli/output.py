@@ -17,6 +17,7 @@ from qengine.api.json_rows import json_rows
 from qengine.api.table_text import print_table
 from qengine.errors import first_line
 from qengine.planner.frontend import deduplicated
+from qengine.sandbox.carried_types import restoring_query
 from qengine.sandbox.quoting import string_literal
 
 
@@ -50,13 +51,17 @@ def _copy(table: pa.Table, fmt: str, output: str | None) -> None:
     options = "FORMAT csv, HEADER" if fmt == "csv" else "FORMAT parquet"
     con = duckdb.connect()
     try:
-        con.register("result", table.rename_columns(names))
+        renamed = pa.schema([f.with_name(n) for f, n in zip(table.schema, names, strict=True)])
+        con.register("result", pa.Table.from_arrays(table.columns, schema=renamed))
+        # the DuckDB types the result carries as tags (a UUID, JSON, a HUGEINT) written as such
+        restoring = restoring_query("result", renamed)
+        source = f"({restoring})" if restoring else "result"
         if output:
-            con.execute(f"COPY result TO {string_literal(output)} ({options})")
+            con.execute(f"COPY {source} TO {string_literal(output)} ({options})")
             return
         with tempfile.TemporaryDirectory(prefix="qengine-out-") as scratch:
             path = os.path.join(scratch, f"result.{fmt}")
-            con.execute(f"COPY result TO {string_literal(path)} ({options})")
+            con.execute(f"COPY {source} TO {string_literal(path)} ({options})")
             sys.stdout.flush()
             with open(path, "rb") as f:
                 binary = getattr(sys.stdout, "buffer", None)  # None: a text stream put in its place

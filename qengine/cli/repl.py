@@ -54,7 +54,7 @@ def _run_one(con: Any, sql: str, args: argparse.Namespace, last: bool = True) ->
     with progress_bar(sys.stderr.isatty() and not args.no_progress) as progress:
         cur = con.cursor().execute_scoped(sql, {}, progress=progress)  # no Python variables to read in FROM
     if cur.description is not None:
-        write_result(cur.fetch_arrow_table(), args.format, args.output)
+        write_result(cur.fetch_typed_table(), args.format, args.output)
     elif cur.rowcount >= 0:
         print(f"{cur.rowcount} row(s) affected")
     stats = cur.stats
