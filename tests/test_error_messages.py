@@ -118,6 +118,9 @@ CORPUS = [
     Bad("syntax-unterminated-string-multiline", "SELECT 'it''s',\n  qty, 'oops\nFROM sales", SYNTAX,
         r"^syntax error at line 2, column 8: unterminated string literal"),
     Bad("syntax-unterminated-identifier", "SELECT 1 AS a,\n  \"abc FROM sales", SYNTAX, r"^syntax error at line 2, column 3: unterminated quoted identifier"),
+    # DuckDB's parser refuses it; qengine answered, naming the column 4
+    Bad("syntax-empty-quoted-name", 'SELECT 4 AS ""', SYNTAX, r'^syntax error at line 1, column 13: an empty name \(""\) is not a name'),
+    Bad("syntax-empty-quoted-table", 'SELECT 1 AS a FROM range(1) ""', SYNTAX, r'an empty name \(""\) is not a name'),
     Bad("syntax-unterminated-comment", "SELECT 1 /* a comment", SYNTAX, r"^syntax error at line 1, column 10: unterminated comment"),
     Bad("syntax-in-explain", "EXPLAIN ANALYZE\nSELECT * FROM", SYNTAX, r"^syntax error at line 2, column 10: expected table name after 'FROM'"),
     # sqlglot joins > > into >>, and reads a join without ON, GROUP BY without keys or a keyword as an alias

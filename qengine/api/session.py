@@ -342,8 +342,6 @@ class Session:
     # ---- DDL and DML -------------------------------------------------------------------
 
     def _create(self, st: exp.Create, progress: Callable[[int, int], None] | None) -> Result:
-        if any(isinstance(n, exp.Identifier) and not n.name for n in st.walk()):
-            raise ProgrammingError('an empty name ("") is not a name: DuckDB refuses it too')
         kind = (st.args.get("kind") or "").upper()
         replace = bool(st.args.get("replace"))
         if_not_exists = bool(st.args.get("exists"))

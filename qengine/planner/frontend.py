@@ -134,6 +134,7 @@ def parse(sql: str, dialect: str) -> list[exp.Expression]:
     _check_operators(sql, tokens)
     _check_clauses(sql, tokens)
     _check_escape_strings(sql, tokens)
+    _check_empty_identifiers(sql, tokens)
     numbered = numbered_placeholders(tokens)
     question_marks, tokens = numbered is not tokens, numbered
     tokens = _bracket_typed_literals(tokens, reader)
@@ -623,6 +624,14 @@ def _check_escape_strings(sql: str, tokens: list[Token]) -> None:
     for token in tokens:
         if token.token_type == TokenType.BYTE_STRING and _UNICODE_ESCAPE.search(sql[token.start:token.end + 1]):
             raise ProgrammingError(f"a \\u escape in an E'...' string is not supported, as in DuckDB (at {_position(sql, token.start)})")
+
+
+def _check_empty_identifiers(sql: str, tokens: list[Token]) -> None:
+    """Refuse ``""``, a name of no characters, anywhere, as DuckDB's parser does: ``SELECT 4 AS ""``
+    was answered, its column named ``4`` (only CREATE refused it)."""
+    for token in tokens:
+        if token.token_type == TokenType.IDENTIFIER and token.text == "":
+            raise ProgrammingError(f'syntax error at {_position(sql, token.start)}: an empty name ("") is not a name: DuckDB refuses it too')
 
 
 _QUOTED_ALL = "\x00qengine quoted all\x00"  # no name a statement can spell: SQL text holds no NUL
