@@ -283,7 +283,9 @@ def test_worker_killed_after_materialization(
     every worker holds some of the CTE.
     """
     monkeypatch.setattr(block_copies, "COPY_TASK_BYTES", -1)  # no copies: see the test below
-    con = connect(mode, coalesce_size=0)
+    # nor speculation: on a busy machine a speculative copy of a CTE task left its partition on
+    # another worker too, and nothing was left to recompute
+    con = connect(mode, coalesce_size=0, speculation=False)
     clean = run_same(con, oracle, SHARED_CHAIN)  # the stage shapes, from a run without faults
     kinds = [s.kind for s in clean.stages]
     assert kinds.count("materialize") == 1, kinds
