@@ -379,7 +379,6 @@ class CsvSource(Source):
                 f"FROM sniff_csv({string_literal(paths[0])}{given})"
             ).fetchone()
             columns, self.schema, types = _detected(con, f"read_csv({files}{given})")
-            _refuse_repeated_names(name, paths[0], self.schema.names)
             self.read_options = _csv_read_options(dialect, columns)
             self._file_options = _reordered_headers(con, paths, dialect, self.schema, types) if dialect[5] and len(paths) > 1 else {}
         except duckdb.Error as e:
@@ -560,7 +559,6 @@ class JsonSource(Source):
                 _refuse_keys_renamed(con, name, paths, json_format)
                 if any(_TEMPORAL.search(t) for t in types):
                     _refuse_times_read_otherwise(con, name, paths, json_format, self.read_options)
-            _refuse_repeated_names(name, paths[0], self.schema.names)
         except duckdb.Error as e:
             raise ProgrammingError(f"cannot read JSON file {paths[0] if len(paths) == 1 else files}: {str(e).splitlines()[0]}") from e
         finally:

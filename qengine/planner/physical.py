@@ -235,7 +235,9 @@ class PhysicalPlanner:
         side = self._broadcast_side(node)
         # which key pairs hold the same values once joined, from the sides' own types (planning
         # the sides puts exchanges in them, through which a signature does not see)
-        alike = [compared_exactly(signature(node.left, lk), signature(node.right, rk)) for lk, rk in zip(lkeys, rkeys, strict=True)]
+        inner = node.kind == "inner"
+        alike = [compared_exactly(signature(node.left, lk), signature(node.right, rk))
+                 for lk, rk in zip(lkeys, rkeys, strict=True)] if side is not None and inner else []
         wanted = list(range(len(lkeys)))
         if side is not None:  # the other side's rows stay where they are: it gets the want
             lwant, rwant = (want, ()) if side == "right" else ((), want)
@@ -256,7 +258,6 @@ class PhysicalPlanner:
         # Rows that join already share a partition (two reads of one shared CTE's output, as in
         # TPC-DS q47 and q57): a broadcast would copy all of one side to every task for nothing.
         if side is not None and not common:
-            inner = node.kind == "inner"
             if side == "right":
                 node.left, node.right = left, self._exchange(right, "broadcast")[0]
                 return node, _equivalents(ldist, lkeys, rkeys, alike) if inner else ldist
